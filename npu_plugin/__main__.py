@@ -1,0 +1,7 @@
+"""`python -m npu_plugin` is the `npu-plugin` command."""
+
+import sys
+
+from npu_plugin.cli import main
+
+sys.exit(main())

@@ -1,0 +1,75 @@
+"""Choose the discovery backend (`--backend auto`: DCMI, else npu-smi, else a clear error)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from npu_plugin.backends.base import Backend
+from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.device import Device
+from npu_plugin.errors import BackendError
+from npu_plugin.topology import derive_topology_group
+
+log = logging.getLogger(__name__)
+
+
+def open_backend(
+    kind: str, *, fake_inventory: Path | None = None, fake_profile: str | None = None,
+    npu_smi: str = "npu-smi", dcmi_library: str | None = None,
+) -> Backend:
+    """The backend `kind` names; `auto` with fake flags given means the fake backend."""
+    if kind == "fake" or (kind == "auto" and (fake_inventory or fake_profile)):
+        return FakeBackend(fake_inventory, fake_profile)
+    if kind == "dcmi":
+        return _dcmi(dcmi_library)
+    if kind == "npu-smi":
+        return _npu_smi(npu_smi)
+    tried: list[str] = []
+    try:
+        return _dcmi(dcmi_library)
+    except BackendError as error:
+        tried.append(f"dcmi: {error}")
+    if shutil.which(npu_smi):
+        return _npu_smi(npu_smi)
+    tried.append(f"npu-smi: {npu_smi!r} not found on PATH")
+    raise BackendError("no NPU discovery backend is available; tried " + "; ".join(tried))
+
+
+def _dcmi(library: str | None) -> Backend:
+    from npu_plugin.backends.dcmi import DcmiBackend
+
+    return DcmiBackend(library)
+
+
+def _npu_smi(executable: str) -> Backend:
+    from npu_plugin.backends.npusmi import NpuSmiBackend
+
+    return NpuSmiBackend(executable)
+
+
+def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
+    """Devices from the backend, completed: NUMA node from sysfs, topology group derived."""
+    devices = backend.discover()
+    if not devices:
+        raise BackendError(f"the {backend.name} backend found no NPUs")
+    return sorted((_complete(d, sys_root) for d in devices), key=lambda d: d.physical_id)
+
+
+def _complete(device: Device, sys_root: Path) -> Device:
+    numa = device.numa_node if device.numa_node is not None else numa_from_sysfs(device.pci_bus_id, sys_root)
+    group = device.topology_group or derive_topology_group(device.device_type, device.physical_id, device.card_id)
+    return replace(device, numa_node=numa, topology_group=group)
+
+
+def numa_from_sysfs(pci_bus_id: str | None, sys_root: Path) -> int | None:
+    """`/sys/bus/pci/devices/<bus id>/numa_node`; -1 (unknown) and unreadable read as None."""
+    if pci_bus_id is None:
+        return None
+    try:
+        value = int((sys_root / "bus/pci/devices" / pci_bus_id / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return value if value >= 0 else None

@@ -1,0 +1,71 @@
+"""The fake backend: a built-in profile or an inventory file that tests rewrite to inject faults."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from npu_plugin.device import Device, Health
+from npu_plugin.errors import BackendError, InventoryFileError
+from npu_plugin.inventory_file import parse_inventory
+from npu_plugin.profiles import profile_devices
+
+log = logging.getLogger(__name__)
+
+
+class FakeBackend:
+    """Devices from `--fake-inventory` (re-read on every call) or from `--fake-profile`.
+
+    A malformed rewrite while serving keeps the last good inventory: writers may rewrite the file in
+    place, so a reader can see it empty or half-written.
+    """
+
+    name = "fake"
+
+    def __init__(self, inventory_path: Path | None = None, profile: str | None = None) -> None:
+        if inventory_path is None and profile is None:
+            raise BackendError("the fake backend needs --fake-inventory PATH or --fake-profile NAME")
+        self.inventory_path = inventory_path
+        self._profile = profile
+        self._last_good: list[Device] | None = None
+
+    def discover(self) -> list[Device]:
+        if self.inventory_path is None:
+            assert self._profile is not None
+            try:
+                return profile_devices(self._profile)
+            except ValueError as error:
+                raise BackendError(str(error)) from None
+        devices = self._read()
+        self._last_good = devices
+        return devices
+
+    def reload(self) -> list[Device]:
+        """Re-read the file while serving; on a bad rewrite log it and return the last good devices."""
+        try:
+            return self.discover()
+        except InventoryFileError as error:
+            if self._last_good is None:
+                raise
+            log.warning("inventory file rewrite rejected, keeping the last good inventory: %s", error)
+            return self._last_good
+
+    def sample(self) -> dict[int, Health]:
+        try:
+            devices = self.reload()
+        except InventoryFileError:
+            return {}
+        return {d.physical_id: d.health for d in devices}
+
+    def close(self) -> None:
+        pass
+
+    def _read(self) -> list[Device]:
+        assert self.inventory_path is not None
+        try:
+            text = self.inventory_path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise InventoryFileError(f"{self.inventory_path}: cannot read: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise InventoryFileError(f"{self.inventory_path}: not UTF-8 text") from None
+        return parse_inventory(text, str(self.inventory_path))

@@ -1,0 +1,111 @@
+"""The Device record, health levels and the id forms the two APIs use."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Health(StrEnum):
+    """Backend health levels (DCMI 0, 1, 2, 3, 0xFFFFFFFF; npu-smi prints the same words)."""
+
+    OK = "OK"
+    WARNING = "Warning"
+    ALARM = "Alarm"
+    CRITICAL = "Critical"
+    UNKNOWN = "Unknown"
+
+    @property
+    def healthy(self) -> bool:
+        return self in (Health.OK, Health.WARNING)
+
+    @classmethod
+    def parse(cls, word: str) -> Health:
+        """Case-insensitive: npu-smi prints `UNKNOWN`, the inventory file `Unknown`."""
+        for level in cls:
+            if level.value.lower() == word.strip().lower():
+                return level
+        allowed = ", ".join(level.value for level in cls)
+        raise ValueError(f"unknown health {word!r} (allowed: {allowed})")
+
+
+DEVICE_TYPES = ("Ascend910", "Ascend910B", "Ascend910C", "Ascend310P", "Ascend310")
+
+_CHIP_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(910_?93|910C)", re.IGNORECASE), "Ascend910C"),
+    (re.compile(r"^910B", re.IGNORECASE), "Ascend910B"),
+    (re.compile(r"^910", re.IGNORECASE), "Ascend910"),
+    (re.compile(r"^310P", re.IGNORECASE), "Ascend310P"),
+    (re.compile(r"^310", re.IGNORECASE), "Ascend310"),
+)
+
+
+def device_type_for_chip(chip_name: str) -> str:
+    """Family of a chip name as npu-smi prints it: `910B3` → Ascend910B, `910` → Ascend910."""
+    name = chip_name.strip().removeprefix("Ascend").removeprefix("ascend")
+    for pattern, family in _CHIP_FAMILIES:
+        if pattern.match(name):
+            return family
+    raise ValueError(f"unknown Ascend chip name {chip_name!r}")
+
+
+def id_prefix(device_type: str) -> str:
+    """Prefix of Device Plugin ids: the whole 910 family shares the official plugin's `Ascend910`."""
+    return "Ascend910" if device_type.startswith("Ascend910") else device_type
+
+
+def resource_name_for(device_type: str) -> str:
+    return f"huawei.com/{id_prefix(device_type)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One NPU die the kernel exposes as /dev/davinci<physical_id>.
+
+    The four id spaces (physical, logic, card, chip) differ on real hosts; never assume one from another.
+    """
+
+    physical_id: int
+    chip_name: str
+    device_type: str
+    logic_id: int
+    card_id: int
+    chip_id: int = 0
+    memory: int = 0
+    ai_core: int | None = None
+    numa_node: int | None = None
+    pci_bus_id: str | None = None
+    topology_group: str = ""
+    driver_version: str | None = None
+    health: Health = Health.OK
+
+    @property
+    def dp_id(self) -> str:
+        """Device Plugin id, the official plugin's form: `Ascend910-3`."""
+        return f"{id_prefix(self.device_type)}-{self.physical_id}"
+
+    @property
+    def dra_name(self) -> str:
+        """DRA device name in the ResourceSlice: `npu-3`."""
+        return f"npu-{self.physical_id}"
+
+    @property
+    def device_node(self) -> str:
+        return f"davinci{self.physical_id}"
+
+
+_DP_ID = re.compile(r"^(Ascend910|Ascend310P|Ascend310)-(\d{1,6})$")
+_DRA_NAME = re.compile(r"^npu-(\d{1,6})$")
+
+
+def parse_dp_id(device_id: str) -> tuple[str, int] | None:
+    """`Ascend910-3` → ("Ascend910", 3); None when the id is not of our form."""
+    match = _DP_ID.match(device_id)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def parse_dra_name(name: str) -> int | None:
+    """`npu-3` → 3; None when the name is not of our form."""
+    match = _DRA_NAME.match(name)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,151 @@
+"""The v1beta1.DevicePlugin service: ListAndWatch, GetPreferredAllocation, Allocate."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+
+from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
+from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from npu_plugin.cdi import qualified_name
+from npu_plugin.device import id_prefix, parse_dp_id
+from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
+from npu_plugin.errors import AllocationError
+from npu_plugin.inventory import DeviceView, Inventory, Owner, Snapshot
+from npu_plugin.topology import preferred_allocation
+
+log = logging.getLogger(__name__)
+Context = grpc.aio.ServicerContext[Any, Any]
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+
+
+def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
+    """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice."""
+    return pb.ListAndWatchResponse(devices=[_device(v) for v in snapshot.owned_by(Owner.DEVICE_PLUGIN)])
+
+
+def _device(view: DeviceView) -> pb.Device:
+    numa = view.device.numa_node
+    topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]) if numa is not None else None
+    return pb.Device(ID=view.device.dp_id, health=HEALTHY if view.healthy else UNHEALTHY, topology=topology)
+
+
+def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) -> list[int]:
+    """Physical ids for a request; AllocationError names the first id we must not hand out."""
+    ids: list[int] = []
+    for device_id in device_ids:
+        parsed = parse_dp_id(device_id)
+        view = snapshot.get(parsed[1]) if parsed and parsed[0] == prefix else None
+        if view is None:
+            raise AllocationError(f"unknown device id {device_id!r}")
+        if view.owner is not Owner.DEVICE_PLUGIN:
+            raise AllocationError(f"device {device_id} is owned by {view.owner.value}, not the device plugin")
+        if not view.healthy:
+            raise AllocationError(f"device {device_id} is unhealthy")
+        ids.append(view.physical_id)
+    return ids
+
+
+def container_response(
+    edits: ContainerEdits, cdi_ids: Sequence[str]
+) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(edits.env),
+        devices=[pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
+                               permissions=n.permissions) for n in edits.device_nodes],
+        mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+                for m in edits.mounts],
+        cdi_devices=[pb.CDIDevice(name=name) for name in cdi_ids],
+    )
+
+
+class DevicePluginService(pb_grpc.DevicePluginServicer):
+    """Stateless over the inventory: every answer is computed from the current snapshot."""
+
+    def __init__(
+        self, inventory: Inventory, layout: HostLayout, device_type: str, cdi_driver: str | None,
+        on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
+    ) -> None:
+        self._inventory, self._layout = inventory, layout
+        self._prefix = id_prefix(device_type)
+        self._cdi_driver = cdi_driver
+        self._on_allocate = on_allocate
+        self._closing = asyncio.Event()
+
+    def close_streams(self) -> None:
+        """End every ListAndWatch stream (kubelet restart, shutdown)."""
+        self._closing.set()
+
+    async def GetDevicePluginOptions(self, request: pb.Empty, context: Context) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    async def ListAndWatch(self, request: pb.Empty, context: Context) -> AsyncIterator[pb.ListAndWatchResponse]:
+        updates = self._inventory.watch()
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(updates))
+                done, _ = await asyncio.wait({step, closing}, return_when=asyncio.FIRST_COMPLETED)
+                if closing in done:
+                    step.cancel()
+                    return
+                yield list_response(step.result())
+        finally:
+            closing.cancel()
+            await updates.aclose()
+
+    async def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: Context
+    ) -> pb.PreferredAllocationResponse:
+        snapshot = self._inventory.snapshot()
+        devices = [v.device for v in snapshot.devices]
+        responses = []
+        for container in request.container_requests:
+            try:
+                available = self._ids(snapshot, container.available_deviceIDs)
+                required = self._ids(snapshot, container.must_include_deviceIDs)
+                chosen = preferred_allocation(devices, available, required, container.allocation_size)
+            except (AllocationError, ValueError) as error:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {error}")
+            responses.append(pb.ContainerPreferredAllocationResponse(
+                deviceIDs=[snapshot.get(i).device.dp_id for i in chosen]  # type: ignore[union-attr]
+            ))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def _ids(self, snapshot: Snapshot, device_ids: Sequence[str]) -> list[int]:
+        ids = []
+        for device_id in device_ids:
+            parsed = parse_dp_id(device_id)
+            if parsed is None or parsed[0] != self._prefix or snapshot.get(parsed[1]) is None:
+                raise AllocationError(f"unknown device id {device_id!r}")
+            ids.append(parsed[1])
+        return ids
+
+    async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
+        started = time.perf_counter()
+        snapshot = self._inventory.snapshot()
+        responses = []
+        for container in request.container_requests:
+            try:
+                if not container.devices_ids:
+                    raise AllocationError("a container request names no devices")
+                ids = allocatable_ids(snapshot, container.devices_ids, self._prefix)
+            except AllocationError as error:
+                log.warning("Allocate refused: %s", error, extra={"error": str(error)})
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
+            cdi = [qualified_name(self._cdi_driver, f"npu-{i}") for i in sorted(ids)] if self._cdi_driver else []
+            responses.append(container_response(container_edits(self._layout, ids), cdi))
+            log.info("allocated devices %s", ",".join(container.devices_ids),
+                     extra={"device": ",".join(container.devices_ids)})
+        self._on_allocate(time.perf_counter() - started, len(responses))
+        return pb.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: Context
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()

@@ -1,0 +1,75 @@
+"""What a container gets for a set of devices — the one source both modes render (SPEC §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+COMMON_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
+DRIVER_MOUNTS = (
+    "/usr/local/Ascend/driver/lib64",
+    "/usr/local/Ascend/driver/include",
+    "/usr/local/dcmi",
+    "/usr/local/bin/npu-smi",
+)
+
+
+class Injection(StrEnum):
+    NODES = "nodes"
+    RUNTIME = "runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    host_path: str
+    container_path: str
+    permissions: str = "rw"
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    host_path: str
+    container_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    env: tuple[tuple[str, str], ...]
+    device_nodes: tuple[DeviceNode, ...]
+    mounts: tuple[Mount, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HostLayout:
+    """What exists on this host, probed once at start-up so `container_edits` stays pure."""
+
+    dev_root: str
+    injection: Injection
+    common_nodes: tuple[str, ...]
+    driver_mounts: tuple[str, ...]
+
+
+def probe_host(dev_root: Path, injection: Injection, mount_driver: bool) -> HostLayout:
+    """Which common device nodes and driver paths exist (the only I/O in this module)."""
+    return HostLayout(
+        dev_root=str(dev_root),
+        injection=injection,
+        common_nodes=tuple(name for name in COMMON_NODES if (dev_root / name).exists()),
+        driver_mounts=tuple(p for p in DRIVER_MOUNTS if mount_driver and Path(p).exists()),
+    )
+
+
+def container_edits(layout: HostLayout, physical_ids: Iterable[int]) -> ContainerEdits:
+    """Env, device nodes and mounts for these devices (pure)."""
+    ids = sorted(set(physical_ids))
+    env = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
+    nodes: tuple[DeviceNode, ...] = ()
+    if layout.injection is Injection.NODES:
+        names = [f"davinci{i}" for i in ids] + list(layout.common_nodes)
+        nodes = tuple(DeviceNode(f"{layout.dev_root.rstrip('/')}/{n}", f"/dev/{n}") for n in names)
+    mounts = tuple(Mount(path, path) for path in layout.driver_mounts)
+    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)

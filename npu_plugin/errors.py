@@ -1,0 +1,58 @@
+"""The project's exception hierarchy; exit codes are decided only in the CLI.
+
+    NpuPluginError                 anything this program reports to a user without a traceback
+    ├── ConfigError                a bad flag or environment value (exit 2)
+    ├── InventoryFileError         a malformed inventory file (names file, line and field)
+    ├── BackendError               a discovery backend failed or found nothing usable
+    │   ├── NpuSmiParseError       npu-smi printed something we cannot read
+    │   └── DcmiError              a DCMI call returned an error code
+    ├── AllocationError            a request names a device we must not hand out
+    ├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
+    ├── CheckpointError            the checkpoint file cannot be read or written
+    └── MigrateError               a manifest cannot be rewritten (names document and container)
+"""
+
+
+class NpuPluginError(Exception):
+    """An expected failure, reported as one clear line."""
+
+
+class ConfigError(NpuPluginError):
+    """A flag or its environment twin has a value we do not accept."""
+
+
+class InventoryFileError(NpuPluginError):
+    """The fake inventory file is malformed."""
+
+
+class BackendError(NpuPluginError):
+    """A discovery backend could not produce devices."""
+
+
+class NpuSmiParseError(BackendError):
+    """npu-smi output we cannot interpret."""
+
+
+class DcmiError(BackendError):
+    """A DCMI library call failed."""
+
+    def __init__(self, call: str, code: int) -> None:
+        super().__init__(f"DCMI {call} failed with error code {code}")
+        self.call = call
+        self.code = code
+
+
+class AllocationError(NpuPluginError):
+    """A device id cannot be allocated (unknown, unhealthy, or owned by the other mode)."""
+
+
+class ClaimError(NpuPluginError):
+    """A ResourceClaim cannot be prepared."""
+
+
+class CheckpointError(NpuPluginError):
+    """The DRA checkpoint cannot be read or written."""
+
+
+class MigrateError(NpuPluginError):
+    """A manifest cannot be migrated."""

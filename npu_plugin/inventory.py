@@ -1,0 +1,187 @@
+"""The one device inventory both serving modes share: devices, health with hysteresis, ownership."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from npu_plugin.device import Device, Health
+
+log = logging.getLogger(__name__)
+
+
+class Owner(StrEnum):
+    """Which API serves a device; every device has exactly one."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """What servers see of a device: its record (health = last backend level), verdict and owner."""
+
+    device: Device
+    healthy: bool
+    owner: Owner
+
+    @property
+    def physical_id(self) -> int:
+        return self.device.physical_id
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of the inventory at one version."""
+
+    version: int
+    devices: tuple[DeviceView, ...]
+
+    def get(self, physical_id: int) -> DeviceView | None:
+        return next((v for v in self.devices if v.physical_id == physical_id), None)
+
+    def owned_by(self, owner: Owner) -> tuple[DeviceView, ...]:
+        return tuple(v for v in self.devices if v.owner is owner)
+
+
+class HealthTracker:
+    """Hysteresis over health samples: `failures` bad in a row to fall, `recoveries` good to rise.
+
+    Pure state machine: no clocks, no I/O.
+    """
+
+    def __init__(self, failures: int, recoveries: int, healthy: bool) -> None:
+        self.failures, self.recoveries = failures, recoveries
+        self.healthy = healthy
+        self._streak = 0
+
+    def observe(self, sample_healthy: bool) -> bool:
+        """Record one sample and return the (possibly changed) verdict."""
+        if sample_healthy == self.healthy:
+            self._streak = 0
+            return self.healthy
+        self._streak += 1
+        if self._streak >= (self.recoveries if sample_healthy else self.failures):
+            self.healthy, self._streak = sample_healthy, 0
+        return self.healthy
+
+    def force_unhealthy(self) -> None:
+        """The device vanished: unhealthy now, and a full recovery streak is needed to come back."""
+        self.healthy, self._streak = False, 0
+
+
+class Inventory:
+    """Loop-confined owner of device state; servers subscribe through `watch()`.
+
+    Initial health is taken from discovery as is: there is nothing to smooth before the first sample.
+    """
+
+    def __init__(
+        self, devices: Iterable[Device], *, failure_threshold: int, recovery_threshold: int,
+        owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN,
+    ) -> None:
+        self._failures, self._recoveries = failure_threshold, recovery_threshold
+        self._devices: dict[int, Device] = {}
+        self._trackers: dict[int, HealthTracker] = {}
+        self._node_missing: set[int] = set()
+        self._undiscovered: set[int] = set()
+        self._owners: dict[int, Owner] = {}
+        self._default_owner = owners if isinstance(owners, Owner) else Owner.DEVICE_PLUGIN
+        for device in devices:
+            self._add(device)
+        if not isinstance(owners, Owner):
+            self._owners.update(owners)
+        self._version = 0
+        self._waiters: set[asyncio.Event] = set()
+        self.last_sample = time.monotonic()
+        self._snapshot = self._build()
+
+    def _add(self, device: Device) -> None:
+        self._devices[device.physical_id] = device
+        self._trackers[device.physical_id] = HealthTracker(
+            self._failures, self._recoveries, device.health.healthy
+        )
+        self._owners.setdefault(device.physical_id, self._default_owner)
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def observe(self, levels: Mapping[int, Health]) -> None:
+        """One health sample; a device missing from it reads Unknown."""
+        self.last_sample = time.monotonic()
+        for pid, device in list(self._devices.items()):
+            level = levels.get(pid, Health.UNKNOWN)
+            if level is not device.health:
+                self._devices[pid] = replace(device, health=level)
+            self._trackers[pid].observe(level.healthy)
+        self._publish()
+
+    def set_present(self, physical_id: int, present: bool) -> None:
+        """A device node appeared in or vanished from --dev-root."""
+        if physical_id not in self._devices:
+            return
+        if present:
+            self._node_missing.discard(physical_id)
+        else:
+            self._node_missing.add(physical_id)
+            self._trackers[physical_id].force_unhealthy()
+        self._publish()
+
+    def update_devices(self, devices: Iterable[Device]) -> None:
+        """Re-discovery: refresh records, add new devices; vanished ones stay, unhealthy."""
+        fresh = {d.physical_id: d for d in devices}
+        for pid, device in fresh.items():
+            if pid in self._devices:
+                self._devices[pid] = replace(device, health=self._devices[pid].health)
+            else:
+                self._add(device)
+        for pid in self._devices.keys() - fresh.keys() - self._undiscovered:
+            self._trackers[pid].force_unhealthy()
+        self._undiscovered = self._devices.keys() - fresh.keys()
+        self._publish()
+
+    def set_owner(self, physical_id: int, owner: Owner) -> None:
+        if self._owners.get(physical_id) is not owner:
+            log.info("device %d now served by %s", physical_id, owner.value)
+            self._owners[physical_id] = owner
+            self._publish()
+
+    def _build(self) -> Snapshot:
+        views = tuple(
+            DeviceView(
+                device=self._devices[pid],
+                healthy=self._trackers[pid].healthy and pid not in self._node_missing | self._undiscovered,
+                owner=self._owners[pid],
+            )
+            for pid in sorted(self._devices)
+        )
+        return Snapshot(version=self._version, devices=views)
+
+    def _publish(self) -> None:
+        candidate = self._build()
+        if candidate.devices == self._snapshot.devices:
+            return
+        self._version += 1
+        self._snapshot = replace(candidate, version=self._version)
+        for waiter in self._waiters:
+            waiter.set()
+
+    async def watch(self) -> AsyncGenerator[Snapshot, None]:
+        """The current snapshot at once, then the newest one after every change (coalesced)."""
+        event = asyncio.Event()
+        self._waiters.add(event)
+        seen = -1
+        try:
+            while True:
+                if self._snapshot.version != seen:
+                    seen = self._snapshot.version
+                    yield self._snapshot
+                else:
+                    await event.wait()
+                    event.clear()
+        finally:
+            self._waiters.discard(event)

@@ -1,0 +1,67 @@
+"""`npu-plugin inventory`: print what discovery finds as a table, JSON, YAML or ResourceSlices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from npu_plugin.backends.auto import discover, open_backend
+from npu_plugin.config import check_backend_args
+from npu_plugin.device import Device
+from npu_plugin.errors import ConfigError
+from npu_plugin.inventory_file import inventory_document
+from npu_plugin.quantity import format_bytes
+
+_COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE", "NUMA", "PCI", "GROUP", "HEALTH")
+
+
+def render_table(devices: Sequence[Device]) -> str:
+    rows = [_COLUMNS] + [
+        (str(d.physical_id), str(d.logic_id), str(d.card_id), str(d.chip_id), d.chip_name, d.device_type,
+         format_bytes(d.memory), _dash(d.ai_core), _dash(d.numa_node), _dash(d.pci_bus_id), d.topology_group,
+         d.health.value)
+        for d in devices
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_slices(args: argparse.Namespace, devices: Sequence[Device]) -> str:
+    from npu_plugin.dra.slices import SliceSettings, build_slices
+
+    if not args.node_name:
+        raise ConfigError("--output resourceslice needs --node-name (or NODE_NAME)")
+    settings = SliceSettings(driver=args.driver_name, node_name=args.node_name, node_uid=None,
+                             unhealthy_policy=args.unhealthy_policy)
+    slices = build_slices(settings, [(d, d.health.healthy) for d in devices], generation=1)
+    return yaml.safe_dump_all(slices, sort_keys=False)
+
+
+def run_inventory(args: argparse.Namespace) -> int:
+    check_backend_args(args)
+    backend = open_backend(args.backend, fake_inventory=args.fake_inventory, fake_profile=args.fake_profile,
+                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library)
+    try:
+        devices = discover(backend)
+    finally:
+        backend.close()
+    document: dict[str, Any] = inventory_document(devices)
+    if args.output == "table":
+        text = render_table(devices)
+    elif args.output == "json":
+        text = json.dumps(document, indent=2)
+    elif args.output == "yaml":
+        text = yaml.safe_dump(document, sort_keys=False).rstrip("\n")
+    else:
+        text = render_slices(args, devices).rstrip("\n")
+    sys.stdout.write(text + "\n")
+    return 0

@@ -1,0 +1,39 @@
+"""Unix-socket gRPC servers with 0600 sockets in 0750 directories."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+
+def prepare_socket_dir(directory: Path) -> None:
+    """Create the directory (0750) when missing; an existing kubelet directory keeps its mode."""
+    if not directory.exists():
+        directory.mkdir(parents=True, mode=0o750)
+
+
+async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], None]) -> grpc.aio.Server:
+    """Bind a fresh socket at `path` (a stale file is removed) readable by its owner only."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    server = grpc.aio.server()
+    register(server)
+    # The umask makes the socket 0600 from its first instant; chmod afterwards would leave a window.
+    previous = os.umask(0o177)
+    try:
+        server.add_insecure_port(f"unix://{path}")
+        await server.start()
+    finally:
+        os.umask(previous)
+    os.chmod(path, 0o600)
+    return server
+
+
+async def stop_unix_server(server: grpc.aio.Server, path: Path, grace: float | None = None) -> None:
+    await server.stop(grace)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
