@@ -1,0 +1,319 @@
+"""Discovery and health through Huawei's DCMI library (libdcmi.so), bound with ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import combinations
+
+from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.device import Device, Health, device_type_for_chip
+from npu_plugin.errors import BackendError, DcmiError
+
+DEFAULT_LIBRARY = "libdcmi.so"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where one die sits in DCMI's id spaces; card_id + device_index address every per-die call."""
+
+    card_id: int
+    device_index: int
+    logic_id: int
+    physical_id: int
+
+    def __str__(self) -> str:
+        return f"card {self.card_id} device {self.device_index} (physical id {self.physical_id})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """What discovery learnt about one die before chip names are settled."""
+
+    slot: _Slot
+    chip_name: str | None
+    ai_core: int | None
+    memory: int
+    pci_bus_id: str | None
+    health: Health
+
+
+class DcmiBackend:
+    """NPUs as the DCMI library reports them; one instance owns one loaded library."""
+
+    name = "dcmi"
+
+    def __init__(self, library: str | None = None) -> None:
+        self._library = library or DEFAULT_LIBRARY
+        self._funcs = _bind(_load(self._library), self._library)
+        self._card_list_call = next(call for call in abi.CARD_LIST_CALLS if call in self._funcs)
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._closed = False
+        self._slots: tuple[_Slot, ...] = ()
+        self._failing: dict[int, int] = {}
+
+    def discover(self) -> list[Device]:
+        """Every NPU die, sorted by physical id. Raises DcmiError when enumeration itself fails."""
+        with self._lock:
+            self._slots = self._enumerate()
+            if not self._slots:
+                raise BackendError(f"DCMI ({self._library}) reports no NPU devices")
+            driver = self._driver_version()
+            probes = [self._probe(slot) for slot in self._slots]
+        return _settle_chip_names(probes, driver)
+
+    def sample(self) -> dict[int, Health]:
+        """Health per physical id; a device whose query fails is Unknown. Never raises."""
+        with self._lock:
+            slots = self._known_slots()
+            if self._closed:
+                return {slot.physical_id: Health.UNKNOWN for slot in slots}
+            return {slot.physical_id: self._sampled_health(slot) for slot in slots}
+
+    def hccs_peers(self) -> dict[int, frozenset[int]]:
+        """HCCS (or SIO) peers per physical id, for devices the driver answered about; {} when unsupported."""
+        with self._lock:
+            slots = self._known_slots()
+            if self._closed or len(slots) < 2:
+                return {}
+            return self._hccs_peers(slots)
+
+    def close(self) -> None:
+        """Stop using the library; later discover() raises, sample() reports every device Unknown."""
+        with self._lock:
+            self._closed = True
+
+    # ---- calls ----
+
+    def _call(self, call: str, *args: object) -> int:
+        if self._closed:
+            raise BackendError(f"DCMI backend for {self._library} is closed")
+        func = self._funcs.get(call)
+        return abi.DCMI_ERR_CODE_NOT_SUPPORT if func is None else int(func(*args))
+
+    def _check(self, call: str, *args: object) -> None:
+        code = self._call(call, *args)
+        if code != abi.DCMI_OK:
+            raise DcmiError(call, code)
+
+    # ---- enumeration: card → device index → logic id → physical id ----
+
+    def _enumerate(self) -> tuple[_Slot, ...]:
+        if not self._initialized:
+            self._check("dcmi_init")
+            self._initialized = True
+        slots = tuple(self._slot(card, index) for card in self._card_ids() for index in range(self._device_count(card)))
+        _reject_duplicates(slots)
+        return slots
+
+    def _card_ids(self) -> list[int]:
+        ids = (ctypes.c_int * abi.MAX_CARD_NUM)()
+        count = ctypes.c_int()
+        self._check(self._card_list_call, ctypes.byref(count), ids, abi.MAX_CARD_NUM)
+        if not 0 <= count.value <= abi.MAX_CARD_NUM:
+            raise BackendError(f"DCMI {self._card_list_call} reported {count.value} cards")
+        return list(ids[: count.value])
+
+    def _device_count(self, card: int) -> int:
+        count = ctypes.c_int()
+        self._check("dcmi_get_device_num_in_card", card, ctypes.byref(count))
+        if count.value < 0:
+            raise BackendError(f"DCMI reported {count.value} devices in card {card}")
+        return count.value
+
+    def _slot(self, card: int, index: int) -> _Slot:
+        logic = ctypes.c_int()
+        self._check("dcmi_get_device_logic_id", ctypes.byref(logic), card, index)
+        physical = ctypes.c_uint()
+        self._check("dcmi_get_device_phyid_from_logicid", logic.value, ctypes.byref(physical))
+        return _Slot(card, index, logic.value, physical.value)
+
+    def _known_slots(self) -> tuple[_Slot, ...]:
+        if not self._slots and not self._closed:
+            try:
+                self._slots = self._enumerate()
+            except BackendError as err:
+                log.warning("DCMI cannot list devices: %s", err)
+        return self._slots
+
+    # ---- per-device details; a failure leaves the field at its default ----
+
+    def _probe(self, slot: _Slot) -> _Probe:
+        chip_name, ai_core = self._chip(slot)
+        health = self._sampled_health(slot)
+        return _Probe(slot, chip_name, ai_core, self._memory(slot), self._bus_id(slot), health)
+
+    def _chip(self, slot: _Slot) -> tuple[str | None, int | None]:
+        info = abi.ChipInfo()
+        code = self._call("dcmi_get_device_chip_info", slot.card_id, slot.device_index, ctypes.byref(info))
+        if code != abi.DCMI_OK:
+            _warn_optional("dcmi_get_device_chip_info", slot, code)
+            return None, None
+        name = abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name))
+        if not _known_chip(name):
+            log.warning("DCMI reported unknown chip name %r for %s", name, slot)
+            return None, info.aicore_cnt or None
+        return name, info.aicore_cnt or None
+
+    def _memory(self, slot: _Slot) -> int:
+        hbm = abi.HbmInfo()
+        code = self._call("dcmi_get_device_hbm_info", slot.card_id, slot.device_index, ctypes.byref(hbm))
+        if code == abi.DCMI_OK and hbm.memory_size > 0:
+            return abi.megabytes_to_bytes(hbm.memory_size)
+        # Cards without HBM (310P) report their DDR through the v3 memory call instead.
+        ddr = abi.MemoryInfoV3()
+        ddr_code = self._call("dcmi_get_device_memory_info_v3", slot.card_id, slot.device_index, ctypes.byref(ddr))
+        if ddr_code == abi.DCMI_OK and ddr.memory_size > 0:
+            return abi.megabytes_to_bytes(ddr.memory_size)
+        _warn_optional("dcmi_get_device_hbm_info and dcmi_get_device_memory_info_v3", slot, ddr_code)
+        return 0
+
+    def _bus_id(self, slot: _Slot) -> str | None:
+        info = abi.PcieInfoAll()
+        code = self._call("dcmi_get_device_pcie_info_v2", slot.card_id, slot.device_index, ctypes.byref(info))
+        if code != abi.DCMI_OK:
+            _warn_optional("dcmi_get_device_pcie_info_v2", slot, code)
+            return None
+        try:
+            return abi.format_bus_id(info.domain, info.bdf_busid, info.bdf_deviceid, info.bdf_funcid)
+        except ValueError as err:
+            log.warning("DCMI reported an invalid PCI address for %s: %s", slot, err)
+            return None
+
+    def _health(self, slot: _Slot) -> tuple[int, Health]:
+        word = ctypes.c_uint()
+        code = self._call("dcmi_get_device_health", slot.card_id, slot.device_index, ctypes.byref(word))
+        return code, abi.health_from_code(word.value) if code == abi.DCMI_OK else Health.UNKNOWN
+
+    def _sampled_health(self, slot: _Slot) -> Health:
+        code, health = self._health(slot)
+        previous = self._failing.pop(slot.physical_id, abi.DCMI_OK)
+        if code != abi.DCMI_OK:
+            self._failing[slot.physical_id] = code
+            if code != previous:  # once per failure, not once per poll
+                log.warning("DCMI dcmi_get_device_health failed for %s with error code %d", slot, code)
+        elif previous != abi.DCMI_OK:
+            log.info("DCMI dcmi_get_device_health answers again for %s", slot)
+        return health
+
+    def _driver_version(self) -> str | None:
+        buffer = ctypes.create_string_buffer(abi.VERSION_BUFFER_LEN)
+        for call in abi.VERSION_CALLS:
+            code = self._call(call, buffer, abi.VERSION_BUFFER_LEN)
+            if code == abi.DCMI_OK:
+                return abi.decode_c_string(buffer.raw) or None
+            if code != abi.DCMI_ERR_CODE_NOT_SUPPORT:
+                log.warning("DCMI %s failed with error code %d", call, code)
+        return None
+
+    # ---- topology ----
+
+    def _hccs_peers(self, slots: tuple[_Slot, ...]) -> dict[int, frozenset[int]]:
+        answered: set[int] = set()
+        peers: dict[int, set[int]] = {slot.physical_id: set() for slot in slots}
+        for first, second in combinations(slots, 2):
+            code, topo = self._topo(first, second)
+            if code == abi.DCMI_ERR_CODE_NOT_SUPPORT:
+                return {}
+            if code != abi.DCMI_OK:
+                log.debug("DCMI topology of %s and %s failed with error code %d", first, second, code)
+                continue
+            answered |= {first.physical_id, second.physical_id}
+            if abi.is_hccs_peer(topo):
+                peers[first.physical_id].add(second.physical_id)
+                peers[second.physical_id].add(first.physical_id)
+        return {pid: frozenset(peers[pid]) for pid in sorted(answered)}
+
+    def _topo(self, first: _Slot, second: _Slot) -> tuple[int, int]:
+        topo = ctypes.c_int()
+        code = self._call(
+            "dcmi_get_topo_info_by_device_id",
+            first.card_id,
+            first.device_index,
+            second.card_id,
+            second.device_index,
+            ctypes.byref(topo),
+        )
+        return code, topo.value
+
+
+def _load(library: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(library)
+    except OSError as err:
+        where = " (searched the dynamic loader path)" if "/" not in library else ""
+        raise BackendError(f"cannot load DCMI library {library!r}{where}: {err}") from err
+
+
+def _bind(lib: ctypes.CDLL, library: str) -> dict[str, Callable[..., int]]:
+    """The library's DCMI functions with their C signatures; missing optional ones are left out."""
+    funcs: dict[str, Callable[..., int]] = {}
+    for call, argtypes in abi.SIGNATURES.items():
+        func = getattr(lib, call, None)
+        if func is not None:
+            func.argtypes = argtypes
+            func.restype = ctypes.c_int
+            funcs[call] = func
+    missing = [call for call in abi.REQUIRED_CALLS if call not in funcs]
+    if not any(call in funcs for call in abi.CARD_LIST_CALLS):
+        missing.append(" or ".join(abi.CARD_LIST_CALLS))
+    if missing:
+        raise BackendError(f"{library} is not a usable DCMI library: it lacks {', '.join(missing)}")
+    return funcs
+
+
+def _known_chip(name: str) -> bool:
+    try:
+        device_type_for_chip(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _warn_optional(call: str, slot: _Slot, code: int) -> None:
+    log.warning("DCMI %s failed for %s with error code %d; leaving it unset", call, slot, code)
+
+
+def _reject_duplicates(slots: Iterable[_Slot]) -> None:
+    seen: dict[int, _Slot] = {}
+    for slot in slots:
+        if (first := seen.setdefault(slot.physical_id, slot)) is not slot:
+            raise BackendError(f"DCMI reported physical id {slot.physical_id} for both {first} and {slot}")
+
+
+def _settle_chip_names(probes: list[_Probe], driver: str | None) -> list[Device]:
+    """Devices whose chip info failed take the node's most common chip name (nodes are homogeneous)."""
+    names = Counter(probe.chip_name for probe in probes if probe.chip_name)
+    if probes and not names:
+        raise BackendError("DCMI reported no known chip name for any device")
+    fallback = names.most_common(1)[0][0] if names else ""
+    devices = []
+    for probe in sorted(probes, key=lambda p: p.slot.physical_id):
+        if probe.chip_name is None:
+            log.warning("assuming chip %s for %s, like the other devices", fallback, probe.slot)
+        devices.append(_device(probe, probe.chip_name or fallback, driver))
+    return devices
+
+
+def _device(probe: _Probe, chip_name: str, driver: str | None) -> Device:
+    slot = probe.slot
+    return Device(
+        physical_id=slot.physical_id,
+        chip_name=chip_name,
+        device_type=device_type_for_chip(chip_name),
+        logic_id=slot.logic_id,
+        card_id=slot.card_id,
+        chip_id=slot.device_index,
+        memory=probe.memory,
+        ai_core=probe.ai_core,
+        pci_bus_id=probe.pci_bus_id,
+        driver_version=driver,
+        health=probe.health,
+    )

@@ -1,0 +1,166 @@
+"""The DCMI C ABI (libdcmi.so): struct layouts, function signatures, codes, and pure decoders.
+
+Layouts and signatures follow Huawei's `dcmi_interface_api.h` as vendored in Ascend/mind-cluster
+(component/ascend-common/devmanager/dcmi/) and shipped in the CANN driver (src/custom/include/).
+Nothing here loads the library; the decoders are pure functions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from npu_plugin.device import Health
+
+MAX_CHIP_NAME_LEN = 32
+MAX_CARD_NUM = 64
+VERSION_BUFFER_LEN = 64
+
+DCMI_OK = 0
+DCMI_ERR_CODE_NOT_SUPPORT = -8255
+
+# Values of the anonymous topology enum in dcmi_interface_api.h (DCMI_TOPO_TYPE_SELF = 0, ...).
+TOPO_SELF = 0
+TOPO_SYS = 1
+TOPO_PHB = 2
+TOPO_HCCS = 3
+TOPO_PXB = 4
+TOPO_PIX = 5
+TOPO_SIO = 6
+TOPO_HCCS_SW = 7
+TOPO_UB = 8
+TOPO_BUTT = 9
+
+_PEER_LINKS = frozenset({TOPO_HCCS, TOPO_HCCS_SW, TOPO_SIO})
+
+_HEALTH_CODES = {0: Health.OK, 1: Health.WARNING, 2: Health.ALARM, 3: Health.CRITICAL}
+
+
+class ChipInfo(ctypes.Structure):
+    """struct dcmi_chip_info."""
+
+    _fields_ = [
+        ("chip_type", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("chip_name", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("chip_ver", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("aicore_cnt", ctypes.c_uint),
+    ]
+
+
+class PcieInfoAll(ctypes.Structure):
+    """struct dcmi_pcie_info_all (64 bytes), filled by dcmi_get_device_pcie_info_v2."""
+
+    _fields_ = [
+        ("venderid", ctypes.c_uint),
+        ("subvenderid", ctypes.c_uint),
+        ("deviceid", ctypes.c_uint),
+        ("subdeviceid", ctypes.c_uint),
+        ("domain", ctypes.c_int),
+        ("bdf_busid", ctypes.c_uint),
+        ("bdf_deviceid", ctypes.c_uint),
+        ("bdf_funcid", ctypes.c_uint),
+        ("reserve", ctypes.c_ubyte * 32),
+    ]
+
+
+class HbmInfo(ctypes.Structure):
+    """struct dcmi_hbm_info; memory_size in MB."""
+
+    _fields_ = [
+        ("memory_size", ctypes.c_ulonglong),
+        ("freq", ctypes.c_uint),
+        ("memory_usage", ctypes.c_ulonglong),
+        ("temp", ctypes.c_int),
+        ("bandwith_util_rate", ctypes.c_uint),
+    ]
+
+
+class MemoryInfoV3(ctypes.Structure):
+    """struct dcmi_get_memory_info_stru (DDR), filled by dcmi_get_device_memory_info_v3; sizes in MB."""
+
+    _fields_ = [
+        ("memory_size", ctypes.c_ulonglong),
+        ("memory_available", ctypes.c_ulonglong),
+        ("freq", ctypes.c_uint),
+        ("hugepagesize", ctypes.c_ulong),
+        ("hugepages_total", ctypes.c_ulong),
+        ("hugepages_free", ctypes.c_ulong),
+        ("utiliza", ctypes.c_uint),
+        ("reserve", ctypes.c_ubyte * 60),
+    ]
+
+
+_INT_P = ctypes.POINTER(ctypes.c_int)
+_UINT_P = ctypes.POINTER(ctypes.c_uint)
+_INT = ctypes.c_int
+
+# Every entry point returns int (DCMI_OK or a negative DCMI_ERR_CODE_*).
+SIGNATURES: dict[str, list[type]] = {
+    "dcmi_init": [],
+    "dcmi_get_card_list": [_INT_P, _INT_P, _INT],
+    "dcmi_get_card_num_list": [_INT_P, _INT_P, _INT],
+    "dcmi_get_device_num_in_card": [_INT, _INT_P],
+    "dcmi_get_device_logic_id": [_INT_P, _INT, _INT],
+    "dcmi_get_device_phyid_from_logicid": [ctypes.c_uint, _UINT_P],
+    "dcmi_get_device_health": [_INT, _INT, _UINT_P],
+    "dcmi_get_device_chip_info": [_INT, _INT, ctypes.POINTER(ChipInfo)],
+    "dcmi_get_device_hbm_info": [_INT, _INT, ctypes.POINTER(HbmInfo)],
+    "dcmi_get_device_memory_info_v3": [_INT, _INT, ctypes.POINTER(MemoryInfoV3)],
+    "dcmi_get_device_pcie_info_v2": [_INT, _INT, ctypes.POINTER(PcieInfoAll)],
+    "dcmi_get_topo_info_by_device_id": [_INT, _INT, _INT, _INT, _INT_P],
+    "dcmi_get_driver_version": [ctypes.c_char_p, ctypes.c_uint],
+    "dcmi_get_dcmi_version": [ctypes.c_char_p, ctypes.c_uint],
+}
+
+# Older drivers export only dcmi_get_card_num_list; current ones both (mind-cluster calls either).
+CARD_LIST_CALLS = ("dcmi_get_card_list", "dcmi_get_card_num_list")
+VERSION_CALLS = ("dcmi_get_driver_version", "dcmi_get_dcmi_version")
+REQUIRED_CALLS = (
+    "dcmi_init",
+    "dcmi_get_device_num_in_card",
+    "dcmi_get_device_logic_id",
+    "dcmi_get_device_phyid_from_logicid",
+    "dcmi_get_device_health",
+)
+
+
+def health_from_code(code: int) -> Health:
+    """Pure: DCMI health word → level; 0xFFFFFFFF and anything undocumented are Unknown."""
+    return _HEALTH_CODES.get(code, Health.UNKNOWN)
+
+
+def format_bus_id(domain: int, bus: int, device: int, function: int) -> str:
+    """Pure: PCI address as sysfs spells it, `0000:c1:00.0`; ValueError when a part is out of range."""
+    limits = (("domain", domain, 0xFFFFFFFF), ("bus", bus, 0xFF), ("device", device, 0x1F))
+    for name, value, top in (*limits, ("function", function, 0x7)):
+        if not 0 <= value <= top:
+            raise ValueError(f"PCI {name} {value:#x} out of range 0..{top:#x}")
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
+
+
+def decode_c_string(raw: bytes) -> str:
+    """Pure: a fixed-size C char array → text up to the first NUL, surrounding blanks removed."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace").strip()
+
+
+def chip_name_from(chip_type: bytes, chip_name: bytes) -> str:
+    """Pure: npu-smi's chip name (`910B3`) from dcmi_chip_info's chip_type/chip_name arrays.
+
+    Drivers fill chip_type with `Ascend` and chip_name with `910B3`; some put the whole `Ascend910B3`
+    in chip_name. Empty when the driver left chip_name blank.
+    """
+    name = decode_c_string(chip_name)
+    prefix = decode_c_string(chip_type) or "Ascend"
+    return name[len(prefix) :] if name.lower().startswith(prefix.lower()) else name
+
+
+def megabytes_to_bytes(megabytes: int) -> int:
+    """Pure: DCMI reports memory in MB (MiB); the inventory wants bytes."""
+    return megabytes * 1024 * 1024
+
+
+def is_hccs_peer(topo_type: int) -> bool:
+    """Pure: whether a dcmi_get_topo_info_by_device_id answer makes two devices HCCS peers.
+
+    HCCS, HCCS through a switch (910C boxes), and SIO, the on-package link between a 910C card's dies.
+    """
+    return topo_type in _PEER_LINKS

@@ -1,0 +1,431 @@
+"""DcmiBackend through real ctypes calls into a fake libdcmi.so compiled from tests/fakedcmi/fake_dcmi.c."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.backends.dcmi import DcmiBackend
+from npu_plugin.device import Device, Health
+from npu_plugin.errors import BackendError, DcmiError
+
+GIB = 1 << 30
+SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
+CONFIG_ENV = "FAKE_DCMI_CONFIG"
+
+
+class CompilerMissingError(RuntimeError):
+    """gcc is needed to build the fake DCMI library."""
+
+
+def build(out_dir: Path, *, legacy: bool = False) -> Path:
+    """Compile fake_dcmi.c into out_dir/libdcmi.so; legacy drops the symbols old drivers lack."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise CompilerMissingError("gcc not found on PATH: the DCMI backend tests compile a fake libdcmi.so")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / "libdcmi.so"
+    flags = ["-DFAKE_DCMI_LEGACY"] if legacy else []
+    command = [gcc, "-Wall", "-Wextra", "-Werror", "-O1", "-shared", "-fPIC", *flags, "-o", str(library)]
+    result = subprocess.run([*command, str(SOURCE)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the fake libdcmi.so failed:\n{result.stderr}")
+    return library
+
+
+@dataclass
+class FakeDie:
+    """One `card ...` line of the fake's config."""
+
+    card: int
+    dev: int
+    logic: int
+    phy: int
+    chip: str = "910B3"
+    health: int = 0
+    hbm_mb: int | None = 65536
+    ddr_mb: int | None = None
+    aicore: int = 20
+    bus: str | None = None
+
+    def line(self) -> str:
+        words = [f"card {self.card} dev {self.dev} logic {self.logic} phy {self.phy} chip {self.chip}"]
+        words.append(f"health {self.health} aicore {self.aicore}")
+        if self.hbm_mb is not None:
+            words.append(f"hbm_mb {self.hbm_mb}")
+        if self.ddr_mb is not None:
+            words.append(f"ddr_mb {self.ddr_mb}")
+        if self.bus is not None:
+            words.append(f"bus {self.bus}")
+        return " ".join(words)
+
+
+@dataclass
+class FakeHost:
+    """The whole config file: dies, driver version, topology and injected failures."""
+
+    dies: list[FakeDie]
+    driver: str | None = "24.1.rc2"
+    topo_groups: list[tuple[int, list[int]]] = field(default_factory=list)
+    topo_default: int | None = None
+    fails: list[str] = field(default_factory=list)
+
+    def die(self, phy: int) -> FakeDie:
+        return next(d for d in self.dies if d.phy == phy)
+
+    def render(self) -> str:
+        lines = ["# written by tests/fakedcmi", *(d.line() for d in self.dies)]
+        if self.driver is not None:
+            lines.append(f"driver {self.driver}")
+        lines += [f"topo_group {kind} {' '.join(map(str, phys))}" for kind, phys in self.topo_groups]
+        if self.topo_default is not None:
+            lines.append(f"topo_default {self.topo_default}")
+        lines += [f"fail {spec}" for spec in self.fails]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.render())
+
+
+class Opener(Protocol):
+    def __call__(self, host: FakeHost, variant: str = "current") -> DcmiBackend: ...
+
+
+@pytest.fixture(scope="session")
+def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both variants of the fake, compiled once per session (a missing gcc fails here, loudly)."""
+    root = tmp_path_factory.mktemp("fakedcmi")
+    return {"current": build(root / "current"), "legacy": build(root / "legacy", legacy=True)}
+
+
+@pytest.fixture
+def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "fake-dcmi.conf"
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    return path
+
+
+def _private_copy(built: Path, directory: Path) -> Path:
+    """A copy per test: a new file is a new dlopen, so the fake's init state never leaks between tests."""
+    directory.mkdir()
+    return Path(shutil.copy2(built, directory / "libdcmi.so"))
+
+
+@pytest.fixture
+def open_host(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> Iterator[Opener]:
+    opened: list[DcmiBackend] = []
+
+    def opener(host: FakeHost, variant: str = "current") -> DcmiBackend:
+        host.write(config_path)
+        library = _private_copy(fake_builds[variant], tmp_path / f"lib{len(opened)}")
+        opened.append(DcmiBackend(str(library)))
+        return opened[-1]
+
+    yield opener
+    for backend in opened:
+        backend.close()
+
+
+def atlas_800t_a2() -> FakeHost:
+    """Eight 910B3 on eight cards; logic and physical ids deliberately differ from card ids."""
+    dies = [
+        FakeDie(card=card, dev=0, logic=(card + 2) % 8, phy=(card + 5) % 8, bus=f"0000:{0xC1 + card:02X}:00.0")
+        for card in range(8)
+    ]
+    return FakeHost(dies, topo_groups=[(abi.TOPO_HCCS, [d.phy for d in dies])], topo_default=abi.TOPO_SYS)
+
+
+def atlas_a3_two_cards() -> FakeHost:
+    """Two 910C cards, two dies each: SIO inside a card, switched HCCS between cards."""
+    slots = [(card, die) for card in (3, 5) for die in (0, 1)]
+    dies = [
+        FakeDie(card=card, dev=die, logic=i, phy=8 + i, chip="910_9392", aicore=24)
+        for i, (card, die) in enumerate(slots)
+    ]
+    groups = [(abi.TOPO_SIO, [8, 9]), (abi.TOPO_SIO, [10, 11])]
+    return FakeHost(dies, topo_groups=groups, topo_default=abi.TOPO_HCCS_SW)
+
+
+def atlas_300i_duo() -> FakeHost:
+    """One 310P3 card with two dies and DDR (no HBM); the driver supports no topology query."""
+    dies = [FakeDie(card=0, dev=d, logic=d, phy=d, chip="310P3", hbm_mb=None, ddr_mb=24576, aicore=8) for d in (0, 1)]
+    return FakeHost(dies)
+
+
+def test_discovers_an_atlas_800t_a2_host(open_host: Opener) -> None:
+    devices = open_host(atlas_800t_a2()).discover()
+
+    expected = [
+        Device(
+            physical_id=(card + 5) % 8,
+            chip_name="910B3",
+            device_type="Ascend910B",
+            logic_id=(card + 2) % 8,
+            card_id=card,
+            chip_id=0,
+            memory=64 * GIB,
+            ai_core=20,
+            pci_bus_id=f"0000:{0xC1 + card:02x}:00.0",
+            driver_version="24.1.rc2",
+        )
+        for card in range(8)
+    ]
+    assert devices == sorted(expected, key=lambda d: d.physical_id)
+
+
+def test_a2_host_is_one_hccs_mesh(open_host: Opener) -> None:
+    peers = open_host(atlas_800t_a2()).hccs_peers()
+
+    assert peers == {phy: frozenset(set(range(8)) - {phy}) for phy in range(8)}
+
+
+def test_discovers_910c_cards_with_two_dies(open_host: Opener) -> None:
+    backend = open_host(atlas_a3_two_cards())
+    devices = backend.discover()
+
+    assert [(d.physical_id, d.card_id, d.chip_id, d.logic_id) for d in devices] == [
+        (8, 3, 0, 0),
+        (9, 3, 1, 1),
+        (10, 5, 0, 2),
+        (11, 5, 1, 3),
+    ]
+    assert {d.device_type for d in devices} == {"Ascend910C"}
+    assert {d.chip_name for d in devices} == {"910_9392"}
+    assert all(d.pci_bus_id is None for d in devices)
+    assert backend.hccs_peers() == {phy: frozenset({8, 9, 10, 11} - {phy}) for phy in (8, 9, 10, 11)}
+
+
+def test_ddr_memory_when_there_is_no_hbm_and_no_topology(open_host: Opener) -> None:
+    backend = open_host(atlas_300i_duo())
+    devices = backend.discover()
+
+    assert [(d.device_type, d.memory, d.ai_core) for d in devices] == [("Ascend310P", 24 * GIB, 8)] * 2
+    assert backend.hccs_peers() == {}
+
+
+def test_sample_picks_up_health_changes(open_host: Opener, config_path: Path) -> None:
+    host = atlas_800t_a2()
+    backend = open_host(host)
+    backend.discover()
+    assert backend.sample() == dict.fromkeys(range(8), Health.OK)
+
+    host.die(phy=3).health = 2
+    host.die(phy=5).health = 0xFFFFFFFF
+    host.die(phy=6).health = 1
+    host.die(phy=7).health = 3
+    host.write(config_path)
+
+    expected = dict.fromkeys(range(8), Health.OK)
+    expected |= {3: Health.ALARM, 5: Health.UNKNOWN, 6: Health.WARNING, 7: Health.CRITICAL}
+    assert backend.sample() == expected
+
+
+def test_sample_before_discover_enumerates_first(open_host: Opener) -> None:
+    assert open_host(atlas_a3_two_cards()).sample() == dict.fromkeys((8, 9, 10, 11), Health.OK)
+
+
+def test_dcmi_init_failure_is_a_clear_backend_error(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    host.fails.append("dcmi_init -8005")
+    backend = open_host(host)
+
+    with pytest.raises(BackendError, match=r"dcmi_init .* -8005") as caught:
+        backend.discover()
+    assert isinstance(caught.value, DcmiError)
+    assert (caught.value.call, caught.value.code) == ("dcmi_init", -8005)
+
+
+def test_init_is_retried_after_a_failure(open_host: Opener, config_path: Path) -> None:
+    host = atlas_800t_a2()
+    host.fails.append("dcmi_init -8005")
+    backend = open_host(host)
+    with pytest.raises(DcmiError):
+        backend.discover()
+
+    host.fails.clear()
+    host.write(config_path)
+    assert len(backend.discover()) == 8
+
+
+def test_health_failure_makes_only_that_device_unknown(open_host: Opener, caplog: pytest.LogCaptureFixture) -> None:
+    host = atlas_800t_a2()
+    host.fails.append("dcmi_get_device_health card 0 dev 0 -8001")
+    backend = open_host(host)
+
+    devices = backend.discover()
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+        first, second = backend.sample(), backend.sample()
+
+    physical = (0 + 5) % 8
+    assert {d.physical_id: d.health for d in devices} == first == second
+    assert first == dict.fromkeys(range(8), Health.OK) | {physical: Health.UNKNOWN}
+    assert len([r for r in caplog.records if "-8001" in r.getMessage()]) == 1
+
+
+def test_sample_never_raises_when_the_driver_breaks(open_host: Opener, config_path: Path) -> None:
+    backend = open_host(atlas_800t_a2())
+    backend.discover()
+
+    config_path.unlink()
+
+    assert backend.sample() == dict.fromkeys(range(8), Health.UNKNOWN)
+
+
+def test_failing_optional_info_leaves_defaults(open_host: Opener, caplog: pytest.LogCaptureFixture) -> None:
+    host = atlas_800t_a2()
+    host.fails += [
+        "dcmi_get_device_pcie_info_v2 card 2 dev 0 -8005",
+        "dcmi_get_device_hbm_info card 3 dev 0 -8001",
+        "dcmi_get_device_chip_info card 4 dev 0 -8001",
+    ]
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+        devices = {d.card_id: d for d in open_host(host).discover()}
+
+    assert len(devices) == 8
+    assert devices[2].pci_bus_id is None
+    assert devices[3].memory == 0
+    assert (devices[4].chip_name, devices[4].device_type, devices[4].ai_core) == ("910B3", "Ascend910B", None)
+    assert devices[5] == Device(
+        physical_id=2,
+        chip_name="910B3",
+        device_type="Ascend910B",
+        logic_id=7,
+        card_id=5,
+        memory=64 * GIB,
+        ai_core=20,
+        pci_bus_id="0000:c6:00.0",
+        driver_version="24.1.rc2",
+    )
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for call in ("dcmi_get_device_pcie_info_v2", "dcmi_get_device_hbm_info", "dcmi_get_device_chip_info"):
+        assert call in warned
+
+
+def test_no_chip_name_anywhere_is_an_error(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    host.fails.append("dcmi_get_device_chip_info -8001")
+
+    with pytest.raises(BackendError, match="chip name"):
+        open_host(host).discover()
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        "dcmi_get_card_list -8005",
+        "dcmi_get_device_num_in_card card 4 dev -1 -8007",
+        "dcmi_get_device_logic_id card 1 dev 0 -8007",
+        "dcmi_get_device_phyid_from_logicid card 6 dev 0 -8008",
+    ],
+)
+def test_enumeration_failures_raise_dcmi_error(open_host: Opener, failure: str) -> None:
+    host = atlas_800t_a2()
+    host.fails.append(failure)
+    words = failure.split()
+    call, code = words[0], int(words[-1])
+
+    with pytest.raises(DcmiError) as caught:
+        open_host(host).discover()
+    assert (caught.value.call, caught.value.code) == (call, code)
+
+
+def test_legacy_driver_without_newer_symbols(open_host: Opener) -> None:
+    host = atlas_a3_two_cards()
+    host.driver = "23.0.3"
+    host.fails.append("dcmi_get_card_list -8005")  # would fail if it were called; legacy builds lack it
+
+    devices = open_host(host, "legacy").discover()
+
+    assert [d.physical_id for d in devices] == [8, 9, 10, 11]
+    assert {d.driver_version for d in devices} == {"23.0.3"}
+
+
+def test_driver_version_is_optional(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    host.driver = None
+
+    assert {d.driver_version for d in open_host(host).discover()} == {None}
+
+
+def test_close_stops_using_the_library(open_host: Opener) -> None:
+    backend = open_host(atlas_800t_a2())
+    backend.discover()
+    backend.close()
+
+    assert backend.sample() == dict.fromkeys(range(8), Health.UNKNOWN)
+    assert backend.hccs_peers() == {}
+    with pytest.raises(BackendError, match="closed"):
+        backend.discover()
+
+
+def test_missing_library_path_is_a_clear_backend_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "libdcmi.so"
+
+    with pytest.raises(BackendError, match=re.escape(f"cannot load DCMI library '{missing}'")):
+        DcmiBackend(str(missing))
+
+
+def test_missing_library_name_says_the_loader_path_was_searched() -> None:
+    with pytest.raises(BackendError, match=r"libdcmi-absent\.so.*dynamic loader path"):
+        DcmiBackend("libdcmi-absent.so")
+
+
+@pytest.mark.skipif(ctypes.util.find_library("dcmi") is not None, reason="this host has a real libdcmi.so")
+def test_default_library_is_libdcmi_via_the_loader() -> None:
+    with pytest.raises(BackendError, match=r"'libdcmi\.so'"):
+        DcmiBackend()
+
+
+def test_a_library_without_dcmi_symbols_is_rejected() -> None:
+    libm = ctypes.util.find_library("m")
+    assert libm is not None
+
+    with pytest.raises(BackendError, match="lacks dcmi_init"):
+        DcmiBackend(libm)
+
+
+@pytest.mark.parametrize(
+    ("struct", "fields"),
+    [
+        (abi.ChipInfo, ("chip_name", "aicore_cnt")),
+        (abi.PcieInfoAll, ("domain", "bdf_busid", "bdf_funcid")),
+        (abi.HbmInfo, ("memory_usage", "bandwith_util_rate")),
+        (abi.MemoryInfoV3, ("hugepagesize", "utiliza", "reserve")),
+    ],
+)
+def test_ctypes_layouts_match_the_c_compiler(
+    fake_builds: dict[str, Path], struct: type[ctypes.Structure], fields: tuple[str, ...]
+) -> None:
+    layout = ctypes.CDLL(str(fake_builds["current"])).fake_dcmi_layout
+    layout.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    layout.restype = ctypes.c_long
+    c_name = {
+        abi.ChipInfo: b"dcmi_chip_info",
+        abi.PcieInfoAll: b"dcmi_pcie_info_all",
+        abi.HbmInfo: b"dcmi_hbm_info",
+        abi.MemoryInfoV3: b"dcmi_get_memory_info_stru",
+    }[struct]
+
+    assert layout(c_name, None) == ctypes.sizeof(struct)
+    for name in fields:
+        assert layout(c_name, name.encode()) == getattr(struct, name).offset, name
+
+
+def test_a_host_without_npus_is_a_backend_error(open_host: Opener) -> None:
+    backend = open_host(FakeHost([]))
+
+    with pytest.raises(BackendError, match="no NPU devices"):
+        backend.discover()
+    assert backend.sample() == {}
+    assert backend.hccs_peers() == {}

@@ -1,0 +1,142 @@
+"""The pure DCMI decoders and struct layouts in npu_plugin.backends.dcmi_abi."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.device import Health
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (0, Health.OK),
+        (1, Health.WARNING),
+        (2, Health.ALARM),
+        (3, Health.CRITICAL),
+        (0xFFFFFFFF, Health.UNKNOWN),
+        (4, Health.UNKNOWN),
+        (7, Health.UNKNOWN),
+        (-1, Health.UNKNOWN),
+    ],
+)
+def test_health_from_code(code: int, expected: Health) -> None:
+    assert abi.health_from_code(code) is expected
+
+
+@pytest.mark.parametrize(
+    ("parts", "expected"),
+    [
+        ((0, 0xC1, 0, 0), "0000:c1:00.0"),
+        ((0, 0x01, 0, 0), "0000:01:00.0"),
+        ((0, 0x9D, 0x1F, 7), "0000:9d:1f.7"),
+        ((0x1A, 0x3B, 0x02, 1), "001a:3b:02.1"),
+        ((0x10000, 0x00, 0x00, 0), "10000:00:00.0"),
+    ],
+)
+def test_format_bus_id(parts: tuple[int, int, int, int], expected: str) -> None:
+    assert abi.format_bus_id(*parts) == expected
+
+
+@pytest.mark.parametrize(
+    ("parts", "part"),
+    [
+        ((-1, 0xC1, 0, 0), "domain"),
+        ((0, 0x100, 0, 0), "bus"),
+        ((0, 0, 0x20, 0), "device"),
+        ((0, 0, 0, 8), "function"),
+    ],
+)
+def test_format_bus_id_rejects_out_of_range(parts: tuple[int, int, int, int], part: str) -> None:
+    with pytest.raises(ValueError, match=part):
+        abi.format_bus_id(*parts)
+
+
+@given(
+    domain=st.integers(0, 0xFFFF),
+    bus=st.integers(0, 0xFF),
+    device=st.integers(0, 0x1F),
+    function=st.integers(0, 7),
+)
+def test_format_bus_id_round_trips(domain: int, bus: int, device: int, function: int) -> None:
+    text = abi.format_bus_id(domain, bus, device, function)
+    match = re.fullmatch(r"([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])", text)
+    assert match is not None
+    assert tuple(int(group, 16) for group in match.groups()) == (domain, bus, device, function)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"910B3\0\0\0", "910B3"),
+        (b"910B3\0garbage", "910B3"),
+        (b" 24.1.rc2 \0", "24.1.rc2"),
+        (b"\0" * 32, ""),
+        (b"no-terminator", "no-terminator"),
+        (b"\xff\xfe\0", "\ufffd\ufffd"),
+    ],
+)
+def test_decode_c_string(raw: bytes, expected: str) -> None:
+    assert abi.decode_c_string(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("chip_type", "chip_name", "expected"),
+    [
+        (b"Ascend\0", b"910B3\0", "910B3"),
+        (b"Ascend\0", b"Ascend910B3\0", "910B3"),
+        (b"Ascend\0", b"910_9392\0", "910_9392"),
+        (b"\0", b"Ascend310P3\0", "310P3"),
+        (b"Ascend\0", b"310P3\0", "310P3"),
+        (b"Ascend\0", b"\0", ""),
+    ],
+)
+def test_chip_name_from(chip_type: bytes, chip_name: bytes, expected: str) -> None:
+    assert abi.chip_name_from(chip_type, chip_name) == expected
+
+
+@pytest.mark.parametrize(
+    ("megabytes", "expected"),
+    [(0, 0), (1, 1 << 20), (65536, 64 << 30), (24576, 24 << 30)],
+)
+def test_megabytes_to_bytes(megabytes: int, expected: int) -> None:
+    assert abi.megabytes_to_bytes(megabytes) == expected
+
+
+@pytest.mark.parametrize(
+    ("topo", "linked"),
+    [
+        (abi.TOPO_SELF, False),
+        (abi.TOPO_SYS, False),
+        (abi.TOPO_PHB, False),
+        (abi.TOPO_HCCS, True),
+        (abi.TOPO_PXB, False),
+        (abi.TOPO_PIX, False),
+        (abi.TOPO_SIO, True),
+        (abi.TOPO_HCCS_SW, True),
+        (abi.TOPO_UB, False),
+        (abi.TOPO_BUTT, False),
+    ],
+)
+def test_is_hccs_peer(topo: int, linked: bool) -> None:
+    assert abi.is_hccs_peer(topo) is linked
+
+
+@pytest.mark.skipif(ctypes.sizeof(ctypes.c_long) != 8, reason="sizes below are for LP64 Linux")
+@pytest.mark.parametrize(
+    ("struct", "size"),
+    [(abi.ChipInfo, 100), (abi.PcieInfoAll, 64), (abi.HbmInfo, 32), (abi.MemoryInfoV3, 112)],
+)
+def test_struct_sizes_match_the_header_on_lp64(struct: type[ctypes.Structure], size: int) -> None:
+    assert ctypes.sizeof(struct) == size
+
+
+def test_every_required_call_has_a_signature() -> None:
+    names = {*abi.REQUIRED_CALLS, *abi.CARD_LIST_CALLS, *abi.VERSION_CALLS}
+    assert names <= abi.SIGNATURES.keys()
