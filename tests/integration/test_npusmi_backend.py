@@ -1,0 +1,185 @@
+"""NpuSmiBackend against fake `npu-smi` shell scripts: real processes, real exit codes, a real hang."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.device import Health
+from npu_plugin.errors import BackendError, NpuSmiParseError
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
+
+# Answers `info`, `info -m` and `info -t topo` from files beside it, so tests can rewrite them.
+FAKE_NPU_SMI = """#!/bin/sh
+dir=$(dirname "$0")
+case "$*" in
+  "info") name=info ;;
+  "info -m") name=mapping ;;
+  "info -t topo") name=topo ;;
+  *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
+esac
+if [ -f "$dir/$name.status" ]; then cat "$dir/$name.txt"; exit "$(cat "$dir/$name.status")"; fi
+cat "$dir/$name.txt"
+"""
+
+
+def fake_npu_smi(directory: Path, info: str, mapping: str, topo: str | None = None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in (("info", info), ("mapping", mapping), ("topo", topo)):
+        if source is not None:
+            (directory / f"{name}.txt").write_text((FIXTURES / source).read_text())
+    return script(directory / "npu-smi", FAKE_NPU_SMI)
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text(body)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def b3(tmp_path: Path) -> Path:
+    """An 8 x 910B3 host."""
+    return fake_npu_smi(tmp_path / "b3", "910b3-x8.info.txt", "910b3-x8.mapping.txt", "910b3-x8.topo.txt")
+
+
+def test_discover_reads_all_three_commands(b3: Path) -> None:
+    backend = NpuSmiBackend(str(b3))
+    devices = backend.discover()
+    assert [d.physical_id for d in devices] == list(range(8))
+    assert {(d.device_type, d.chip_name, d.memory) for d in devices} == {("Ascend910B", "910B3", 64 * 1024**3)}
+    assert devices[0].pci_bus_id == "0000:c1:00.0"
+    assert backend.topology is not None
+    assert backend.topology.cpu_affinity[0] == "144-167"
+
+
+def test_discover_of_a_910c_host_takes_physical_ids_from_phy_id(tmp_path: Path) -> None:
+    npu_smi = fake_npu_smi(tmp_path, "910c-container.info.txt", "910c-container.mapping.txt", "310p3.topo.txt")
+    devices = NpuSmiBackend(str(npu_smi)).discover()
+    assert [(d.physical_id, d.logic_id, d.card_id, d.chip_id) for d in devices] == [(4, 0, 2, 0), (5, 1, 2, 1)]
+    assert {d.device_type for d in devices} == {"Ascend910C"}
+
+
+def test_a_host_without_topology_still_discovers(tmp_path: Path) -> None:
+    npu_smi = fake_npu_smi(tmp_path, "310p3-duo-x2.info.txt", "310p3-duo-x2.mapping.txt", "310p3.topo.txt")
+    (tmp_path / "topo.status").write_text("1")
+    backend = NpuSmiBackend(str(npu_smi))
+    assert [d.physical_id for d in backend.discover()] == [0, 1, 2, 3]
+    assert backend.topology is None
+
+
+def test_dev_root_nodes_give_physical_ids_when_npu_smi_prints_none(b3: Path, tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("davinci_manager", "devmm_svm", *(f"davinci{n}" for n in range(3, 11))):
+        (dev / name).touch()
+    devices = NpuSmiBackend(str(b3), dev_root=dev).discover()
+    assert [(d.logic_id, d.physical_id) for d in devices] == [(n, n + 3) for n in range(8)]
+
+
+def test_sample_reads_health_afresh(b3: Path) -> None:
+    backend = NpuSmiBackend(str(b3))
+    backend.discover()
+    assert set(backend.sample().values()) == {Health.OK}
+    (b3.parent / "info.txt").write_text((FIXTURES / "910b3-x8-faults.info.txt").read_text())
+    health = backend.sample()
+    assert [health[n] for n in range(5)] == [Health.OK, Health.WARNING, Health.ALARM, Health.CRITICAL, Health.UNKNOWN]
+
+
+def test_a_device_missing_from_a_sample_reads_unknown(b3: Path) -> None:
+    backend = NpuSmiBackend(str(b3))
+    backend.discover()
+    lines = (b3.parent / "info.txt").read_text().splitlines()
+    (b3.parent / "info.txt").write_text("\n".join(lines[:-3]) + "\n")  # card 7's rows gone
+    health = backend.sample()
+    assert health[7] is Health.UNKNOWN
+    assert {health[n] for n in range(7)} == {Health.OK}
+
+
+@pytest.mark.parametrize("breakage", ["exit status", "garbage", "executable gone"])
+def test_sample_never_raises_and_reads_unknown_when_npu_smi_fails(b3: Path, breakage: str) -> None:
+    backend = NpuSmiBackend(str(b3))
+    backend.discover()
+    if breakage == "exit status":
+        (b3.parent / "info.status").write_text("1")
+    elif breakage == "garbage":
+        (b3.parent / "info.txt").write_text("dcmi module initialize failed. ret is -8005\n")
+    else:
+        b3.unlink()
+    assert backend.sample() == dict.fromkeys(range(8), Health.UNKNOWN)
+
+
+def test_a_failing_sample_is_logged_once_per_outage(b3: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="npu_plugin.backends.npusmi")
+    backend = NpuSmiBackend(str(b3))
+    backend.discover()
+    (b3.parent / "info.status").write_text("1")
+    backend.sample()
+    backend.sample()
+    (b3.parent / "info.status").unlink()
+    assert set(backend.sample().values()) == {Health.OK}
+    messages = [r.getMessage() for r in caplog.records if r.name == "npu_plugin.backends.npusmi"]
+    assert len([m for m in messages if "health sample failed" in m]) == 1
+    assert messages[-1] == "npu-smi health samples work again"
+
+
+def test_sample_before_discover_knows_no_device(b3: Path) -> None:
+    assert NpuSmiBackend(str(b3)).sample() == {}
+
+
+def test_a_failing_exit_code_is_reported_with_its_output_and_a_hint(tmp_path: Path) -> None:
+    npu_smi = script(tmp_path / "npu-smi", "#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005'\nexit 255\n")
+    with pytest.raises(BackendError) as raised:
+        NpuSmiBackend(str(npu_smi)).discover()
+    message = str(raised.value)
+    assert f"`{npu_smi} info` exited with status 255: dcmi module initialize failed. ret is -8005" in message
+    assert "hint: run as root" in message
+
+
+def test_unreadable_output_is_a_parse_error(tmp_path: Path) -> None:
+    npu_smi = script(tmp_path / "npu-smi", "#!/bin/sh\necho 'Usage: npu-smi info ...'\n")
+    with pytest.raises(NpuSmiParseError, match="npu-smi info: no device table header"):
+        NpuSmiBackend(str(npu_smi)).discover()
+
+
+def test_a_missing_executable_says_how_to_point_at_one(tmp_path: Path) -> None:
+    backend = NpuSmiBackend(str(tmp_path / "no-such-npu-smi"))
+    with pytest.raises(BackendError, match=r"not found; install the Ascend driver package or pass --npu-smi PATH"):
+        backend.discover()
+    assert backend.sample() == {}
+    backend.close()
+
+
+def test_a_file_that_is_not_executable_is_named(tmp_path: Path) -> None:
+    (tmp_path / "npu-smi").write_text("#!/bin/sh\n")
+    with pytest.raises(BackendError, match="is not executable"):
+        NpuSmiBackend(str(tmp_path / "npu-smi")).discover()
+
+
+def test_a_hang_times_out_and_kills_the_whole_process_group(tmp_path: Path) -> None:
+    hang = '#!/bin/sh\nsleep 300 &\necho $! > "$(dirname "$0")/child.pid"\nwait\n'
+    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", hang)), timeout=1.0)
+    with pytest.raises(BackendError, match=r"info` did not finish within 1 s and was killed"):
+        backend.discover()
+    assert _gone(int((tmp_path / "child.pid").read_text()))
+    assert backend.sample() == {}
+
+
+def _gone(pid: int) -> bool:
+    """The process no longer runs (absent, or a zombie waiting for a reaper we do not control)."""
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    return False
