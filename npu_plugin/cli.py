@@ -86,6 +86,9 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> ar
     parser = build_parser()
     environ = dict(os.environ) if environ is None else environ
     argv = list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces it.
+        argv.insert(0, "serve")
     command = next((a for a in argv if not a.startswith("-")), None)
     sub = _subparser(parser, command)
     if sub is not None:
