@@ -1,0 +1,221 @@
+"""API semantics over the store: defaulting, preconditions, generation, subresources, validation, deletion."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from typing import Any
+
+from npu_plugin.sim._kubeapi import patch as patches
+from npu_plugin.sim._kubeapi.kinds import JSON, Kind, meta
+from npu_plugin.sim._kubeapi.schema import decode
+from npu_plugin.sim._kubeapi.selectors import Selector
+from npu_plugin.sim._kubeapi.status import (
+    ApiError,
+    bad_request,
+    conflict,
+    internal_error,
+    invalid,
+    invalid_value,
+)
+from npu_plugin.sim._kubeapi.store import Store, key_of, now
+from npu_plugin.sim._kubeapi.validation import validate
+
+# names.SimpleNameGenerator: 5 characters from an alphabet without vowels, after at most 58 of the prefix.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_GENERATED_PREFIX = 58
+_GENERATE_NAME_ATTEMPTS = 8
+_SYSTEM_FIELDS = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+def generate_name(prefix: str) -> str:
+    return prefix[:_MAX_GENERATED_PREFIX] + "".join(random.choices(_NAME_ALPHABET, k=5))
+
+
+def _ensure_namespace(kind: Kind, obj: JSON, namespace: str) -> None:
+    """`EnsureObjectNamespaceMatchesRequestNamespace`: fill in, clear for cluster scope, or refuse."""
+    metadata = meta(obj)
+    if not kind.namespaced:
+        metadata.pop("namespace", None)
+    elif metadata.get("namespace", namespace) != namespace:
+        raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+    else:
+        metadata["namespace"] = namespace
+
+
+class Registry:
+    """What the REST handlers of the real API server do between decoding and storage."""
+
+    def __init__(self, store: Store, *, require_resource_version: bool) -> None:
+        self.store = store
+        self._require_rv = require_resource_version
+
+    # ---- create
+    def create(self, kind: Kind, namespace: str, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
+        obj, warnings = decode(kind, body, field_validation)
+        _ensure_namespace(kind, obj, namespace)
+        if meta(obj).get("resourceVersion"):
+            raise internal_error("resourceVersion should not be set on objects to be created")
+        return self._create_prepared(kind, prepare_for_create(kind, obj), validated=True), warnings
+
+    def _create_prepared(self, kind: Kind, obj: JSON, *, validated: bool) -> JSON:
+        metadata = meta(obj)
+        generated = not metadata.get("name") and bool(metadata.get("generateName"))
+        for attempt in range(_GENERATE_NAME_ATTEMPTS):
+            if generated:
+                metadata["name"] = generate_name(metadata["generateName"])
+            if validated and (errors := validate(kind, obj, None)):
+                raise invalid(kind, metadata.get("name", ""), errors)
+            try:
+                return self.store.create(kind, obj)
+            except ApiError as err:
+                # Since Kubernetes 1.32 the server retries a generated name that collides.
+                if not generated or err.code != 409 or attempt == _GENERATE_NAME_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # ---- read
+    def list_collection(self, kind: Kind, namespace: str | None, selector: Selector) -> JSON:
+        items, rv = self.store.list_objects(kind, namespace)
+        return {
+            "kind": f"{kind.kind}List", "apiVersion": kind.api_version,
+            "metadata": {"resourceVersion": str(rv)},
+            "items": [item for item in items if selector.matches(item)],
+        }
+
+    # ---- update / patch
+    def update(
+        self, kind: Kind, key: tuple[str, str], body: Any, *, field_validation: str, subresource: str
+    ) -> tuple[JSON, list[str]]:
+        obj, warnings = decode(kind, body, field_validation)
+        self._check_url_identity(kind, obj, key)
+        new, _ = self.store.update(kind, key, lambda current: self._updated(kind, obj, current, subresource))
+        return new, warnings
+
+    def patch(
+        self, kind: Kind, key: tuple[str, str], body: Any, *, content_type: str, field_validation: str, subresource: str
+    ) -> tuple[JSON, list[str]]:
+        warnings: list[str] = []
+
+        def change(current: JSON) -> JSON:
+            patched = _apply_patch(current, body, content_type)
+            obj, found = decode(kind, patched, field_validation)
+            warnings.extend(found)
+            self._check_url_identity(kind, obj, key)
+            return self._updated(kind, obj, current, subresource)
+
+        if content_type == patches.APPLY and self.store.find(kind, key) is None:
+            return self.create(kind, key[0], body, field_validation)
+        new, _ = self.store.update(kind, key, change)
+        return new, warnings
+
+    @staticmethod
+    def _check_url_identity(kind: Kind, obj: JSON, key: tuple[str, str]) -> None:
+        _ensure_namespace(kind, obj, key[0])
+        name = meta(obj).get("name", "")
+        if name != key[1]:
+            raise bad_request(f"the name of the object ({name}) does not match the name on the URL ({key[1]})")
+
+    def _updated(self, kind: Kind, new: JSON, current: JSON, subresource: str) -> JSON:
+        """The object a PUT of `new` over `current` stores (runs under the store lock)."""
+        self._check_preconditions(kind, new, current)
+        new = _apply_subresource(kind, new, current, subresource)
+        _keep_system_fields(kind, new, current)
+        if errors := validate(kind, new, current):
+            raise invalid(kind, current["metadata"]["name"], errors)
+        return new
+
+    def _check_preconditions(self, kind: Kind, new: JSON, current: JSON) -> None:
+        uid, current_uid = meta(new).get("uid", ""), current["metadata"]["uid"]
+        if uid and uid != current_uid:
+            why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
+            raise conflict(kind, current["metadata"]["name"], why)
+        rv = meta(new).get("resourceVersion", "")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise conflict(kind, current["metadata"]["name"])
+        if not rv and self._require_rv:
+            errors = [invalid_value("metadata.resourceVersion", 0, "must be specified for an update")]
+            raise invalid(kind, current["metadata"]["name"], errors)
+
+    # ---- delete
+    def delete(self, kind: Kind, key: tuple[str, str], options: Any) -> tuple[JSON, bool]:
+        """Delete, or with finalizers mark for deletion; return the object and whether it is gone."""
+        preconditions = (options.get("preconditions") if isinstance(options, dict) else None) or {}
+
+        def check(current: JSON) -> None:
+            metadata = current["metadata"]
+            for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+                want = preconditions.get(field)
+                if want and metadata.get(field) != want:
+                    actual = metadata.get(field)
+                    why = f"Precondition failed: {label} in precondition: {want}, {label} in object meta: {actual}"
+                    raise conflict(kind, key[1], why)
+
+        return self.store.delete(kind, key, check)
+
+    # ---- Python-side helpers (no validation: tests may plant any state)
+    def put(self, kind: Kind, obj: JSON) -> JSON:
+        obj = decode(kind, obj, "Ignore")[0]
+        _ensure_namespace(kind, obj, meta(obj).get("namespace") or "default")
+        meta(obj).pop("resourceVersion", None)
+        if meta(obj).get("name") and self.store.find(kind, key_of(obj)) is not None:
+            return self.store.update(kind, key_of(obj), lambda current: _keep_system_fields(kind, obj, current))[0]
+        status = obj.get("status")
+        created = prepare_for_create(kind, obj)
+        if status is not None:
+            created["status"] = status
+        return self._create_prepared(kind, created, validated=False)
+
+
+def prepare_for_create(kind: Kind, obj: JSON) -> JSON:
+    metadata = meta(obj)
+    for field in _SYSTEM_FIELDS:
+        metadata.pop(field, None)
+    metadata["uid"] = str(uuid.uuid4())
+    metadata["creationTimestamp"] = now()
+    if kind.tracks_generation:
+        metadata["generation"] = 1
+    if kind.status_subresource:
+        obj.pop("status", None)
+    return obj
+
+
+def _apply_subresource(kind: Kind, new: JSON, current: JSON, subresource: str) -> JSON:
+    """A status write changes only status; a main write keeps the stored status (when there is a subresource)."""
+    if subresource == "status":
+        result = {**current}
+        if "status" in new:
+            result["status"] = new["status"]
+        else:
+            result.pop("status", None)
+        return result
+    if kind.status_subresource:
+        new.pop("status", None)
+        if "status" in current:
+            new["status"] = current["status"]
+    return new
+
+
+def _keep_system_fields(kind: Kind, new: JSON, current: JSON) -> JSON:
+    metadata, old = meta(new), current["metadata"]
+    metadata.setdefault("uid", old.get("uid"))
+    for field in _SYSTEM_FIELDS[1:]:
+        metadata.pop(field, None)
+        if field in old:
+            metadata[field] = old[field]
+    if kind.tracks_generation and new.get("spec") != current.get("spec"):
+        metadata["generation"] = int(old.get("generation", 0)) + 1
+    metadata["resourceVersion"] = old["resourceVersion"]
+    return new
+
+
+def _apply_patch(current: JSON, body: Any, content_type: str) -> Any:
+    if content_type == patches.JSON_PATCH:
+        return patches.json_patch(current, body)
+    if not isinstance(body, dict):
+        raise bad_request("the patch body must be a JSON object")
+    if content_type == patches.APPLY:
+        body = {k: v for k, v in body.items() if k != "metadata"} | {
+            "metadata": {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}
+        }
+    return patches.merge_patch(current, body)

@@ -1,0 +1,312 @@
+"""Create/update validation mirroring `pkg/apis/resource/validation` (pure functions).
+
+Limits are those of resource.k8s.io/v1 in Kubernetes 1.34 (`staging/src/k8s.io/api/resource/v1/types.go`).
+Objects arrive already decoded by `schema.decode`, so known fields have the right JSON types.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from npu_plugin.sim._kubeapi import names
+from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind
+from npu_plugin.sim._kubeapi.status import (
+    FieldError,
+    duplicate,
+    invalid_value,
+    not_supported,
+    required,
+    too_long,
+    too_many,
+)
+
+RESOURCE_SLICE_MAX_DEVICES = 128
+RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS = 64
+RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE = 32
+DEVICE_MAX_DOMAIN_LENGTH = 63
+DEVICE_MAX_ID_LENGTH = 32
+DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH = 64
+DEVICE_TAINTS_MAX_LENGTH = 16
+DRIVER_NAME_MAX_LENGTH = 63
+DEVICE_TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+_ATTRIBUTE_VALUE_FIELDS = ("bool", "int", "string", "version")
+_NODE_SELECTION = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
+_DEVICE_NODE_SELECTION = (
+    "exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required when `perDeviceNodeSelection` is set "
+    "to true in the ResourceSlice spec"
+)
+_SEMVER = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
+    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?\Z"
+)
+IMMUTABLE = "field is immutable"
+
+
+def validate(kind: Kind, obj: JSON, old: JSON | None) -> list[FieldError]:
+    """All field errors of `obj` (a create when `old` is None, else an update of `old`)."""
+    errs = validate_object_meta(obj["metadata"], kind.namespaced)
+    if old is not None:
+        errs += _meta_update(obj["metadata"], old["metadata"])
+    if kind is RESOURCE_SLICES:
+        errs += _slice_spec(obj.get("spec", {}), "spec")
+        if old is not None:
+            errs += _slice_immutables(obj.get("spec", {}), old.get("spec", {}))
+    elif kind.tracks_generation and old is not None and obj.get("spec") != old.get("spec"):
+        errs.append(invalid_value("spec", obj.get("spec"), IMMUTABLE))
+    return errs
+
+
+def _each(msgs: list[str], path: str, value: Any) -> list[FieldError]:
+    return [invalid_value(path, value, msg) for msg in msgs]
+
+
+def validate_object_meta(meta: JSON, namespaced: bool) -> list[FieldError]:
+    errs: list[FieldError] = []
+    generate_name = meta.get("generateName", "")
+    if generate_name:
+        masked = _mask_trailing_dash(generate_name)
+        errs += _each(names.dns1123_subdomain(masked), "metadata.generateName", generate_name)
+    name = meta.get("name", "")
+    if not name:
+        errs.append(required("metadata.name", "name or generateName is required"))
+    else:
+        errs += _each(names.dns1123_subdomain(name), "metadata.name", name)
+    if namespaced:
+        errs += _each(names.dns1123_label(meta.get("namespace", "")), "metadata.namespace", meta.get("namespace", ""))
+    for key, value in sorted(meta.get("labels", {}).items()):
+        errs += _each(names.qualified_name(key), "metadata.labels", key)
+        errs += _each(names.label_value(value), "metadata.labels", value)
+    for key in sorted(meta.get("annotations", {})):
+        errs += _each(names.qualified_name(key.lower()), "metadata.annotations", key)
+    return errs + _owner_references(meta.get("ownerReferences", []))
+
+
+def _mask_trailing_dash(prefix: str) -> str:
+    """apimachinery's `maskTrailingDash`, quirk included: it drops two characters, not one."""
+    return prefix[:-2] + "a" if len(prefix) > 1 and prefix.endswith("-") else prefix
+
+
+def _owner_references(refs: list[JSON]) -> list[FieldError]:
+    path = "metadata.ownerReferences"
+    errs: list[FieldError] = []
+    for ref in refs:
+        if not ref.get("apiVersion", "").rpartition("/")[2]:
+            errs.append(invalid_value(f"{path}.apiVersion", ref.get("apiVersion", ""), "version must not be empty"))
+        for key in ("kind", "name", "uid"):
+            if not ref.get(key):
+                errs.append(invalid_value(f"{path}.{key}", ref.get(key, ""), "must not be empty"))
+    controllers = [f"{r.get('kind')}/{r.get('name')}" for r in refs if r.get("controller")]
+    if len(controllers) > 1:
+        detail = 'Only one reference can have Controller set to true. Found "true" in references for ' + " and ".join(
+            controllers
+        )
+        errs.append(invalid_value(path, refs, detail))
+    return errs
+
+
+def _meta_update(new: JSON, old: JSON) -> list[FieldError]:
+    errs = []
+    for key in ("name", "namespace", "uid"):
+        if new.get(key, "") != old.get(key, ""):
+            errs.append(invalid_value(f"metadata.{key}", new.get(key, ""), IMMUTABLE))
+    return errs
+
+
+def _slice_immutables(new: JSON, old: JSON) -> list[FieldError]:
+    errs = []
+    pairs = (
+        ("spec.pool.name", new.get("pool", {}).get("name"), old.get("pool", {}).get("name")),
+        ("spec.driver", new.get("driver"), old.get("driver")),
+        ("spec.nodeName", new.get("nodeName"), old.get("nodeName")),
+    )
+    for path, now, before in pairs:
+        if now != before:
+            errs.append(invalid_value(path, now, IMMUTABLE))
+    return errs
+
+
+def _driver_name(value: str, path: str) -> list[FieldError]:
+    """`ValidateCSIDriverName`: the DRA driver name rules, also used for attribute domains."""
+    errs = [required(path)] if not value else []
+    if len(value) > DRIVER_NAME_MAX_LENGTH:
+        errs.append(too_long(path, DRIVER_NAME_MAX_LENGTH))
+    return errs + _each(names.dns1123_subdomain(value.lower()), path, value)
+
+
+def _pool(pool: JSON, path: str) -> list[FieldError]:
+    name = pool.get("name", "")
+    errs: list[FieldError] = []
+    if not name:
+        errs.append(required(f"{path}.name"))
+    else:
+        if len(name) > names.DNS1123_SUBDOMAIN_MAX:
+            errs.append(too_long(f"{path}.name", names.DNS1123_SUBDOMAIN_MAX))
+        for part in name.split("/"):
+            errs += _each(names.dns1123_subdomain(part), f"{path}.name", part)
+    count, generation = pool.get("resourceSliceCount", 0), pool.get("generation", 0)
+    if count <= 0:
+        errs.append(invalid_value(f"{path}.resourceSliceCount", count, "must be greater than zero"))
+    if generation < 0:
+        errs.append(invalid_value(f"{path}.generation", generation, "must be greater than or equal to zero"))
+    return errs
+
+
+def _slice_spec(spec: JSON, path: str) -> list[FieldError]:
+    errs = _driver_name(spec.get("driver", ""), f"{path}.driver") + _pool(spec.get("pool", {}), f"{path}.pool")
+    errs += _node_selection(spec, path)
+    if "sharedCounters" in spec and "devices" in spec:
+        errs.append(invalid_value(path, "", "only one of `sharedCounters` or `devices` is allowed"))
+    return errs + _devices(spec.get("devices", []), bool(spec.get("perDeviceNodeSelection")), f"{path}.devices")
+
+
+def _true_flag(spec: JSON, key: str, path: str, errs: list[FieldError]) -> bool:
+    if key not in spec:
+        return False
+    if not spec[key]:
+        errs.append(invalid_value(f"{path}.{key}", False, "must be either unset or set to true"))
+    return bool(spec[key])
+
+
+def _node_selection(spec: JSON, path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    chosen = []
+    if "nodeName" in spec:
+        if spec["nodeName"]:
+            chosen.append("`nodeName`")
+            errs += _each(names.dns1123_subdomain(spec["nodeName"]), f"{path}.nodeName", spec["nodeName"])
+        else:
+            errs.append(invalid_value(f"{path}.nodeName", "", "must be either unset or set to a non-empty string"))
+    if "nodeSelector" in spec:
+        chosen.append("`nodeSelector`")
+        terms = spec["nodeSelector"].get("nodeSelectorTerms", []) if isinstance(spec["nodeSelector"], dict) else []
+        if len(terms) != 1:
+            errs.append(invalid_value(f"{path}.nodeSelector.nodeSelectorTerms", terms,
+                                      "must have exactly one node selector term"))
+    chosen += [f"`{k}`" for k in ("allNodes", "perDeviceNodeSelection") if _true_flag(spec, k, path, errs)]
+    if not chosen:
+        errs.append(required(path, _NODE_SELECTION))
+    elif len(chosen) > 1:
+        shown = "{" + ", ".join(chosen) + "}"
+        errs.append(invalid_value(path, shown, _NODE_SELECTION + ", but multiple fields are set"))
+    return errs
+
+
+def _devices(devices: list[JSON], per_device: bool, path: str) -> list[FieldError]:
+    advanced = any(d.get("taints") or d.get("consumesCounters") for d in devices)
+    limit = RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS if advanced else RESOURCE_SLICE_MAX_DEVICES
+    if len(devices) > limit:
+        return [too_many(path, len(devices), limit)]
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    for i, device in enumerate(devices):
+        errs += _device(device, per_device, f"{path}[{i}]")
+        name = device.get("name", "")
+        if name in seen:
+            errs.append(duplicate(f"{path}[{i}]", name))
+        seen.add(name)
+    return errs
+
+
+def _device(device: JSON, per_device: bool, path: str) -> list[FieldError]:
+    errs = _each(names.dns1123_label(device.get("name", "")), f"{path}.name", device.get("name", ""))
+    attributes, capacity = device.get("attributes", {}), device.get("capacity", {})
+    total = len(attributes) + len(capacity)
+    if total > RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE:
+        limit = RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE
+        detail = f"the total number of attributes and capacities must not exceed {limit}"
+        errs.append(invalid_value(path, total, detail))
+    errs += _map(attributes, f"{path}.attributes", _attribute)
+    errs += _map(capacity, f"{path}.capacity", lambda _value, _path: [])
+    errs += _taints(device.get("taints", []), f"{path}.taints")
+    return errs + _device_node_selection(device, per_device, path)
+
+
+def _map(entries: JSON, path: str, check: Callable[[Any, str], list[FieldError]]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for key, value in sorted(entries.items()):
+        errs += _qualified_attribute_name(key, path)
+        errs += check(value, f"{path}[{_truncate(key)}]")
+    return errs
+
+
+def _truncate(key: str, limit: int = DEVICE_MAX_DOMAIN_LENGTH + 1 + DEVICE_MAX_ID_LENGTH) -> str:
+    if len(key) <= limit:
+        return key
+    remaining = limit - 3
+    return key[: (remaining + 1) // 2] + "..." + key[len(key) - remaining // 2 :]
+
+
+def _qualified_attribute_name(name: str, path: str) -> list[FieldError]:
+    """`validateQualifiedName`: an optional driver-style domain, a slash, and a C identifier."""
+    parts = name.split("/")
+    if len(parts) > 2:
+        return [invalid_value(path, name, "must not contain more than one slash")]
+    errs: list[FieldError] = []
+    if len(parts) == 2:
+        domain = parts[0]
+        errs += _driver_name(domain, path) if domain else [invalid_value(path, "", "the domain must not be empty")]
+    ident = parts[-1]
+    if len(parts) == 2 and not ident:
+        return [*errs, invalid_value(path, "", "the name must not be empty")]
+    if len(ident) > DEVICE_MAX_ID_LENGTH:
+        errs.append(too_long(path, DEVICE_MAX_ID_LENGTH))
+    return errs + _each(names.c_identifier(ident), path, ident)
+
+
+def _attribute(attribute: JSON, path: str) -> list[FieldError]:
+    errs: list[FieldError] = []
+    for key in ("string", "version"):
+        value = attribute.get(key)
+        if value is not None and len(value) > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH:
+            errs.append(too_long(f"{path}.{key}", DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH))
+    if "version" in attribute and not _SEMVER.match(attribute["version"]):
+        errs.append(invalid_value(f"{path}.version", attribute["version"],
+                                  "must be a string compatible with semver.org spec 2.0.0"))
+    count = sum(key in attribute for key in _ATTRIBUTE_VALUE_FIELDS)
+    if count != 1:
+        errs.append(invalid_value(path, attribute if count else "", "exactly one value must be specified"))
+    return errs
+
+
+def _taints(taints: list[JSON], path: str) -> list[FieldError]:
+    if len(taints) > DEVICE_TAINTS_MAX_LENGTH:
+        return [too_many(path, len(taints), DEVICE_TAINTS_MAX_LENGTH)]
+    errs: list[FieldError] = []
+    for i, taint in enumerate(taints):
+        where = f"{path}[{i}]"
+        errs += _each(names.qualified_name(taint.get("key", "")), f"{where}.key", taint.get("key", ""))
+        if taint.get("value"):
+            errs += _each(names.label_value(taint["value"]), f"{where}.value", taint["value"])
+        effect = taint.get("effect", "")
+        if not effect:
+            errs.append(required(f"{where}.effect"))
+        elif effect not in DEVICE_TAINT_EFFECTS:
+            errs.append(not_supported(f"{where}.effect", effect, DEVICE_TAINT_EFFECTS))
+    return errs
+
+
+def _device_node_selection(device: JSON, per_device: bool, path: str) -> list[FieldError]:
+    present = [key for key in ("nodeName", "nodeSelector", "allNodes") if key in device]
+    if not per_device:
+        if present:
+            return [invalid_value(path, None, "`nodeName`, `nodeSelector` and `allNodes` can only be set if "
+                                              "`perDeviceNodeSelection` is set to true in the ResourceSlice spec")]
+        return []
+    errs: list[FieldError] = []
+    chosen = []
+    if "nodeName" in device:
+        if device["nodeName"]:
+            chosen.append("`nodeName`")
+        else:
+            errs.append(invalid_value(f"{path}.nodeName", "", "must not be empty"))
+    if "nodeSelector" in device:
+        chosen.append("`nodeSelector`")
+    if "allNodes" in device and _true_flag(device, "allNodes", path, errs):
+        chosen.append("`allNodes`")
+    if len(chosen) != 1:
+        errs.append(required(path, _DEVICE_NODE_SELECTION) if not chosen
+                    else invalid_value(path, "{" + ", ".join(chosen) + "}", _DEVICE_NODE_SELECTION))
+    return errs
