@@ -9,6 +9,7 @@
     ├── AllocationError            a request names a device we must not hand out
     ├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
     ├── CheckpointError            the checkpoint file cannot be read or written
+    ├── KubeApiError               the Kubernetes API answered with an error or could not be reached
     └── MigrateError               a manifest cannot be rewritten (names document and container)
 """
 
@@ -52,6 +53,14 @@ class ClaimError(NpuPluginError):
 
 class CheckpointError(NpuPluginError):
     """The DRA checkpoint cannot be read or written."""
+
+
+class KubeApiError(NpuPluginError):
+    """A Kubernetes API call failed; `status` is the HTTP status, 0 when the server was not reached."""
+
+    def __init__(self, action: str, status: int, reason: str) -> None:
+        super().__init__(f"{action}: {'HTTP ' + str(status) if status else 'unreachable'}: {reason}")
+        self.status = status
 
 
 class MigrateError(NpuPluginError):

@@ -49,7 +49,7 @@ def render_slices(args: argparse.Namespace, devices: Sequence[Device]) -> str:
 def run_inventory(args: argparse.Namespace) -> int:
     check_backend_args(args)
     backend = open_backend(args.backend, fake_inventory=args.fake_inventory, fake_profile=args.fake_profile,
-                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library)
+                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library, dev_root=args.dev_root)
     try:
         devices = discover(backend)
     finally:

@@ -11,14 +11,14 @@ from npu_plugin.backends.base import Backend
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.device import Device
 from npu_plugin.errors import BackendError
-from npu_plugin.topology import derive_topology_group
+from npu_plugin.topology import derive_topology_group, groups_from_peers
 
 log = logging.getLogger(__name__)
 
 
 def open_backend(
     kind: str, *, fake_inventory: Path | None = None, fake_profile: str | None = None,
-    npu_smi: str = "npu-smi", dcmi_library: str | None = None,
+    npu_smi: str = "npu-smi", dcmi_library: str | None = None, dev_root: Path = Path("/dev"),
 ) -> Backend:
     """The backend `kind` names; `auto` with fake flags given means the fake backend."""
     if kind == "fake" or (kind == "auto" and (fake_inventory or fake_profile)):
@@ -26,14 +26,14 @@ def open_backend(
     if kind == "dcmi":
         return _dcmi(dcmi_library)
     if kind == "npu-smi":
-        return _npu_smi(npu_smi)
+        return _npu_smi(npu_smi, dev_root)
     tried: list[str] = []
     try:
         return _dcmi(dcmi_library)
     except BackendError as error:
         tried.append(f"dcmi: {error}")
     if shutil.which(npu_smi):
-        return _npu_smi(npu_smi)
+        return _npu_smi(npu_smi, dev_root)
     tried.append(f"npu-smi: {npu_smi!r} not found on PATH")
     raise BackendError("no NPU discovery backend is available; tried " + "; ".join(tried))
 
@@ -44,10 +44,10 @@ def _dcmi(library: str | None) -> Backend:
     return DcmiBackend(library)
 
 
-def _npu_smi(executable: str) -> Backend:
+def _npu_smi(executable: str, dev_root: Path) -> Backend:
     from npu_plugin.backends.npusmi import NpuSmiBackend
 
-    return NpuSmiBackend(executable)
+    return NpuSmiBackend(executable, dev_root=dev_root)
 
 
 def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
@@ -55,12 +55,19 @@ def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
     devices = backend.discover()
     if not devices:
         raise BackendError(f"the {backend.name} backend found no NPUs")
-    return sorted((_complete(d, sys_root) for d in devices), key=lambda d: d.physical_id)
+    groups = groups_from_peers(backend.hccs_peers())
+    return sorted((_complete(d, sys_root, groups) for d in devices), key=lambda d: d.physical_id)
 
 
-def _complete(device: Device, sys_root: Path) -> Device:
+def _complete(device: Device, sys_root: Path, groups: dict[int, str]) -> Device:
+    """Fill what the backend left out: NUMA node from sysfs; HCCS group from the measured peer graph
+    when the backend reported one, else from the family's known layout (SPEC §3.5)."""
     numa = device.numa_node if device.numa_node is not None else numa_from_sysfs(device.pci_bus_id, sys_root)
-    group = device.topology_group or derive_topology_group(device.device_type, device.physical_id, device.card_id)
+    group = (
+        device.topology_group
+        or groups.get(device.physical_id)
+        or derive_topology_group(device.device_type, device.physical_id, device.card_id)
+    )
     return replace(device, numa_node=numa, topology_group=group)
 
 

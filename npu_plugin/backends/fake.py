@@ -57,6 +57,9 @@ class FakeBackend:
             return {}
         return {d.physical_id: d.health for d in devices}
 
+    def hccs_peers(self) -> dict[int, frozenset[int]]:
+        return {}  # the inventory file names topology groups itself
+
     def close(self) -> None:
         pass
 

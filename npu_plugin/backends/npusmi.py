@@ -13,6 +13,7 @@ from pathlib import Path
 from npu_plugin.backends.npusmi_parse import (
     TopologyMatrix,
     build_devices,
+    hccs_peers,
     parse_info,
     parse_mapping,
     parse_topology,
@@ -46,6 +47,7 @@ class NpuSmiBackend:
         self.dev_root = dev_root
         self.topology: TopologyMatrix | None = None
         self._physical_ids: dict[tuple[int, int], int] = {}
+        self._by_logic_id: dict[int, int] = {}
         self._sampling_fails = False
 
     def discover(self) -> list[Device]:
@@ -55,7 +57,19 @@ class NpuSmiBackend:
         devices = build_devices(info, mapping, self._device_nodes())
         self.topology = self._topology()
         self._physical_ids = {(d.card_id, d.chip_id): d.physical_id for d in devices}
+        self._by_logic_id = {d.logic_id: d.physical_id for d in devices}
         return devices
+
+    def hccs_peers(self) -> dict[int, frozenset[int]]:
+        """HCCS peers by physical id; the topology matrix numbers dies like logic ids."""
+        if self.topology is None:
+            return {}
+        by_logic = self._by_logic_id
+        return {
+            by_logic[label]: frozenset(by_logic[p] for p in peers if p in by_logic)
+            for label, peers in hccs_peers(self.topology).items()
+            if label in by_logic
+        }
 
     def sample(self) -> dict[int, Health]:
         """Health per physical id from a fresh `npu-smi info`; every device is Unknown when that fails."""

@@ -1,0 +1,156 @@
+"""The DRA checkpoint: versioned JSON of prepared claims, written atomically (SPEC §5.3)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npu_plugin.atomic import write_atomic
+from npu_plugin.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+VERSION = 1
+PREPARE_STARTED, PREPARE_COMPLETED = "PrepareStarted", "PrepareCompleted"
+_STATES = (PREPARE_STARTED, PREPARE_COMPLETED)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requestNames": list(self.request_names),
+            "poolName": self.pool_name,
+            "deviceName": self.device_name,
+            "cdiDeviceIds": list(self.cdi_device_ids),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> PreparedDevice:
+        try:
+            return cls(
+                tuple(map(str, raw["requestNames"])),
+                str(raw["poolName"]),
+                str(raw["deviceName"]),
+                tuple(map(str, raw["cdiDeviceIds"])),
+            )
+        except (KeyError, TypeError) as error:
+            raise CheckpointError(f"malformed device entry {raw!r}: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimEntry:
+    namespace: str
+    name: str
+    state: str
+    devices: tuple[PreparedDevice, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state,
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ClaimEntry:
+        if not isinstance(raw, dict) or raw.get("state") not in _STATES:
+            raise CheckpointError(f"malformed claim entry {raw!r}")
+        devices = raw.get("devices")
+        if not isinstance(devices, list):
+            raise CheckpointError(f"claim entry without a devices list: {raw!r}")
+        return cls(
+            str(raw.get("namespace", "")),
+            str(raw.get("name", "")),
+            raw["state"],
+            tuple(PreparedDevice.from_json(d) for d in devices),
+        )
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    boot_id: str
+    claims: dict[str, ClaimEntry] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        document = {
+            "version": VERSION,
+            "bootId": self.boot_id,
+            "claims": {uid: entry.to_json() for uid, entry in sorted(self.claims.items())},
+        }
+        return (json.dumps(document, indent=2) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Checkpoint:
+        try:
+            document = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CheckpointError(f"not JSON: {error}") from None
+        if not isinstance(document, dict) or document.get("version") != VERSION:
+            version = document.get("version") if isinstance(document, dict) else None
+            raise CheckpointError(f"unsupported checkpoint version {version!r} (this build reads {VERSION})")
+        claims = document.get("claims")
+        if not isinstance(claims, dict):
+            raise CheckpointError("`claims` is not an object")
+        return cls(str(document.get("bootId", "")), {str(k): ClaimEntry.from_json(v) for k, v in claims.items()})
+
+    def holder_of(self, device_name: str) -> str | None:
+        """UID of the claim that holds a device (prepared or being prepared)."""
+        for uid, entry in self.claims.items():
+            if any(d.device_name == device_name for d in entry.devices):
+                return uid
+        return None
+
+
+class CheckpointStore:
+    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock."""
+
+    def __init__(self, state_dir: Path, boot_id: str) -> None:
+        self.path = state_dir / "checkpoint.json"
+        self.boot_id = boot_id
+
+    def load(self) -> Checkpoint:
+        """The stored checkpoint; a corrupt file is moved aside loudly and an empty one returned."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return Checkpoint(self.boot_id)
+        try:
+            checkpoint = Checkpoint.from_bytes(data)
+        except CheckpointError as error:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            self.path.rename(aside)
+            log.error(  # noqa: TRY400 - the cause is in the message; a traceback would only alarm
+                "checkpoint %s is corrupt (%s); moved aside to %s, starting with no prepared claims",
+                self.path,
+                error,
+                aside,
+                extra={"error": str(error)},
+            )
+            return Checkpoint(self.boot_id)
+        if checkpoint.boot_id != self.boot_id:
+            log.info(
+                "checkpoint is from an earlier boot; claims stay reserved until the kubelet prepares or "
+                "unprepares them again"
+            )
+            checkpoint.boot_id = self.boot_id
+        return checkpoint
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        write_atomic(self.path, checkpoint.to_bytes(), mode=0o600)
+
+
+def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return "unknown"

@@ -1,0 +1,159 @@
+"""DRA kubelet plugin lifecycle: sockets, registration, slice publishing, orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
+from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
+from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
+from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
+from npu_plugin.dra.preparer import Preparer
+from npu_plugin.dra.publisher import SlicePublisher
+from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
+from npu_plugin.edits import HostLayout
+from npu_plugin.inventory import Inventory
+from npu_plugin.kube import KubeClient
+from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
+
+log = logging.getLogger(__name__)
+SOCKET_CHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DraPaths:
+    registration_socket: Path
+    dra_socket: Path
+    cdi_root: Path
+    state_dir: Path
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        registrar_dir: Path,
+        plugins_dir: Path,
+        driver: str,
+        pod_uid: str | None,
+        cdi_root: Path,
+        state_dir: Path,
+    ) -> DraPaths:
+        suffix = f"-{pod_uid}" if pod_uid else ""
+        return cls(
+            registration_socket=registrar_dir / f"{driver}{suffix}-reg.sock",
+            dra_socket=(plugins_dir / driver / f"dra{suffix}.sock").absolute(),
+            cdi_root=cdi_root,
+            state_dir=state_dir,
+        )
+
+
+class DraPlugin:
+    """Serves the DRA socket and the registration socket and publishes slices while `run` runs.
+
+    Slices stay in place on shutdown so an upgrade does not withdraw the node's devices.
+    """
+
+    def __init__(
+        self,
+        *,
+        paths: DraPaths,
+        driver: str,
+        node_name: str,
+        inventory: Inventory,
+        layout: HostLayout,
+        client: KubeClient,
+        unhealthy_policy: str,
+        health_timeout_seconds: int,
+        observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
+        on_publish: Callable[[str], None] = lambda _result: None,
+        on_registered: Callable[[bool], None] = lambda _registered: None,
+    ) -> None:
+        self.paths, self.driver, self.node_name = paths, driver, node_name
+        self._inventory, self._client = inventory, client
+        self._on_registered = on_registered
+        self._closing = asyncio.Event()
+        self.registered = False
+        store = CheckpointStore(paths.state_dir, read_boot_id())
+        self.preparer = Preparer(
+            driver=driver,
+            pool=node_name,
+            cdi_root=paths.cdi_root,
+            state_dir=paths.state_dir,
+            layout=layout,
+            store=store,
+            snapshot=inventory.snapshot,
+            fetch_claim=client.get_claim,
+        )
+        self.publisher = SlicePublisher(
+            client,
+            inventory,
+            driver=driver,
+            node_name=node_name,
+            unhealthy_policy=unhealthy_policy,
+            on_publish=on_publish,
+        )
+        self.observe, self._health_timeout = observe, health_timeout_seconds
+
+    def _observe_call(self, kind: str, seconds: float) -> None:
+        self.observe(kind, seconds)
+
+    def _set_registered(self, registered: bool, _error: str) -> None:
+        self.registered = registered
+        self._on_registered(registered)
+
+    def _prepare_dirs(self) -> None:
+        for directory in (self.paths.dra_socket.parent, self.paths.registration_socket.parent, self.paths.state_dir):
+            prepare_socket_dir(directory)
+        self.paths.cdi_root.mkdir(parents=True, exist_ok=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.to_thread(self._prepare_dirs)
+        await asyncio.to_thread(self.preparer.collect_garbage)
+        dra_server = await start_unix_server(self.paths.dra_socket, self._add_dra_services)
+        log.info("DRA plugin serving on %s", self.paths.dra_socket)
+        reg_server = await self._start_registration()
+        publisher = asyncio.create_task(self.publisher.run(stop), name="slice-publisher")
+        try:
+            reg_server = await self._keep_registration_socket(stop, reg_server)
+        finally:
+            self._closing.set()
+            await stop_unix_server(reg_server, self.paths.registration_socket, grace=0.5)
+            await stop_unix_server(dra_server, self.paths.dra_socket, grace=1.0)
+            publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publisher
+
+    def _add_dra_services(self, server: grpc.aio.Server) -> None:
+        observe = self._observe_call
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer, observe), server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1Beta1(self.preparer, observe), server)
+        health_grpc.add_DRAResourceHealthServicer_to_server(
+            ResourceHealth(self._inventory, self.node_name, self._health_timeout, self._closing), server
+        )
+
+    async def _start_registration(self) -> grpc.aio.Server:
+        registration = Registration(self.driver, str(self.paths.dra_socket), self._set_registered)
+        server = await start_unix_server(
+            self.paths.registration_socket, lambda s: reg_grpc.add_RegistrationServicer_to_server(registration, s)
+        )
+        log.info("registration socket %s ready for the kubelet", self.paths.registration_socket)
+        return server
+
+    async def _keep_registration_socket(self, stop: asyncio.Event, server: grpc.aio.Server) -> grpc.aio.Server:
+        """Re-create the registration socket if it is removed, so the kubelet can find us again."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SOCKET_CHECK_SECONDS)
+            if not stop.is_set() and not self.paths.registration_socket.exists():
+                log.warning("registration socket %s vanished; re-creating it", self.paths.registration_socket)
+                self._set_registered(False, "")
+                await server.stop(0)
+                server = await self._start_registration()
+        return server

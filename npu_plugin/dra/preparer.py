@@ -1,0 +1,224 @@
+"""NodePrepareResources / NodeUnprepareResources semantics: checkpoint, CDI files, the state lock."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npu_plugin.atomic import remove_durably, write_atomic
+from npu_plugin.cdi import spec_bytes
+from npu_plugin.device import parse_dra_name
+from npu_plugin.dra.cdi_claims import claim_cdi_id, claim_spec, claim_spec_path
+from npu_plugin.dra.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    PreparedDevice,
+)
+from npu_plugin.dra.claims import ClaimDevice, claim_devices
+from npu_plugin.edits import HostLayout
+from npu_plugin.errors import ClaimError, NpuPluginError
+from npu_plugin.inventory import Owner, Snapshot
+
+log = logging.getLogger(__name__)
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
+_DNS_LABELISH = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+FetchClaim = Callable[[str, str], Mapping[str, Any]]
+
+
+def check_ref(ref: ClaimRef) -> None:
+    """UIDs become file names and names become URL paths: nothing else may reach them."""
+    if not _UID.match(ref.uid):
+        raise ClaimError(f"invalid claim UID {ref.uid!r}")
+    if not _DNS_LABELISH.match(ref.namespace) or not _DNS_LABELISH.match(ref.name):
+        raise ClaimError(f"invalid claim namespace/name {ref.namespace!r}/{ref.name!r}")
+
+
+def prepared_devices(driver: str, uid: str, devices: Sequence[ClaimDevice]) -> tuple[PreparedDevice, ...]:
+    """The response devices; each request's CDI id goes on its first device only."""
+    seen: set[str] = set()
+    result = []
+    for device in devices:
+        cdi = () if device.request in seen else (claim_cdi_id(driver, uid, device.request),)
+        seen.add(device.request)
+        result.append(PreparedDevice((device.request,), device.pool, device.device, cdi))
+    return tuple(result)
+
+
+def requests_of(devices: Sequence[PreparedDevice]) -> dict[str, list[int]]:
+    requests: dict[str, list[int]] = {}
+    for device in devices:
+        physical_id = parse_dra_name(device.device_name)
+        if physical_id is not None:
+            requests.setdefault(device.request_names[0], []).append(physical_id)
+    return requests
+
+
+class Preparer:
+    """Blocking; the DRA service runs it in a worker thread. One batch at a time holds the state lock,
+    which also serialises an overlapping old and new daemon during a rolling update."""
+
+    def __init__(
+        self,
+        *,
+        driver: str,
+        pool: str,
+        cdi_root: Path,
+        state_dir: Path,
+        layout: HostLayout,
+        store: CheckpointStore,
+        snapshot: Callable[[], Snapshot],
+        fetch_claim: FetchClaim,
+    ) -> None:
+        self.driver, self.pool = driver, pool
+        self.cdi_root, self.layout = cdi_root, layout
+        self.store, self._snapshot, self._fetch = store, snapshot, fetch_claim
+        self._lock_path = state_dir / "prepare.lock"
+        self.prepared_claims = 0  # completed claims as of the last locked section, for metrics
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Checkpoint]:
+        with self._lock_path.open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                checkpoint = self.store.load()
+                yield checkpoint
+                self.prepared_claims = sum(e.state == PREPARE_COMPLETED for e in checkpoint.claims.values())
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        results: dict[str, PrepareResult] = {}
+        fetched: dict[str, Mapping[str, Any]] = {}
+        for ref in refs:
+            try:
+                check_ref(ref)
+                fetched[ref.uid] = self._fetch(ref.namespace, ref.name)
+            except NpuPluginError as error:
+                results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
+        with self.locked() as checkpoint:
+            started = self._start(refs, fetched, checkpoint, results)
+            if started:
+                self.store.save(checkpoint)
+            for ref in started:
+                results[ref.uid] = self._complete(ref, checkpoint)
+            if started:
+                self.store.save(checkpoint)
+        return results
+
+    def _start(
+        self,
+        refs: Sequence[ClaimRef],
+        fetched: Mapping[str, Mapping[str, Any]],
+        checkpoint: Checkpoint,
+        results: dict[str, PrepareResult],
+    ) -> list[ClaimRef]:
+        started = []
+        for ref in refs:
+            if ref.uid in results:
+                continue
+            entry = checkpoint.claims.get(ref.uid)
+            if entry is None or entry.state != PREPARE_COMPLETED:
+                try:
+                    devices = self._resolve(ref, fetched[ref.uid], checkpoint)
+                except ClaimError as error:
+                    log.warning("prepare refused: %s", error, extra={"claim": f"{ref.namespace}/{ref.name}"})
+                    results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
+                    continue
+                checkpoint.claims[ref.uid] = ClaimEntry(ref.namespace, ref.name, PREPARE_STARTED, devices)
+            started.append(ref)
+        return started
+
+    def _resolve(self, ref: ClaimRef, claim: Mapping[str, Any], checkpoint: Checkpoint) -> tuple[PreparedDevice, ...]:
+        snapshot = self._snapshot()
+
+        def refuse(physical_id: int) -> str | None:
+            view = snapshot.get(physical_id)
+            if view is None:
+                return "unknown device on this node"
+            if view.owner is not Owner.DRA:
+                return f"owned by {view.owner.value}, not DRA"
+            holder = checkpoint.holder_of(view.device.dra_name)
+            if holder is not None and holder != ref.uid:
+                return f"already prepared for claim {holder}"
+            return None
+
+        found = claim_devices(claim, uid=ref.uid, driver=self.driver, pool=self.pool, refuse_device=refuse)
+        return prepared_devices(self.driver, ref.uid, found)
+
+    def _complete(self, ref: ClaimRef, checkpoint: Checkpoint) -> PrepareResult:
+        entry = checkpoint.claims[ref.uid]
+        spec = claim_spec(self.driver, ref.uid, requests_of(entry.devices), self.layout)
+        write_atomic(claim_spec_path(self.cdi_root, self.driver, ref.uid), spec_bytes(spec))
+        checkpoint.claims[ref.uid] = ClaimEntry(entry.namespace, entry.name, PREPARE_COMPLETED, entry.devices)
+        log.info(
+            "prepared claim %s/%s: %s",
+            ref.namespace,
+            ref.name,
+            ", ".join(d.device_name for d in entry.devices),
+            extra={"claim": f"{ref.namespace}/{ref.name}"},
+        )
+        return PrepareResult(devices=entry.devices)
+
+    def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
+        """Errors by claim UID ("" for success); an unknown claim succeeds."""
+        errors: dict[str, str] = {}
+        valid = []
+        for ref in refs:
+            try:
+                check_ref(ref)
+                valid.append(ref)
+            except ClaimError as error:
+                errors[ref.uid] = str(error)
+        with self.locked() as checkpoint:
+            for ref in valid:
+                remove_durably(claim_spec_path(self.cdi_root, self.driver, ref.uid))
+                if checkpoint.claims.pop(ref.uid, None) is not None:
+                    log.info(
+                        "unprepared claim %s/%s",
+                        ref.namespace,
+                        ref.name,
+                        extra={"claim": f"{ref.namespace}/{ref.name}"},
+                    )
+                errors[ref.uid] = ""
+            self.store.save(checkpoint)
+        return errors
+
+    def collect_garbage(self) -> None:
+        """At start: drop CDI files of claims the checkpoint does not hold as completed (a crash
+        between writing the file and recording it, or between removing the entry and the file)."""
+        with self.locked() as checkpoint:
+            prefix = f"{self.driver}-claim_"
+            for path in self.cdi_root.glob(f"{prefix}*.json"):
+                uid = path.name.removeprefix(prefix).removesuffix(".json")
+                entry = checkpoint.claims.get(uid)
+                if entry is None:
+                    log.info("removing orphaned CDI spec %s", path)
+                    remove_durably(path)
+
+    def prepared_count(self) -> int:
+        with self.locked() as checkpoint:
+            return sum(e.state == PREPARE_COMPLETED for e in checkpoint.claims.values())

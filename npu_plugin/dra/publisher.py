@@ -1,0 +1,206 @@
+"""Keeps this node's ResourceSlices equal to the inventory: coalesced writes, watch, back-off."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from npu_plugin.backoff import retry_forever
+from npu_plugin.dra.slices import SliceSettings, build_slices, slice_specs
+from npu_plugin.errors import KubeApiError
+from npu_plugin.inventory import Inventory, Owner, Snapshot
+from npu_plugin.kube import KubeClient
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+COALESCE_SECONDS = 0.5
+RESYNC_SECONDS = 30.0
+WATCH_SECONDS = 60
+
+
+def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
+    """The fields we write, as we write them: the API server adds defaults (e.g. taint timeAdded)."""
+    taints = [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in device.get("taints") or []]
+    normal = {
+        "name": device.get("name"),
+        "attributes": device.get("attributes") or {},
+        "capacity": device.get("capacity") or {},
+    }
+    return normal | ({"taints": taints} if taints else {})
+
+
+def slices_match(existing: list[dict[str, Any]], desired: list[list[dict[str, Any]]], owner_uid: str | None) -> bool:
+    """True when the stored slices already say what we would write (so nothing is written)."""
+    if len(existing) != len(desired):
+        return False
+    generations = {s["spec"]["pool"].get("generation") for s in existing}
+    for stored, devices in zip(existing, desired, strict=True):
+        spec = stored.get("spec", {})
+        owners = [o.get("uid") for o in stored.get("metadata", {}).get("ownerReferences") or []]
+        if (
+            spec.get("pool", {}).get("resourceSliceCount") != len(desired)
+            or [_normal_device(d) for d in spec.get("devices") or []] != [_normal_device(d) for d in devices]
+            or (owner_uid is not None and owners != [owner_uid])
+        ):
+            return False
+    return len(generations) == 1
+
+
+class SlicePublisher:
+    """Publishes the DRA-owned devices; never raises on API failure, retries with back-off instead."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        inventory: Inventory,
+        *,
+        driver: str,
+        node_name: str,
+        unhealthy_policy: str,
+        on_publish: Callable[[str], None] = lambda _result: None,
+    ) -> None:
+        self._client, self._inventory = client, inventory
+        self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
+        self._on_publish = on_publish
+        self._trigger = asyncio.Event()
+        self._generation = 0
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kube")
+        self.published = asyncio.Event()
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            node = await retry_forever(
+                lambda: self._blocking(lambda: self._client.get_node(self._settings.node_name)),
+                what=f"reading Node {self._settings.node_name}",
+                log=log,
+                retry_on=(KubeApiError,),
+            )
+            uid = node.get("metadata", {}).get("uid")
+            self._settings = SliceSettings(
+                self._settings.driver, self._settings.node_name, uid, self._settings.unhealthy_policy
+            )
+            self._start_watch_thread(stop)
+            await asyncio.gather(self._follow_inventory(stop), self._reconcile_loop(stop), self._resync(stop))
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def trigger(self) -> None:
+        self._trigger.set()
+
+    async def _follow_inventory(self, stop: asyncio.Event) -> None:
+        from npu_plugin.tasks import until_closed
+
+        last: tuple[Any, ...] | None = None
+        async for snapshot in until_closed(self._inventory.watch(), stop):
+            current = self._published_view(snapshot)
+            if current != last:
+                last = current
+                self.trigger()
+
+    @staticmethod
+    def _published_view(snapshot: Snapshot) -> tuple[Any, ...]:
+        return tuple((v.device, v.healthy) for v in snapshot.owned_by(Owner.DRA))
+
+    async def _resync(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), RESYNC_SECONDS)
+            except TimeoutError:
+                self.trigger()
+
+    async def _reconcile_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            waiter = asyncio.ensure_future(self._trigger.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if stop.is_set():
+                return
+            self._trigger.clear()
+            await retry_forever(
+                lambda: self._blocking(self._reconcile_once),
+                what="publishing ResourceSlices",
+                log=log,
+                retry_on=(KubeApiError,),
+                initial=0.2,
+                maximum=10.0,
+            )
+            self.published.set()
+            # Coalescing: changes during this pause are written together in the next burst.
+            await asyncio.sleep(COALESCE_SECONDS)
+
+    def _reconcile_once(self) -> None:
+        try:
+            self._write_slices()
+        except KubeApiError:
+            self._on_publish("error")
+            raise
+
+    def _write_slices(self) -> None:
+        snapshot = self._inventory.snapshot()
+        devices = [(v.device, v.healthy) for v in snapshot.owned_by(Owner.DRA)]
+        desired = slice_specs(self._settings, devices)
+        existing = sorted(
+            self._client.list_slices(self._settings.node_name, self._settings.driver).get("items") or [],
+            key=lambda s: s["metadata"]["name"],
+        )
+        if slices_match(existing, desired, self._settings.node_uid):
+            return
+        stored = [s["spec"]["pool"].get("generation") or 0 for s in existing]
+        generation = max([self._generation, *stored]) + 1
+        bodies = build_slices(self._settings, devices, generation)
+        for index, body in enumerate(bodies):
+            if index < len(existing):
+                meta = existing[index]["metadata"]
+                body["metadata"] |= {"name": meta["name"], "resourceVersion": meta["resourceVersion"]}
+                body["metadata"].pop("generateName")
+                self._client.replace_slice(meta["name"], body)
+            else:
+                self._client.create_slice(body)
+        for extra in existing[len(bodies) :]:
+            self._client.delete_slice(extra["metadata"]["name"])
+        self._generation = generation
+        self._on_publish("success")
+        log.info(
+            "published %d ResourceSlice(s) at pool generation %d with %d device(s)",
+            len(bodies),
+            generation,
+            sum(len(b["spec"]["devices"]) for b in bodies),
+        )
+
+    def _start_watch_thread(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        # A daemon thread, not the executor: a blocked watch read must never delay shutdown.
+        thread = threading.Thread(target=self._watch, args=(loop, stop), name="slice-watch", daemon=True)
+        thread.start()
+
+    def _watch(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """Someone else (the kubelet, an admin) deleting or editing our slices triggers a reconcile."""
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                listing = self._client.list_slices(self._settings.node_name, self._settings.driver)
+                version = str(listing.get("metadata", {}).get("resourceVersion", ""))
+                loop.call_soon_threadsafe(self.trigger)  # whatever happened while we were not watching
+                for kind, _obj in self._client.watch_slices(
+                    self._settings.node_name, self._settings.driver, version, WATCH_SECONDS
+                ):
+                    if stop.is_set():
+                        return
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        loop.call_soon_threadsafe(self.trigger)
+                    elif kind == "ERROR":
+                        break
+                delay = 0.2
+            except KubeApiError as error:
+                log.warning("watching ResourceSlices failed, retrying in %.1fs: %s", delay, error)
+                threading.Event().wait(delay)
+                delay = min(delay * 2, 10.0)

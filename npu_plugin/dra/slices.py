@@ -1,0 +1,96 @@
+"""The ResourceSlices DRA mode publishes for a node's pool (pure: devices in, API objects out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from npu_plugin.device import Device
+from npu_plugin.quantity import format_bytes
+
+API_VERSION = "resource.k8s.io/v1"
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS = 64
+UNHEALTHY_TAINT_KEY_SUFFIX = "unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSettings:
+    driver: str
+    node_name: str
+    node_uid: str | None
+    unhealthy_policy: str  # "remove" | "taint"
+
+
+def device_entry(driver: str, device: Device, healthy: bool, policy: str) -> dict[str, Any] | None:
+    """A device of a slice; None when the remove policy keeps an unhealthy device out."""
+    if not healthy and policy == "remove":
+        return None
+    attributes: dict[str, dict[str, Any]] = {
+        "chipName": {"string": device.chip_name},
+        "deviceType": {"string": device.device_type},
+        "physicalId": {"int": device.physical_id},
+        "logicId": {"int": device.logic_id},
+        "cardId": {"int": device.card_id},
+        "chipId": {"int": device.chip_id},
+        "topologyGroup": {"string": device.topology_group},
+    }
+    if device.numa_node is not None:
+        attributes["numaNode"] = {"int": device.numa_node}
+    if device.driver_version:
+        attributes["driverVersion"] = {"string": device.driver_version}
+    if device.pci_bus_id:
+        attributes["resource.kubernetes.io/pciBusID"] = {"string": device.pci_bus_id}
+    capacity: dict[str, dict[str, str]] = {"memCapacity": {"value": format_bytes(device.memory)}}
+    if device.ai_core is not None:
+        capacity["aiCore"] = {"value": str(device.ai_core)}
+    entry: dict[str, Any] = {"name": device.dra_name, "attributes": attributes, "capacity": capacity}
+    if not healthy:
+        entry["taints"] = [{"key": f"{driver}/{UNHEALTHY_TAINT_KEY_SUFFIX}", "effect": "NoSchedule"}]
+    return entry
+
+
+def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[list[dict[str, Any]]]:
+    """Device lists, one per slice, in physical-id order, chunked to the API server's limits."""
+    entries = [
+        e
+        for d, healthy in sorted(devices, key=lambda pair: pair[0].physical_id)
+        if (e := device_entry(settings.driver, d, healthy, settings.unhealthy_policy)) is not None
+    ]
+    limit = MAX_DEVICES_WITH_TAINTS if any("taints" in e for e in entries) else MAX_DEVICES
+    chunks = [entries[i : i + limit] for i in range(0, len(entries), limit)]
+    return chunks or [[]]
+
+
+def slice_object(settings: SliceSettings, devices: list[dict[str, Any]], generation: int, count: int) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"generateName": f"{settings.node_name}-{settings.driver}-"}
+    if settings.node_uid:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": settings.node_name,
+                "uid": settings.node_uid,
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": metadata,
+        "spec": {
+            "driver": settings.driver,
+            "nodeName": settings.node_name,
+            "pool": {"name": settings.node_name, "generation": generation, "resourceSliceCount": count},
+            "devices": devices,
+        },
+    }
+
+
+def build_slices(
+    settings: SliceSettings, devices: Sequence[tuple[Device, bool]], generation: int
+) -> list[dict[str, Any]]:
+    """Every slice of the pool at `generation` (an empty pool is one slice with no devices)."""
+    chunks = slice_specs(settings, devices)
+    return [slice_object(settings, chunk, generation, len(chunks)) for chunk in chunks]

@@ -1,0 +1,105 @@
+"""The ownership ledger of both mode: which API serves each device, and safe handover (pure).
+
+Every device has one owner. A device whose owner differs from the partition (`--dra-devices`) is
+*draining*: still served to the claims or containers holding it, never offered to new ones, and it
+moves once nothing holds it. "Held" is unknown (None) when the kubelet's PodResources API cannot be
+read; then a device is assumed held (the safe side).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from npu_plugin.device import Device
+from npu_plugin.errors import ConfigError
+from npu_plugin.inventory import Owner
+
+_RANGE = re.compile(r"^(\d+)-(\d+)$")
+
+
+def parse_device_list(text: str, devices: Sequence[Device]) -> frozenset[int]:
+    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError for anything unknown or repeated."""
+    known = {d.physical_id for d in devices}
+    groups: dict[str, set[int]] = {}
+    for device in devices:
+        groups.setdefault(device.topology_group, set()).add(device.physical_id)
+    chosen: set[int] = set()
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise ConfigError("--dra-devices is empty; give physical ids (4-7,9) or topology groups (ring-1)")
+    for item in items:
+        ids = _item_ids(item, known, groups)
+        if overlap := chosen & ids:
+            raise ConfigError(f"--dra-devices: {item!r} repeats device(s) {sorted(overlap)}")
+        chosen |= ids
+    return frozenset(chosen)
+
+
+def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]]) -> set[int]:
+    if item in groups:
+        return set(groups[item])
+    if item.isdigit():
+        ids = {int(item)}
+    elif match := _RANGE.match(item):
+        low, high = int(match.group(1)), int(match.group(2))
+        if low > high:
+            raise ConfigError(f"--dra-devices: range {item!r} runs backwards")
+        ids = set(range(low, high + 1))
+    else:
+        allowed = ", ".join(sorted(groups)) or "none"
+        raise ConfigError(
+            f"--dra-devices: {item!r} is neither an id, a range like 4-7, nor a topology group (groups here: {allowed})"
+        )
+    if unknown := sorted(ids - set(known)):
+        raise ConfigError(
+            f"--dra-devices: no device with physical id {unknown} on this node (devices: {sorted(known)})"
+        )
+    return ids
+
+
+def partition(devices: Sequence[Device], mode: str, dra_devices: frozenset[int]) -> dict[int, Owner]:
+    """The owner each device should have: the partition, before any handover."""
+    if mode == "device-plugin":
+        return {d.physical_id: Owner.DEVICE_PLUGIN for d in devices}
+    if mode == "dra":
+        return {d.physical_id: Owner.DRA for d in devices}
+    return {d.physical_id: Owner.DRA if d.physical_id in dra_devices else Owner.DEVICE_PLUGIN for d in devices}
+
+
+@dataclass(frozen=True, slots=True)
+class Holders:
+    """Devices in use per side; `device_plugin` is None when the PodResources API could not be read."""
+
+    device_plugin: frozenset[int] | None
+    dra: frozenset[int]
+
+
+def initial_owners(desired: Mapping[int, Owner], holders: Holders) -> dict[int, Owner]:
+    """Owners at start: a device still held by one side stays there, whatever the partition says."""
+    owners = {}
+    for pid, want in desired.items():
+        if pid in holders.dra:
+            owners[pid] = Owner.DRA
+        elif holders.device_plugin is None and want is Owner.DRA:
+            owners[pid] = Owner.DEVICE_PLUGIN  # cannot tell whether a container holds it: keep it
+        elif holders.device_plugin is not None and pid in holders.device_plugin:
+            owners[pid] = Owner.DEVICE_PLUGIN
+        else:
+            owners[pid] = want
+    return owners
+
+
+def next_owners(desired: Mapping[int, Owner], current: Mapping[int, Owner], holders: Holders) -> dict[int, Owner]:
+    """Draining devices that nothing holds any more move to their desired owner."""
+    owners = dict(current)
+    for pid, owner in current.items():
+        want = desired[pid]
+        if owner is want:
+            continue
+        if (
+            owner is Owner.DEVICE_PLUGIN and holders.device_plugin is not None and pid not in holders.device_plugin
+        ) or (owner is Owner.DRA and pid not in holders.dra):
+            owners[pid] = want
+    return owners

@@ -1,0 +1,44 @@
+"""Client of the kubelet PodResources API: which NPUs running containers hold, per API."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import grpc
+
+from npu_plugin._proto import podresources_v1_pb2 as pb
+from npu_plugin._proto import podresources_v1_pb2_grpc as pb_grpc
+from npu_plugin.device import parse_dp_id, parse_dra_name
+
+log = logging.getLogger(__name__)
+TIMEOUT = 5.0
+
+
+def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driver: str) -> tuple[set[int], set[int]]:
+    """(device-plugin-held, DRA-held) physical ids in a List answer (pure)."""
+    device_plugin: set[int] = set()
+    dra: set[int] = set()
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if devices.resource_name == resource_name:
+                    device_plugin |= {p[1] for i in devices.device_ids if (p := parse_dp_id(i)) is not None}
+            for dynamic in container.dynamic_resources:
+                for claimed in dynamic.claim_resources:
+                    if claimed.driver_name == driver and (pid := parse_dra_name(claimed.device_name)) is not None:
+                        dra.add(pid)
+    return device_plugin, dra
+
+
+async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[int], set[int]] | None:
+    """What containers hold now, or None when the kubelet cannot be asked (missing socket, error)."""
+    if not socket.exists():
+        return None
+    try:
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            response = await pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=TIMEOUT)
+    except grpc.aio.AioRpcError as error:
+        log.warning("PodResources List on %s failed: %s %s", socket, error.code().name, error.details())
+        return None
+    return held_devices(response, resource_name, driver)
