@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from npu_plugin.migrate.command import add_parser as add_migrate
 
-    add_migrate(commands)
+    add_migrate(commands)  # type: ignore[arg-type]
 
     simulate = commands.add_parser("simulate", help="the whole flow on this machine, no cluster needed")
     simulate.add_argument("--mode", choices=MODES, default="both")

@@ -125,11 +125,11 @@ def env_arguments(parser: argparse.ArgumentParser, argv: Sequence[str], environ:
 
     They go through the same parsing as real flags, so a bad environment value is rejected the same way.
     """
-    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    given = {arg.split("=", 1)[0] for arg in argv if arg.startswith("-")}
     extra: list[str] = []
     for action in parser._actions:
         flags = [s for s in action.option_strings if s.startswith("--")]
-        if not flags or flags[0] in given or flags[0] == "--help":
+        if not flags or given & set(action.option_strings) or flags[0] == "--help":
             continue
         name = env_name(flags[0][2:])
         if name not in environ:

@@ -1,0 +1,180 @@
+"""What one workload asks for, checked, and the edits that turn its NPU limits into claims (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from npu_plugin.errors import MigrateError
+from npu_plugin.migrate.workloads import Container, Workload, claim_name, containers, template_name
+
+SECTIONS = ("limits", "requests")
+REQUEST_NAME = "npu"  # the one device request inside each generated claim
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where in the input a workload sits, so every error names file, line, document and container."""
+
+    source: str
+    document: int
+    first_line: int  # the stream line of the document body's line 0
+    workload: str
+
+    def error(self, detail: str, line: int, container: Container | None = None) -> MigrateError:
+        who = f", {container.label}" if container else ""
+        where = f"{self.source}:{self.first_line + line}: document {self.document} ({self.workload}){who}"
+        return MigrateError(f"{where}: {detail}")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerClaim:
+    """One container's NPUs, planned as its own claim from its own template."""
+
+    container: Container
+    line: int  # body line (0-based) of the container's `<resource>:` entry
+    count: int
+    claim: str
+    template: str
+
+
+def plan(workload: Workload, resource: str, place: Place, shared: set[int]) -> list[ContainerClaim]:
+    """The claims a workload needs, after every check; empty when no container asks for `resource`."""
+    planned: list[ContainerClaim] = []
+    for container in containers(workload.pod_spec):
+        asked = _requested_count(container, resource, place)
+        if asked is None:
+            continue
+        count, line = asked
+        if container.name is None:
+            raise place.error(f"asks for {resource} but has no name", line, container)
+        if workload.name is None:
+            raise place.error(f"metadata.name is needed to name the ResourceClaimTemplate for {resource}", line)
+        claim = claim_name(container.name)
+        planned.append(ContainerClaim(container, line, count, claim, template_name(workload.name, container.name)))
+        _check_editable(workload, container, place, line, shared)
+    _check_claim_names(workload.pod_spec, planned, place)
+    return planned
+
+
+def _requested_count(container: Container, resource: str, place: Place) -> tuple[int, int] | None:
+    """(N, line) when the container asks for `resource` in limits and/or requests, else None."""
+    resources = container.node.get("resources")
+    if not isinstance(resources, CommentedMap):
+        return None
+    found = {section: entry for section in SECTIONS if (entry := _entry(resources, section, resource))}
+    counts = {section: _count(value, f"{section}[{resource}]") for section, (value, _) in found.items()}
+    for section, count in counts.items():
+        if isinstance(count, str):
+            raise place.error(count, found[section][1], container)
+    if len(set(counts.values())) > 1:
+        detail = f"{resource} request {counts['requests']} does not match limit {counts['limits']}"
+        raise place.error(detail, found["requests"][1], container)
+    if not counts:
+        return None
+    first = next(iter(counts))
+    return int(counts[first]), found[first][1]
+
+
+def _entry(resources: CommentedMap, section: str, resource: str) -> tuple[Any, int] | None:
+    entries = resources.get(section)
+    if not isinstance(entries, CommentedMap) or resource not in entries:
+        return None
+    position = entries.lc.key(resource) if resource in entries.lc.data else (entries.lc.line, 0)
+    return entries[resource], position[0]
+
+
+def _count(value: Any, what: str) -> int | str:
+    """The device count, or what is wrong with it."""
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    shown = f'"{value}"' if isinstance(value, str) else "null" if value is None else str(value).lower()
+    return f"{what} must be a positive whole number, got {shown}"
+
+
+def _check_editable(workload: Workload, container: Container, place: Place, line: int, shared: set[int]) -> None:
+    """Refuse nodes an edit would change in more places than one (YAML aliases, merge keys)."""
+    resources = container.node["resources"]
+    for node in (workload.pod_spec, container.node, resources, *(resources.get(s) for s in SECTIONS)):
+        if not isinstance(node, CommentedMap):
+            continue
+        if id(node) in shared or node.merge:
+            detail = "uses a YAML alias or merge key (<<) where the edit must go; expand it first"
+            raise place.error(detail, line, container)
+
+
+def _check_claim_names(pod_spec: CommentedMap, planned: Sequence[ContainerClaim], place: Place) -> None:
+    if not planned:
+        return
+    taken = set(_names(pod_spec.get("resourceClaims"), "spec.resourceClaims", pod_spec, place))
+    for item in planned:
+        resources = item.container.node["resources"]
+        in_use = set(_names(resources.get("claims"), "resources.claims", resources, place, item.container))
+        if item.claim in taken | in_use:
+            raise place.error(f'the pod already has a resource claim named "{item.claim}"', item.line, item.container)
+        taken.add(item.claim)
+
+
+def _names(
+    entries: Any, what: str, parent: CommentedMap, place: Place, container: Container | None = None,
+) -> Iterator[str]:
+    if entries is None:
+        return
+    if not isinstance(entries, list):
+        raise place.error(f"{what} must be a list", parent.lc.line, container)
+    yield from (entry["name"] for entry in entries if isinstance(entry, dict) and isinstance(entry.get("name"), str))
+
+
+def apply(workload: Workload, planned: Sequence[ContainerClaim], resource: str) -> None:
+    """Move each planned container from `resource` limits to its claim, and list the claims in the pod."""
+    for item in planned:
+        resources = item.container.node["resources"]
+        for section in SECTIONS:
+            entries = resources.get(section)
+            if isinstance(entries, CommentedMap) and resource in entries:
+                del entries[resource]
+                if not entries:
+                    del resources[section]
+        _list(resources, "claims", len(resources)).append(CommentedMap([("name", item.claim)]))
+    pod_claims = _list(workload.pod_spec, "resourceClaims", _after_containers(workload.pod_spec))
+    for item in planned:
+        pod_claims.append(CommentedMap([("name", item.claim), ("resourceClaimTemplateName", item.template)]))
+
+
+def _list(parent: CommentedMap, key: str, position: int) -> CommentedSeq:
+    if key not in parent:
+        parent.insert(position, key, CommentedSeq())
+    entries: CommentedSeq = parent[key]
+    return entries
+
+
+def _after_containers(pod_spec: CommentedMap) -> int:
+    keys = list(pod_spec)
+    return max((keys.index(key) + 1 for key in ("initContainers", "containers") if key in keys), default=len(keys))
+
+
+def claim_template(
+    name: str, namespace: str | None, count: int, device_class: str, topology_attribute: str | None,
+) -> CommentedMap:
+    """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class`."""
+    metadata = CommentedMap([("name", name)] + ([("namespace", namespace)] if namespace else []))
+    exactly = CommentedMap([("deviceClassName", device_class), ("allocationMode", "ExactCount"), ("count", count)])
+    devices = CommentedMap([("requests", CommentedSeq([CommentedMap([("name", REQUEST_NAME), ("exactly", exactly)])]))])
+    if topology_attribute and count > 1:
+        names = CommentedSeq([REQUEST_NAME])
+        names.fa.set_flow_style()
+        constraint = CommentedMap([("requests", names), ("matchAttribute", topology_attribute)])
+        devices["constraints"] = CommentedSeq([constraint])
+    return CommentedMap([
+        ("apiVersion", "resource.k8s.io/v1"),
+        ("kind", "ResourceClaimTemplate"),
+        ("metadata", metadata),
+        ("spec", CommentedMap([("spec", CommentedMap([("devices", devices)]))])),
+    ])

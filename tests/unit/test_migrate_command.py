@@ -1,0 +1,158 @@
+"""`npu-plugin migrate` as a user runs it: flags, files, stdin/stdout, --check, exit codes, atomic output."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from npu_plugin.migrate.command import add_parser, run
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
+REPO = Path(__file__).resolve().parents[2]
+BAD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n" \
+      "      limits: {huawei.com/Ascend910: 0}\n"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="npu-plugin")
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["migrate", *argv])
+
+
+def golden(case: str, suffix: str) -> str:
+    return (GOLDEN / f"{case}.{suffix}.yaml").read_text(encoding="utf-8")
+
+
+def test_flags_and_defaults() -> None:
+    args = parse()
+    assert (args.filename, args.output, args.resource_name, args.device_class) == (
+        "-", "-", "huawei.com/Ascend910", "npu.huawei.com")
+    assert (args.same_topology_group, args.check, args.func) == (False, False, run)
+    args = parse("-f", "in.yaml", "-o", "out.yaml", "--resource-name", "huawei.com/Ascend310P",
+                 "--device-class", "ascend.npu.huawei.com", "--same-topology-group", "--check")
+    assert (args.filename, args.output, args.resource_name, args.device_class, args.same_topology_group,
+            args.check) == ("in.yaml", "out.yaml", "huawei.com/Ascend310P", "ascend.npu.huawei.com", True, True)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--device-class", "Bad_Class"), ("--resource-name", "Ascend910")])
+def test_bad_flag_values_are_refused(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse(flag, value)
+    assert caught.value.code == 2
+    assert f"argument {flag}: '{value}' is not " in capsys.readouterr().err
+
+
+def test_file_to_file(tmp_path: Path) -> None:
+    source, target = tmp_path / "in.yaml", tmp_path / "out.yaml"
+    source.write_text(golden("helm", "in"), encoding="utf-8")
+    assert run(parse("-f", str(source), "-o", str(target))) == 0
+    assert target.read_text(encoding="utf-8") == golden("helm", "out")
+
+
+def test_in_place_keeps_the_file_mode(tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(golden("containers", "in"), encoding="utf-8")
+    path.chmod(0o640)
+    assert run(parse("-f", str(path), "-o", str(path))) == 0
+    assert path.read_text(encoding="utf-8") == golden("containers", "out")
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.yaml"]
+
+
+def test_error_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, target = tmp_path / "bad.yaml", tmp_path / "out.yaml"
+    source.write_text(BAD, encoding="utf-8")
+    target.write_text("previous\n", encoding="utf-8")
+    assert run(parse("-f", str(source), "-o", str(target))) == 1
+    assert target.read_text(encoding="utf-8") == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "out.yaml"]
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"npu-plugin migrate: error: {source}:8: document 1 (Pod p), container \"c\": "
+                            "limits[huawei.com/Ascend910] must be a positive whole number, got 0\n")
+
+
+def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.yaml"
+    assert run(parse("-f", str(missing))) == 1
+    assert capsys.readouterr().err == f"npu-plugin migrate: error: cannot read {missing}: No such file or directory\n"
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"a: caf\xe9\n")
+    assert run(parse("-f", str(latin))) == 1
+    assert capsys.readouterr().err == f"npu-plugin migrate: error: {latin}: not UTF-8 text (invalid byte at offset 6)\n"
+
+
+def test_unwritable_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text(golden("helm", "in"), encoding="utf-8")
+    assert run(parse("-f", str(source), "-o", str(tmp_path / "no-such-dir" / "out.yaml"))) == 1
+    assert capsys.readouterr().err.startswith("npu-plugin migrate: error: cannot write ")
+
+
+def test_check_lists_changes_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, target = tmp_path / "in.yaml", tmp_path / "out.yaml"
+    source.write_text(golden("topology-group", "in"), encoding="utf-8")
+    assert run(parse("-f", str(source), "-o", str(target), "--check")) == 1
+    assert not target.exists()
+    assert capsys.readouterr().out.splitlines() == [
+        f'would migrate {source}:15: Job ml/allreduce, container "rank": huawei.com/Ascend910: 4 -> claim '
+        '"rank-npu" from ResourceClaimTemplate ml/allreduce-rank-npu',
+        f'would migrate {source}:20: Job ml/allreduce, container "probe": huawei.com/Ascend910: 1 -> claim '
+        '"probe-npu" from ResourceClaimTemplate ml/allreduce-probe-npu',
+    ]
+
+
+@pytest.mark.parametrize("case", ["topology-group", "untouched"])
+def test_check_passes_on_migrated_output(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "out.yaml"
+    source.write_text(golden(case, "out"), encoding="utf-8")
+    assert run(parse("-f", str(source), "--check")) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_warnings_go_to_stderr(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(golden("untouched", "in").encode())))
+    assert run(parse()) == 0
+    captured = capsys.readouterr()
+    assert captured.out == golden("untouched", "in")
+    assert captured.err == ("npu-plugin migrate: warning: <stdin>:37: document 3 (ResourceQuota ml/npu-quota) "
+                            "mentions huawei.com/Ascend910 but is not a workload kind migrate rewrites; "
+                            "left unchanged\n")
+
+
+def _cli(*argv: str, stdin: bytes, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("NPU_PLUGIN_")} | (env or {})
+    return subprocess.run([sys.executable, "-m", "npu_plugin", "migrate", *argv], input=stdin, capture_output=True,
+                          cwd=REPO, env=environ, check=False, timeout=60)
+
+
+def test_stdin_to_stdout_through_the_cli() -> None:
+    done = _cli("-f", "-", stdin=golden("every-kind", "in").encode())
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout.decode() == golden("every-kind", "out")
+
+
+def test_environment_twin_through_the_cli() -> None:
+    done = _cli(stdin=golden("topology-group", "in").encode(), env={"NPU_PLUGIN_SAME_TOPOLOGY_GROUP": "true"})
+    assert done.returncode == 0
+    assert done.stdout.decode() == golden("topology-group", "out")
+
+
+def test_bad_flag_exits_2_through_the_cli() -> None:
+    done = _cli("--device-class", "Bad_Class", stdin=b"")
+    assert done.returncode == 2
+    assert b"--device-class" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_invalid_yaml_through_the_cli() -> None:
+    done = _cli(stdin=b"a: 1\nb: [1\nc: 2\n")
+    assert (done.returncode, done.stdout) == (1, b"")
+    assert done.stderr == (b"npu-plugin migrate: error: <stdin>:3:2: invalid YAML: while parsing a flow sequence, "
+                           b"expected ',' or ']', but got ':'\n")
