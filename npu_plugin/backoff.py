@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -27,8 +26,12 @@ async def retry_forever(
         if wake is None:
             await asyncio.sleep(seconds)
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), seconds)
+        # asyncio.wait, not wait_for: on 3.11 wait_for can swallow a cancellation that races the wake-up.
+        waiter = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=seconds)
+        finally:
+            waiter.cancel()
         wake.clear()
 
     def report(state: RetryCallState) -> None:
@@ -41,4 +44,8 @@ async def retry_forever(
         sleep=sleep, wait=wait_exponential(multiplier=initial, max=maximum),
         retry=retry_if_exception_type(retry_on), before_sleep=report, reraise=True,
     )
-    return await retrying(attempt)
+    async def call() -> T:
+        # tenacity awaits only coroutine functions; a lambda returning an awaitable would not be awaited.
+        return await attempt()
+
+    return await retrying(call)

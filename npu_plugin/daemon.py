@@ -1,12 +1,13 @@
-"""The composition root of `serve`: discovery, inventory, health, the enabled servers, shutdown."""
+"""The composition root of `serve`: discovery, inventory, ownership, health, servers, shutdown."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
@@ -19,16 +20,24 @@ from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import ConfigError
 from npu_plugin.health import HealthMonitor
-from npu_plugin.inventory import Inventory, Owner
+from npu_plugin.inventory import Inventory
+from npu_plugin.ownership import Holders, initial_owners, next_owners, parse_device_list, partition
+from npu_plugin.podresources import list_held
+from npu_plugin.tasks import until_closed
+from npu_plugin.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from npu_plugin.dra.plugin import DraPlugin
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
+HANDOVER_POLL_SECONDS = 2.0
 
 
 def run_daemon(config: Config) -> int:
     backend = open_backend(
         config.backend, fake_inventory=config.fake_inventory, fake_profile=config.fake_profile,
-        npu_smi=config.npu_smi, dcmi_library=config.dcmi_library,
+        npu_smi=config.npu_smi, dcmi_library=config.dcmi_library, dev_root=config.dev_root,
     )
     try:
         devices = discover(backend)
@@ -50,34 +59,138 @@ class Daemon:
     """Owns every task of the running daemon; `run` returns the exit code after a clean shutdown."""
 
     def __init__(self, config: Config, backend: Backend, devices: list[Device]) -> None:
-        self.config, self.backend = config, backend
-        self.devices = devices
-        self.resource_name = resolve_resource_name(config, devices) if config.serves_device_plugin else ""
-        default_owner = Owner.DRA if config.mode == "dra" else Owner.DEVICE_PLUGIN
+        self.config, self.backend, self.devices = config, backend, devices
+        self.resource_name = resolve_resource_name(config, devices)
+        dra_devices: frozenset[int] = frozenset()
+        if config.mode == "both":
+            assert config.dra_devices is not None
+            dra_devices = parse_device_list(config.dra_devices, devices)
+        elif config.dra_devices:
+            log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
+        self.desired = partition(devices, config.mode, dra_devices)
         self.inventory = Inventory(
             devices, failure_threshold=config.health_failure_threshold,
-            recovery_threshold=config.health_recovery_threshold, owners=default_owner,
+            recovery_threshold=config.health_recovery_threshold, owners=self.desired, desired=self.desired,
         )
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
+        self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
+        self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
+        self._podresources_warned = False
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
-        monitor.start_watching()
         log.info("npu-plugin %s starting: mode=%s backend=%s devices=%d", __version__, self.config.mode,
                  self.backend.name, len(self.devices))
-        tasks = [self._task(monitor.run(), "health-poller")]
+        if self.dra is not None:
+            await self._take_ownership()
+        monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
+        monitor.start_watching()
+        apis = [api for api, on in (("device-plugin", self.config.serves_device_plugin),
+                                    ("dra", self.config.serves_dra)) if on]
+        await self.telemetry.start(apis, lambda: self.inventory.last_sample, self.config.health_interval)
+        tasks = [
+            self._task(monitor.run(self.stop), "health-poller"),
+            self._task(self._record_devices(), "device-metrics"),
+            self._task(self.telemetry.run(self.stop), "health-service"),
+        ]
         if self.config.serves_device_plugin:
             tasks.append(self._task(self._device_plugin().run(self.stop), "device-plugin"))
+        if self.dra is not None:
+            tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
+            tasks.append(self._task(self._hand_over(), "handover"))
         try:
             await self._until_stopped(tasks)
         finally:
             monitor.stop_watching()
+            self.telemetry.close()
         log.info("npu-plugin stopped")
         return 0
+
+    # ---- ownership (dra and both modes) ----
+
+    async def _holders(self) -> Holders:
+        """Who holds which device now: running containers (PodResources) and prepared claims."""
+        assert self.dra is not None
+        listed = await list_held(self.config.pod_resources_socket, self.resource_name, self.config.driver_name)
+        dra_held = await asyncio.to_thread(self.dra.preparer.held_devices)
+        if listed is not None:
+            return Holders(device_plugin=frozenset(listed[0]), dra=frozenset(dra_held | listed[1]))
+        if not self._podresources_warned:
+            self._podresources_warned = True
+            log.warning("cannot read the kubelet PodResources API at %s: %s", self.config.pod_resources_socket,
+                        "devices stay with the device plugin until it can be read" if self.config.mode == "both"
+                        else "devices that device-plugin pods still hold cannot be detected")
+        # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe side);
+        # dra mode has no device-plugin side to keep them on, and the seed manifests do not mount the socket.
+        return Holders(device_plugin=None if self.config.mode == "both" else frozenset(), dra=frozenset(dra_held))
+
+    async def _take_ownership(self) -> None:
+        for pid, owner in initial_owners(self.desired, await self._holders()).items():
+            if owner is not self.desired[pid]:
+                log.info("device %d stays with %s until released (the partition gives it to %s)", pid, owner.value,
+                         self.desired[pid].value, extra={"device": f"npu-{pid}"})
+            self.inventory.set_owner(pid, owner)
+
+    async def _hand_over(self) -> None:
+        """Move draining devices to their partition side as soon as nothing holds them."""
+        while not self.stop.is_set() and any(v.draining for v in self.inventory.snapshot().devices):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), HANDOVER_POLL_SECONDS)
+            if self.stop.is_set():
+                return
+            current = {v.physical_id: v.owner for v in self.inventory.snapshot().devices}
+            for pid, owner in next_owners(self.desired, current, await self._holders()).items():
+                if owner is not current[pid]:
+                    log.info("device %d released by %s, now served by %s", pid, current[pid].value, owner.value,
+                             extra={"device": f"npu-{pid}"})
+                    self.inventory.set_owner(pid, owner)
+                    self.telemetry.handed_over(owner)
+
+    # ---- servers ----
+
+    async def _record_devices(self) -> None:
+        async with contextlib.aclosing(until_closed(self.inventory.watch(), self.stop)) as snapshots:
+            async for snapshot in snapshots:
+                self.telemetry.devices(snapshot)
+
+    def _device_plugin(self) -> DevicePlugin:
+        driver = None
+        if self.config.cdi_enabled:
+            driver = self.config.driver_name
+            path = write_static_spec(self.config.cdi_root, driver, self.layout, self.devices)
+            log.info("static CDI spec for the device plugin written to %s", path)
+
+        def make_service() -> DevicePluginService:
+            return DevicePluginService(self.inventory, self.layout, self.devices[0].device_type, driver,
+                                       on_allocate=self.telemetry.allocated)
+
+        return DevicePlugin(self.config.device_plugin_path, self.resource_name, self.config.pod_uid, make_service,
+                            on_registered=lambda up: self.telemetry.registered("device-plugin", up))
+
+    def _dra_plugin(self) -> DraPlugin:
+        from npu_plugin.dra.plugin import DraPaths, DraPlugin
+        from npu_plugin.kube import KubeClient
+
+        config = self.config
+        assert config.node_name is not None
+        paths = DraPaths.of(
+            registrar_dir=config.kubelet_registrar_directory_path, plugins_dir=config.kubelet_plugins_directory_path,
+            driver=config.driver_name, pod_uid=config.pod_uid, cdi_root=config.cdi_root, state_dir=config.state_dir,
+        )
+        plugin = DraPlugin(
+            paths=paths, driver=config.driver_name, node_name=config.node_name, inventory=self.inventory,
+            layout=self.layout, client=KubeClient(config.kubeconfig), unhealthy_policy=config.unhealthy_policy,
+            health_timeout_seconds=max(30, int(config.health_interval * 3)),
+            observe=lambda kind, seconds: self.telemetry.dra_call(kind, seconds, plugin.preparer.prepared_claims),
+            on_publish=self.telemetry.published,
+            on_registered=lambda up: self.telemetry.registered("dra", up),
+        )
+        return plugin
+
+    # ---- lifecycle ----
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s, shutting down", sig.name)
@@ -89,28 +202,20 @@ class Daemon:
     async def _until_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
         stopper = asyncio.create_task(self.stop.wait(), name="stop-signal")
         waiters: list[asyncio.Task[Any]] = [*tasks, stopper]
-        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        failed = [t for t in done if t is not stopper and not t.cancelled() and t.exception() is not None]
-        self.stop.set()
+        # Tasks that end early and cleanly (the handover once settled) are fine; a failure stops everything.
+        while not self.stop.is_set():
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            waiters = [t for t in waiters if t not in done]
+            if failed := [t for t in done if t is not stopper and not t.cancelled() and t.exception() is not None]:
+                self.stop.set()
+                await self._drain(tasks, stopper)
+                raise failed[0].exception()  # type: ignore[misc]
+        await self._drain(tasks, stopper)
+
+    async def _drain(self, tasks: list[asyncio.Task[None]], stopper: asyncio.Task[Any]) -> None:
         # Servers see `stop` and drain; whatever is still running after the grace period is cancelled.
         _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
         for task in pending:
             log.warning("task %s did not stop within %.0fs, cancelling it", task.get_name(), SHUTDOWN_GRACE)
             task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        for task in failed:
-            raise task.exception()  # type: ignore[misc]
-
-    def _device_plugin(self) -> DevicePlugin:
-        driver = None
-        if self.config.cdi_enabled:
-            driver = self.config.driver_name
-            path = write_static_spec(self.config.cdi_root, driver, self.layout, self.devices)
-            log.info("static CDI spec for the device plugin written to %s", path)
-
-        def make_service() -> DevicePluginService:
-            device_type = self.devices[0].device_type
-            return DevicePluginService(self.inventory, self.layout, device_type, driver)
-
-        return DevicePlugin(self.config.device_plugin_path, self.resource_name, self.config.pod_uid, make_service)
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -61,10 +62,12 @@ class HealthMonitor:
         levels = await asyncio.to_thread(self._backend.sample)
         self._inventory.observe(levels)
 
-    async def run(self) -> None:
-        while True:
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sample until `stop` is set; the sleep between samples ends at once on stop."""
+        while not stop.is_set():
             await self.sample_once()
-            await asyncio.sleep(self._interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._interval)
 
     def start_watching(self) -> None:
         loop = asyncio.get_running_loop()

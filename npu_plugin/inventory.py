@@ -28,6 +28,7 @@ class DeviceView:
     device: Device
     healthy: bool
     owner: Owner
+    draining: bool = False  # held by `owner` after a partition change; offered to nobody new
 
     @property
     def physical_id(self) -> int:
@@ -46,6 +47,10 @@ class Snapshot:
 
     def owned_by(self, owner: Owner) -> tuple[DeviceView, ...]:
         return tuple(v for v in self.devices if v.owner is owner)
+
+    def offered_by(self, owner: Owner) -> tuple[DeviceView, ...]:
+        """Devices this side may hand to new pods or claims."""
+        return tuple(v for v in self.devices if v.owner is owner and not v.draining)
 
 
 class HealthTracker:
@@ -82,7 +87,7 @@ class Inventory:
 
     def __init__(
         self, devices: Iterable[Device], *, failure_threshold: int, recovery_threshold: int,
-        owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN,
+        owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN, desired: Mapping[int, Owner] | None = None,
     ) -> None:
         self._failures, self._recoveries = failure_threshold, recovery_threshold
         self._devices: dict[int, Device] = {}
@@ -95,6 +100,7 @@ class Inventory:
             self._add(device)
         if not isinstance(owners, Owner):
             self._owners.update(owners)
+        self._desired = dict(self._owners) if desired is None else dict(desired)
         self._version = 0
         self._waiters: set[asyncio.Event] = set()
         self.last_sample = time.monotonic()
@@ -117,7 +123,8 @@ class Inventory:
             level = levels.get(pid, Health.UNKNOWN)
             if level is not device.health:
                 self._devices[pid] = replace(device, health=level)
-            self._trackers[pid].observe(level.healthy)
+            # A sample of a device whose node is gone is no evidence of health: recovery counts from its return.
+            self._trackers[pid].observe(level.healthy and pid not in self._node_missing)
         self._publish()
 
     def set_present(self, physical_id: int, present: bool) -> None:
@@ -145,8 +152,8 @@ class Inventory:
         self._publish()
 
     def set_owner(self, physical_id: int, owner: Owner) -> None:
+        """Hand a device over (both mode, once nothing holds it any more)."""
         if self._owners.get(physical_id) is not owner:
-            log.info("device %d now served by %s", physical_id, owner.value)
             self._owners[physical_id] = owner
             self._publish()
 
@@ -156,6 +163,7 @@ class Inventory:
                 device=self._devices[pid],
                 healthy=self._trackers[pid].healthy and pid not in self._node_missing | self._undiscovered,
                 owner=self._owners[pid],
+                draining=self._owners[pid] is not self._desired.get(pid, self._owners[pid]),
             )
             for pid in sorted(self._devices)
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -23,18 +23,21 @@ async def first_of(*awaitables: Awaitable[Any]) -> None:
             raise error
 
 
-async def until_closed(source: AsyncGenerator[T, None], closing: asyncio.Event) -> AsyncIterator[T]:
-    """Items of `source` until `closing` is set; the source is closed either way."""
+async def until_closed(source: AsyncGenerator[T, None], closing: asyncio.Event) -> AsyncGenerator[T, None]:
+    """Items of `source` until `closing` is set; the pending read is cancelled before the source closes,
+    so a consumer that is cancelled mid-read (a client dropping its stream) leaks nothing."""
     closed = asyncio.ensure_future(closing.wait())
+    step: asyncio.Future[T] | None = None
     try:
         while True:
             step = asyncio.ensure_future(anext(source))
-            done, _ = await asyncio.wait({step, closed}, return_when=asyncio.FIRST_COMPLETED)
-            if closed in done:
-                step.cancel()
-                await asyncio.gather(step, return_exceptions=True)
+            await asyncio.wait({step, closed}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
                 return
             yield step.result()
     finally:
-        closed.cancel()
+        pending = [task for task in (closed, step) if task is not None]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         await source.aclose()

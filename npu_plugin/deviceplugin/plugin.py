@@ -21,6 +21,8 @@ from npu_plugin.tasks import first_of
 log = logging.getLogger(__name__)
 KUBELET_SOCKET = "kubelet.sock"
 API_VERSION = "v1beta1"
+# The kubelet dials back with a 10 s timeout inside Register; wait a little longer than that.
+REGISTER_TIMEOUT = 15.0
 
 
 def socket_name(resource_name: str, pod_uid: str | None) -> str:
@@ -29,7 +31,16 @@ def socket_name(resource_name: str, pod_uid: str | None) -> str:
 
 
 class RegistrationError(Exception):
-    pass
+    """One registration attempt failed; retried with back-off."""
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file `path` is now: a re-created kubelet.sock differs even when its inode number is reused."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_ctime_ns
 
 
 class _KubeletWatch(FileSystemEventHandler):
@@ -37,10 +48,15 @@ class _KubeletWatch(FileSystemEventHandler):
         self._loop, self._plugin = loop, plugin
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        name = Path(str(event.src_path)).name
         if event.event_type == "moved":
-            name = Path(str(event.dest_path)).name
-        self._loop.call_soon_threadsafe(self._plugin.on_file_event, name, event.event_type)
+            self._relay(event.src_path, "deleted")
+            self._relay(event.dest_path, "created")
+        else:
+            self._relay(event.src_path, event.event_type)
+
+    def _relay(self, path: str | bytes, kind: str) -> None:
+        name = Path(path.decode() if isinstance(path, bytes) else path).name
+        self._loop.call_soon_threadsafe(self._plugin.on_file_event, name, kind)
 
 
 class DevicePlugin:
@@ -56,17 +72,22 @@ class DevicePlugin:
         self._make_service = make_service
         self._on_registered = on_registered
         self.registered = False
+        self._serving = False
+        self._registered_with: tuple[int, int, int] | None = None
         self._restart = asyncio.Event()
-        self._kubelet_appeared = asyncio.Event()
 
     def on_file_event(self, name: str, kind: str) -> None:
-        """Kubelet restart: it deletes every socket here and re-creates kubelet.sock."""
-        if name == KUBELET_SOCKET and kind in ("created", "moved"):
-            self._kubelet_appeared.set()
-            if self.registered:
-                log.info("kubelet.sock re-created: the kubelet restarted, registering again")
+        """Kubelet restart: it deletes every socket here and re-creates kubelet.sock.
+
+        Events arrive late and out of step with our own unlink/bind, so each one is checked against
+        the files as they are now: a stale event changes nothing.
+        """
+        if name == KUBELET_SOCKET and kind == "created" and self._serving:
+            # Not yet registered: a new round registers at once instead of sleeping out its back-off.
+            if _identity(self.directory / KUBELET_SOCKET) != self._registered_with:
+                log.info("kubelet.sock (re-)created: registering again")
                 self._restart.set()
-        elif name == self.socket.name and kind == "deleted" and self.registered and not self.socket.exists():
+        elif name == self.socket.name and kind == "deleted" and self._serving and not self.socket.exists():
             log.info("our socket %s was deleted: the kubelet restarted", self.socket)
             self._restart.set()
 
@@ -87,40 +108,48 @@ class DevicePlugin:
         server = await start_unix_server(
             self.socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s)
         )
+        self._serving = True
+        self._restart.clear()
         log.info("device plugin serving on %s", self.socket)
         try:
-            await self._register_until_done(stop)
-            if stop.is_set():
+            await first_of(self._register_until_done(), stop.wait(), self._restart.wait())
+            if stop.is_set() or self._restart.is_set():
                 return
             self._set_registered(True)
-            self._restart.clear()
             await first_of(stop.wait(), self._restart.wait())
         finally:
+            self._serving = False
+            self._registered_with = None
             self._set_registered(False)
             # Old streams close before the socket goes, so the kubelet never reads a dead stream.
             service.close_streams()
             await stop_unix_server(server, self.socket, grace=0.2)
 
-    async def _register_until_done(self, stop: asyncio.Event) -> None:
-        registering = asyncio.ensure_future(retry_forever(
+    async def _register_until_done(self) -> None:
+        await retry_forever(
             self._register_once, what="registration with the kubelet", log=log,
-            retry_on=(RegistrationError,), wake=self._kubelet_appeared,
-        ))
-        await first_of(registering, stop.wait())
+            retry_on=(RegistrationError,),
+        )
 
     async def _register_once(self) -> None:
         kubelet = self.directory / KUBELET_SOCKET
-        if not kubelet.exists():
+        identity = _identity(kubelet)
+        if identity is None:
             raise RegistrationError(f"{kubelet} does not exist yet")
+        if not self.socket.exists():
+            # Deleted before the event that reports it could be told apart from our own unlink.
+            self._restart.set()
+            raise RegistrationError(f"our socket {self.socket} was deleted")
         request = pb.RegisterRequest(
             version=API_VERSION, endpoint=self.socket.name, resource_name=self.resource_name,
             options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
         )
         async with grpc.aio.insecure_channel(f"unix://{kubelet}") as channel:
             try:
-                await pb_grpc.RegistrationStub(channel).Register(request, timeout=5)
+                await pb_grpc.RegistrationStub(channel).Register(request, timeout=REGISTER_TIMEOUT)
             except grpc.aio.AioRpcError as error:
                 raise RegistrationError(f"{error.code().name}: {error.details()}") from None
+        self._registered_with = identity
         log.info("registered %s with the kubelet (endpoint %s)", self.resource_name, self.socket.name)
 
     def _set_registered(self, registered: bool) -> None:

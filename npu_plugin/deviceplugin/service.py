@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,6 +18,7 @@ from npu_plugin.device import id_prefix, parse_dp_id
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import DeviceView, Inventory, Owner, Snapshot
+from npu_plugin.tasks import until_closed
 from npu_plugin.topology import preferred_allocation
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,9 @@ def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
 def _device(view: DeviceView) -> pb.Device:
     numa = view.device.numa_node
     topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]) if numa is not None else None
-    return pb.Device(ID=view.device.dp_id, health=HEALTHY if view.healthy else UNHEALTHY, topology=topology)
+    # A device draining to DRA stays listed, Unhealthy, so the kubelet keeps it for its current pod only.
+    healthy = view.healthy and not view.draining
+    return pb.Device(ID=view.device.dp_id, health=HEALTHY if healthy else UNHEALTHY, topology=topology)
 
 
 def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) -> list[int]:
@@ -45,6 +49,8 @@ def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) 
             raise AllocationError(f"unknown device id {device_id!r}")
         if view.owner is not Owner.DEVICE_PLUGIN:
             raise AllocationError(f"device {device_id} is owned by {view.owner.value}, not the device plugin")
+        if view.draining:
+            raise AllocationError(f"device {device_id} is being handed over to DRA (--dra-devices)")
         if not view.healthy:
             raise AllocationError(f"device {device_id} is unhealthy")
         ids.append(view.physical_id)
@@ -85,19 +91,14 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
     async def ListAndWatch(self, request: pb.Empty, context: Context) -> AsyncIterator[pb.ListAndWatchResponse]:
-        updates = self._inventory.watch()
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            while True:
-                step = asyncio.ensure_future(anext(updates))
-                done, _ = await asyncio.wait({step, closing}, return_when=asyncio.FIRST_COMPLETED)
-                if closing in done:
-                    step.cancel()
-                    return
-                yield list_response(step.result())
-        finally:
-            closing.cancel()
-            await updates.aclose()
+        sent = None
+        async with contextlib.aclosing(until_closed(self._inventory.watch(), self._closing)) as changes:
+            async for snapshot in changes:
+                response = list_response(snapshot)
+                # A new backend level that leaves every verdict unchanged is not news to the kubelet.
+                if response != sent:
+                    sent = response
+                    yield response
 
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context
@@ -130,6 +131,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         started = time.perf_counter()
         snapshot = self._inventory.snapshot()
         responses = []
+        if not request.container_requests:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Allocate: the request holds no container requests")
         for container in request.container_requests:
             try:
                 if not container.devices_ids:

@@ -161,6 +161,8 @@ class Preparer:
                 return "unknown device on this node"
             if view.owner is not Owner.DRA:
                 return f"owned by {view.owner.value}, not DRA"
+            if view.draining:
+                return "being handed over to the device plugin (--dra-devices); it takes no new claims"
             holder = checkpoint.holder_of(view.device.dra_name)
             if holder is not None and holder != ref.uid:
                 return f"already prepared for claim {holder}"
@@ -172,7 +174,14 @@ class Preparer:
     def _complete(self, ref: ClaimRef, checkpoint: Checkpoint) -> PrepareResult:
         entry = checkpoint.claims[ref.uid]
         spec = claim_spec(self.driver, ref.uid, requests_of(entry.devices), self.layout)
-        write_atomic(claim_spec_path(self.cdi_root, self.driver, ref.uid), spec_bytes(spec))
+        path = claim_spec_path(self.cdi_root, self.driver, ref.uid)
+        try:
+            write_atomic(path, spec_bytes(spec))
+        except OSError as error:
+            if entry.state == PREPARE_STARTED:
+                del checkpoint.claims[ref.uid]
+            log.error("cannot write CDI spec %s: %s", path, error, extra={"claim": f"{ref.namespace}/{ref.name}"})  # noqa: TRY400
+            return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: cannot write {path}: {error.strerror}")
         checkpoint.claims[ref.uid] = ClaimEntry(entry.namespace, entry.name, PREPARE_COMPLETED, entry.devices)
         log.info(
             "prepared claim %s/%s: %s",
@@ -208,17 +217,26 @@ class Preparer:
         return errors
 
     def collect_garbage(self) -> None:
-        """At start: drop CDI files of claims the checkpoint does not hold as completed (a crash
-        between writing the file and recording it, or between removing the entry and the file)."""
+        """At start: forget claims a crash left in PrepareStarted (the kubelet never heard of success and
+        prepares them again) and drop CDI files of claims not held as completed (a crash between writing
+        the file and recording it, or between removing the entry and the file)."""
         with self.locked() as checkpoint:
+            interrupted = [uid for uid, entry in checkpoint.claims.items() if entry.state != PREPARE_COMPLETED]
+            for uid in interrupted:
+                log.warning("claim %s was being prepared when the plugin stopped; releasing it", uid)
+                del checkpoint.claims[uid]
+            if interrupted:
+                self.store.save(checkpoint)
             prefix = f"{self.driver}-claim_"
             for path in self.cdi_root.glob(f"{prefix}*.json"):
-                uid = path.name.removeprefix(prefix).removesuffix(".json")
-                entry = checkpoint.claims.get(uid)
-                if entry is None:
+                if path.name.removeprefix(prefix).removesuffix(".json") not in checkpoint.claims:
                     log.info("removing orphaned CDI spec %s", path)
                     remove_durably(path)
 
-    def prepared_count(self) -> int:
+    def held_devices(self) -> set[int]:
+        """Physical ids that checkpointed claims hold (prepared or being prepared)."""
+        if not self._lock_path.parent.is_dir():
+            return set()
         with self.locked() as checkpoint:
-            return sum(e.state == PREPARE_COMPLETED for e in checkpoint.claims.values())
+            names = {d.device_name for entry in checkpoint.claims.values() for d in entry.devices}
+        return {pid for name in names if (pid := parse_dra_name(name)) is not None}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from npu_plugin.backoff import retry_forever
@@ -20,6 +22,7 @@ T = TypeVar("T")
 COALESCE_SECONDS = 0.5
 RESYNC_SECONDS = 30.0
 WATCH_SECONDS = 60
+CONFLICT_RETRIES = 5
 
 
 def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
@@ -33,21 +36,29 @@ def _normal_device(device: dict[str, Any]) -> dict[str, Any]:
     return normal | ({"taints": taints} if taints else {})
 
 
-def slices_match(existing: list[dict[str, Any]], desired: list[list[dict[str, Any]]], owner_uid: str | None) -> bool:
-    """True when the stored slices already say what we would write (so nothing is written)."""
-    if len(existing) != len(desired):
+def _devices_key(devices: list[dict[str, Any]]) -> str:
+    return json.dumps([_normal_device(d) for d in devices], sort_keys=True)
+
+
+def _written_by_us(stored: dict[str, Any], settings: SliceSettings, count: int) -> bool:
+    pool = stored.get("spec", {}).get("pool", {})
+    owners = [o.get("uid") for o in stored.get("metadata", {}).get("ownerReferences") or []]
+    return (
+        pool.get("name") == settings.node_name
+        and pool.get("resourceSliceCount") == count
+        and (settings.node_uid is None or owners == [settings.node_uid])
+    )
+
+
+def slices_match(existing: list[dict[str, Any]], desired: list[list[dict[str, Any]]], settings: SliceSettings) -> bool:
+    """True when the stored slices already say what we would write, in any order (so nothing is written)."""
+    generations = {s.get("spec", {}).get("pool", {}).get("generation") for s in existing}
+    if len(existing) != len(desired) or len(generations) > 1:
         return False
-    generations = {s["spec"]["pool"].get("generation") for s in existing}
-    for stored, devices in zip(existing, desired, strict=True):
-        spec = stored.get("spec", {})
-        owners = [o.get("uid") for o in stored.get("metadata", {}).get("ownerReferences") or []]
-        if (
-            spec.get("pool", {}).get("resourceSliceCount") != len(desired)
-            or [_normal_device(d) for d in spec.get("devices") or []] != [_normal_device(d) for d in devices]
-            or (owner_uid is not None and owners != [owner_uid])
-        ):
-            return False
-    return len(generations) == 1
+    stored = sorted(_devices_key(s.get("spec", {}).get("devices") or []) for s in existing)
+    return stored == sorted(_devices_key(d) for d in desired) and all(
+        _written_by_us(s, settings, len(desired)) for s in existing
+    )
 
 
 class SlicePublisher:
@@ -106,7 +117,7 @@ class SlicePublisher:
 
     @staticmethod
     def _published_view(snapshot: Snapshot) -> tuple[Any, ...]:
-        return tuple((v.device, v.healthy) for v in snapshot.owned_by(Owner.DRA))
+        return tuple((v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA))
 
     async def _resync(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -139,20 +150,32 @@ class SlicePublisher:
 
     def _reconcile_once(self) -> None:
         try:
-            self._write_slices()
+            self._write_until_no_conflict()
         except KubeApiError:
             self._on_publish("error")
             raise
 
+    def _write_until_no_conflict(self) -> None:
+        """A conflict only means our read was stale: read again at once, like client-go's RetryOnConflict;
+        other errors (and a conflict storm) go to the caller's back-off."""
+        for attempt in range(1, CONFLICT_RETRIES + 1):
+            try:
+                self._write_slices()
+                return
+            except KubeApiError as error:
+                if error.status != HTTPStatus.CONFLICT or attempt == CONFLICT_RETRIES:
+                    raise
+                log.info("ResourceSlice update conflicted, reading again: %s", error)
+
     def _write_slices(self) -> None:
         snapshot = self._inventory.snapshot()
-        devices = [(v.device, v.healthy) for v in snapshot.owned_by(Owner.DRA)]
+        devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
         desired = slice_specs(self._settings, devices)
         existing = sorted(
             self._client.list_slices(self._settings.node_name, self._settings.driver).get("items") or [],
             key=lambda s: s["metadata"]["name"],
         )
-        if slices_match(existing, desired, self._settings.node_uid):
+        if slices_match(existing, desired, self._settings):
             return
         stored = [s["spec"]["pool"].get("generation") or 0 for s in existing]
         generation = max([self._generation, *stored]) + 1

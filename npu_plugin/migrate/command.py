@@ -8,10 +8,14 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from npu_plugin.atomic import write_atomic
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.transform import DEFAULT_DEVICE_CLASS, DEFAULT_RESOURCE_NAME, Options, Result, migrate_text
+from npu_plugin.migrate.options import DEFAULT_DEVICE_CLASS, DEFAULT_RESOURCE_NAME, Options
+
+if TYPE_CHECKING:
+    from npu_plugin.migrate.transform import Result
 
 STDIO = "-"
 _PROG = "npu-plugin migrate"
@@ -52,6 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Migrate `args.filename` to `args.output`; 0 on success (or nothing to change with --check), else 1."""
+    from npu_plugin.migrate.transform import migrate_text
+
     options = Options(args.resource_name, args.device_class, args.same_topology_group)
     try:
         result = migrate_text(_read(args.filename), options, _source(args.filename))

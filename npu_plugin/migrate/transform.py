@@ -14,26 +14,11 @@ from typing import Any
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan
 from npu_plugin.migrate.linemerge import merge
+from npu_plugin.migrate.options import Options
 from npu_plugin.migrate.workloads import Workload, group_kind, identity, objects, qualified, workload
 from npu_plugin.migrate.yamlstream import Document, Style, detect_style, dump, load, plain, split_documents
 
-DEFAULT_RESOURCE_NAME = "huawei.com/Ascend910"
-DEFAULT_DEVICE_CLASS = "npu.huawei.com"
-# The DRA driver publishes topologyGroup under its own name (SPEC §5.2), whatever the class is called.
-DEFAULT_DRIVER_NAME = "npu.huawei.com"
 _TEMPLATE_KIND = ("resource.k8s.io", "ResourceClaimTemplate")
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    resource_name: str = DEFAULT_RESOURCE_NAME
-    device_class: str = DEFAULT_DEVICE_CLASS
-    same_topology_group: bool = False
-    driver_name: str = DEFAULT_DRIVER_NAME
-
-    @property
-    def topology_attribute(self) -> str | None:
-        return f"{self.driver_name}/topologyGroup" if self.same_topology_group else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,77 @@
+"""The one seam between the servers and observability: metrics and the gRPC health verdict.
+
+prometheus-client and grpc-health-checking load only when their port is enabled, which keeps an
+idle device-plugin daemon small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from npu_plugin.inventory import Owner, Snapshot
+
+if TYPE_CHECKING:
+    from npu_plugin.healthcheck import HealthService
+    from npu_plugin.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Telemetry:
+    """Callbacks the servers invoke; each one is a no-op for what is switched off."""
+
+    def __init__(self, metrics_port: int, healthcheck_port: int, bind_address: str) -> None:
+        self._metrics_port, self._health_port, self._address = metrics_port, healthcheck_port, bind_address
+        self.metrics: Metrics | None = None
+        self.health: HealthService | None = None
+        if metrics_port >= 0:
+            from npu_plugin.metrics import Metrics
+
+            self.metrics = Metrics()
+
+    async def start(self, apis: list[str], last_sample: Callable[[], float], interval: float) -> None:
+        if self.metrics is not None:
+            self._metrics_server = self.metrics.serve(self._metrics_port, self._address)
+        if self._health_port >= 0:
+            from npu_plugin.healthcheck import HealthService
+
+            self.health = HealthService(apis, last_sample, interval)
+            await self.health.start(self._address, self._health_port)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self.health is not None:
+            await self.health.run(stop)
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self._metrics_server.shutdown()
+
+    def devices(self, snapshot: Snapshot) -> None:
+        if self.metrics is not None:
+            self.metrics.record_devices(snapshot)
+
+    def allocated(self, seconds: float, containers: int) -> None:
+        if self.metrics is not None:
+            self.metrics.record_allocate(seconds, containers)
+
+    def dra_call(self, kind: str, seconds: float, prepared_claims: int) -> None:
+        if self.metrics is not None:
+            self.metrics.record_dra_call(kind, seconds)
+            self.metrics.prepared_claims.set(prepared_claims)
+
+    def published(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.slice_publish.labels(result).inc()
+
+    def registered(self, api: str, registered: bool) -> None:
+        if self.health is not None:
+            self.health.set_registered(api, registered)
+        if self.metrics is not None and registered:
+            self.metrics.registrations.labels(api).inc()
+
+    def handed_over(self, to: Owner) -> None:
+        if self.metrics is not None:
+            self.metrics.handovers.labels(to.value).inc()

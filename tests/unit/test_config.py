@@ -1,0 +1,193 @@
+"""`serve` flags and their environment twins (SPEC §2.1): parsing, validation, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npu_plugin.cli import parse_args
+from npu_plugin.config import config_from_args, env_name
+from npu_plugin.edits import Injection
+from npu_plugin.errors import ConfigError
+
+BASE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
+
+# (flag, value given, Config attribute, parsed value)
+FLAGS: list[tuple[str, str, str, Any]] = [
+    ("--mode", "dra", "mode", "dra"),
+    ("--node-name", "node-1.example", "node_name", "node-1.example"),
+    ("--npu-smi", "/opt/npu-smi", "npu_smi", "/opt/npu-smi"),
+    ("--dcmi-library", "/opt/libdcmi.so", "dcmi_library", "/opt/libdcmi.so"),
+    ("--dev-root", "/tmp/dev", "dev_root", Path("/tmp/dev")),
+    ("--health-interval", "0.1", "health_interval", 0.1),
+    ("--health-failure-threshold", "4", "health_failure_threshold", 4),
+    ("--health-recovery-threshold", "5", "health_recovery_threshold", 5),
+    ("--resource-name", "example.com/npu", "resource_name", "example.com/npu"),
+    ("--device-plugin-path", "/tmp/dp", "device_plugin_path", Path("/tmp/dp")),
+    ("--driver-name", "npu.example.com", "driver_name", "npu.example.com"),
+    ("--device-profile", "npu", "device_profile", "npu"),
+    ("--kubelet-registrar-directory-path", "/tmp/reg", "kubelet_registrar_directory_path", Path("/tmp/reg")),
+    ("--kubelet-plugins-directory-path", "/tmp/plugins", "kubelet_plugins_directory_path", Path("/tmp/plugins")),
+    ("--cdi-root", "/etc/cdi", "cdi_root", Path("/etc/cdi")),
+    ("--state-dir", "/tmp/state", "state_dir", Path("/tmp/state")),
+    ("--kubeconfig", "/tmp/kubeconfig", "kubeconfig", Path("/tmp/kubeconfig")),
+    ("--pod-uid", "0b7c-42", "pod_uid", "0b7c-42"),
+    ("--pod-resources-socket", "/tmp/pr.sock", "pod_resources_socket", Path("/tmp/pr.sock")),
+    ("--dra-devices", "4-7,9", "dra_devices", "4-7,9"),
+    ("--device-injection", "runtime", "device_injection", Injection.RUNTIME),
+    ("--unhealthy-policy", "taint", "unhealthy_policy", "taint"),
+    ("--healthcheck-port", "0", "healthcheck_port", 0),
+    ("--metrics-port", "9400", "metrics_port", 9400),
+    ("--bind-address", "127.0.0.1", "bind_address", "127.0.0.1"),
+    ("--log-level", "DEBUG", "log_level", "debug"),
+    ("--log-format", "json", "log_format", "json"),
+]
+SWITCHES = [("--mount-driver", "mount_driver"), ("--cdi-enabled", "cdi_enabled")]
+BACKEND_FLAGS: list[tuple[str, str, str, Any]] = [
+    ("--backend", "fake", "backend", "fake"),
+    ("--fake-inventory", "/tmp/inv.yaml", "fake_inventory", Path("/tmp/inv.yaml")),
+    ("--fake-profile", "atlas-300i-duo", "fake_profile", "atlas-300i-duo"),
+]
+NEEDS = {"--mode": ["--node-name", "n1"]}
+
+
+def base_without(flag: str) -> list[str]:
+    """BASE, less the flag under test so that its environment twin is the one read."""
+    if flag == "--backend":
+        return ["serve", "--fake-profile", "atlas-800t-a2"]
+    if flag == "--fake-profile":
+        return ["serve", "--backend", "fake", "--fake-inventory", "/tmp/inv.yaml"]
+    return BASE
+
+
+def config(argv: list[str], environ: dict[str, str] | None = None) -> Any:
+    return config_from_args(parse_args(argv, environ or {}))
+
+
+def test_defaults() -> None:
+    c = config(BASE)
+    assert (c.mode, c.health_interval, c.health_failure_threshold, c.health_recovery_threshold) == (
+        "device-plugin", 5.0, 2, 3)
+    assert c.device_plugin_path == Path("/var/lib/kubelet/device-plugins")
+    assert c.state_dir == Path("/var/lib/kubelet/plugins/npu.huawei.com")
+    assert (c.resource_name, c.driver_name, c.cdi_root) == ("auto", "npu.huawei.com", Path("/var/run/cdi"))
+    assert (c.device_injection, c.mount_driver, c.cdi_enabled) == (Injection.NODES, False, False)
+    assert (c.healthcheck_port, c.metrics_port, c.bind_address) == (-1, -1, "0.0.0.0")
+    assert c.dev_root == Path("/dev")
+
+
+@pytest.mark.parametrize(("flag", "value", "attr", "parsed"), FLAGS + BACKEND_FLAGS, ids=str)
+def test_flag_and_its_environment_twin(flag: str, value: str, attr: str, parsed: Any) -> None:
+    base = [*base_without(flag), *NEEDS.get(flag, [])]
+    assert getattr(config([*base, flag, value]), attr) == parsed
+    assert getattr(config([*base, f"{flag}={value}"]), attr) == parsed
+    assert getattr(config(base, {env_name(flag[2:]): value}), attr) == parsed
+
+
+def test_a_flag_beats_its_environment_twin() -> None:
+    assert config([*BASE, "--health-interval", "2"], {"NPU_PLUGIN_HEALTH_INTERVAL": "7"}).health_interval == 2.0
+
+
+@pytest.mark.parametrize(("flag", "attr"), SWITCHES)
+@pytest.mark.parametrize(("env_value", "expected"), [("true", True), ("1", True), ("off", False), ("", False)])
+def test_switches_and_their_environment_twins(flag: str, attr: str, env_value: str, expected: bool) -> None:
+    assert getattr(config([*BASE, flag]), attr) is True
+    assert getattr(config(BASE, {env_name(flag[2:]): env_value}), attr) is expected
+
+
+def test_environment_names() -> None:
+    assert env_name("mode") == "NPU_PLUGIN_MODE"
+    assert env_name("health-failure-threshold") == "NPU_PLUGIN_HEALTH_FAILURE_THRESHOLD"
+    assert env_name("node-name") == "NODE_NAME"
+    assert env_name("pod-uid") == "POD_UID"
+
+
+def test_seed_dra_arguments_are_accepted() -> None:
+    c = config(["serve", "--mode", "dra", "--node-name=worker-1", "--device-profile=npu",
+                "--driver-name=npu.huawei.com", "--kubelet-registrar-directory-path=/var/lib/kubelet/plugins_registry",
+                "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins", "--cdi-root=/etc/cdi",
+                "--healthcheck-port=-1"])
+    assert (c.mode, c.node_name, c.cdi_root, c.healthcheck_port) == ("dra", "worker-1", Path("/etc/cdi"), -1)
+
+
+def test_seed_environment_names_are_read() -> None:
+    c = config([*BASE, "--mode", "dra"], {"NODE_NAME": "worker-2", "POD_UID": "abc-123"})
+    assert (c.node_name, c.pod_uid) == ("worker-2", "abc-123")
+
+
+BAD_FLAGS = [
+    ("--mode", "bogus"), ("--backend", "gpu"), ("--fake-profile", "nope"), ("--node-name", "Not_A_Name"),
+    ("--health-interval", "0"), ("--health-interval", "nan"), ("--health-interval", "soon"),
+    ("--health-failure-threshold", "0"), ("--health-recovery-threshold", "1.5"),
+    ("--resource-name", "Ascend910"), ("--resource-name", "huawei.com/"), ("--driver-name", "NPU"),
+    ("--device-profile", "vnpu"), ("--pod-uid", "../x"), ("--device-injection", "both"),
+    ("--unhealthy-policy", "evict"), ("--healthcheck-port", "70000"), ("--metrics-port", "-2"),
+    ("--bind-address", "localhost"), ("--log-level", "loud"), ("--log-format", "xml"), ("--npu-smi", " "),
+    ("--dra-devices", ""),
+]
+
+
+@pytest.mark.parametrize(("flag", "value"), BAD_FLAGS)
+def test_bad_flag_values_exit_2_with_one_line_naming_the_flag(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args([*BASE, f"{flag}={value}"], {})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err, err
+
+
+@pytest.mark.parametrize(("flag", "value"), BAD_FLAGS)
+def test_bad_environment_values_are_rejected_the_same_way(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(base_without(flag), {env_name(flag[2:]): value})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err, err
+
+
+def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(BASE, {"NPU_PLUGIN_CDI_ENABLED": "maybe"})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--cdi-enabled" in err and "NPU_PLUGIN_CDI_ENABLED" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2"], "--node-name"),
+     (["serve", "--mode", "both", "--node-name", "n", "--backend", "fake", "--fake-profile", "atlas-800t-a2"],
+      "--dra-devices"),
+     (["serve", "--backend", "fake"], "--fake-inventory"),
+     (["serve", "--backend", "dcmi", "--fake-profile", "atlas-800t-a2"], "--fake-inventory")],
+)
+def test_cross_flag_checks_name_the_flag(argv: list[str], flag: str) -> None:
+    with pytest.raises(ConfigError, match=flag):
+        config(argv)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "npu_plugin", *args], capture_output=True, text=True,
+                          timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
+
+
+def test_bogus_mode_from_the_command_line_is_one_line_on_stderr() -> None:
+    result = run_cli("serve", "--mode", "bogus")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "--mode" in result.stderr
+    assert "device-plugin" in result.stderr, "the line says what is allowed"
+
+
+def test_a_cross_flag_error_from_the_command_line_is_one_line_and_starts_nothing() -> None:
+    result = run_cli("serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--node-name" in result.stderr

@@ -1,0 +1,41 @@
+"""Pure parts of the device plugin service: what ListAndWatch lists and which ids Allocate accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_plugin.device import Health
+from npu_plugin.deviceplugin.service import allocatable_ids, list_response
+from npu_plugin.errors import AllocationError
+from npu_plugin.inventory import Inventory, Owner
+from npu_plugin.profiles import profile_devices
+
+
+def inventory() -> Inventory:
+    inv = Inventory(profile_devices("atlas-800-9000"), failure_threshold=1, recovery_threshold=1,
+                    owners={6: Owner.DRA, 7: Owner.DRA})
+    inv.observe({i: Health.CRITICAL if i == 2 else Health.OK for i in range(8)})
+    return inv
+
+
+def test_list_leaves_out_dra_devices_and_carries_health_and_numa() -> None:
+    response = list_response(inventory().snapshot())
+    assert [(d.ID, d.health, [n.ID for n in d.topology.nodes]) for d in response.devices] == [
+        ("Ascend910-0", "Healthy", [0]), ("Ascend910-1", "Healthy", [0]), ("Ascend910-2", "Unhealthy", [0]),
+        ("Ascend910-3", "Healthy", [0]), ("Ascend910-4", "Healthy", [1]), ("Ascend910-5", "Healthy", [1]),
+    ]
+
+
+def test_allocatable_ids_in_request_order() -> None:
+    assert allocatable_ids(inventory().snapshot(), ["Ascend910-5", "Ascend910-0"], "Ascend910") == [5, 0]
+
+
+@pytest.mark.parametrize(
+    ("device_id", "problem"),
+    [("Ascend910-6", "owned by dra"), ("Ascend910-2", "unhealthy"), ("Ascend910-9", "unknown"),
+     ("Ascend310P-1", "unknown"), ("npu-1", "unknown"), ("", "unknown")],
+)
+def test_refused_ids_are_named(device_id: str, problem: str) -> None:
+    with pytest.raises(AllocationError, match=problem) as raised:
+        allocatable_ids(inventory().snapshot(), ["Ascend910-0", device_id], "Ascend910")
+    assert repr(device_id) in str(raised.value) or device_id in str(raised.value)
