@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(backend="fake")
     simulate.add_argument("--dra-devices")
     add_log_flags(simulate)
-    simulate.set_defaults(func=_simulate, log_level="warning")
+    simulate.set_defaults(func=_simulate, log_level="error")
 
     version = commands.add_parser("version", help="print the version")
     version.set_defaults(func=lambda _args: print(f"npu-plugin {__version__}") or EXIT_OK)
@@ -116,10 +117,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigError as error:
-        print(f"npu-plugin {args.command}: error: {error}", file=sys.stderr)
+        _report(args, error)
         return EXIT_USAGE
     except NpuPluginError as error:
-        print(f"npu-plugin {args.command}: error: {error}", file=sys.stderr)
+        _report(args, error)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        # A bug, not a user error: the traceback goes through the log format, one line like every event.
+        logging.getLogger(__name__).critical("npu-plugin %s stopped on an unexpected error", args.command,
+                                             exc_info=True)
+        return EXIT_FAILURE
+
+
+def _report(args: argparse.Namespace, error: Exception) -> None:
+    """An expected failure: one plain line, or one JSON event when machines read the log."""
+    message = f"npu-plugin {args.command}: error: {error}"
+    if getattr(args, "log_format", "text") == "json":
+        logging.getLogger(__name__).error(message, extra={"error": str(error)})
+    else:
+        print(message, file=sys.stderr)

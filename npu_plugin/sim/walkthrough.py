@@ -1,0 +1,386 @@
+"""`npu-plugin simulate`: the real daemon against the kubelet simulators and a fake API, step by step.
+
+Everything runs in a temporary directory on this machine. With a real backend the node's devices are
+discovered read-only and served from a copy, so nothing of the kubelet's is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import yaml
+
+from npu_plugin.backends.auto import discover, open_backend
+from npu_plugin.config import check_backend_args, config_from_args
+from npu_plugin.daemon import Daemon
+from npu_plugin.device import Device, Health, resource_name_for
+from npu_plugin.errors import NpuPluginError
+from npu_plugin.inventory_command import render_table
+from npu_plugin.inventory_file import inventory_document
+from npu_plugin.ownership import parse_device_list
+from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from npu_plugin.sim.fakeapi import FakeKubeAPI
+from npu_plugin.sim.kubelet import KubeletSimulator
+from npu_plugin.sim.podresources import PodResourcesSimulator
+from npu_plugin.sim.rest import SLICES_PATH, RestClient
+from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+NODE, DRIVER, NAMESPACE = "sim-node", "npu.huawei.com", "default"
+STEP_TIMEOUT = 10.0
+
+
+class StepFailedError(NpuPluginError):
+    """A walkthrough step did not produce what it should; exit 1 naming it."""
+
+
+class Report:
+    """Numbered step headers and indented results on stdout."""
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.current = ""
+
+    @contextlib.contextmanager
+    def step(self, title: str) -> Iterator[None]:
+        self.number += 1
+        self.current = title
+        print(f"\n[{self.number}] {title}", flush=True)
+        yield
+
+    def show(self, text: str) -> None:
+        for line in text.rstrip("\n").splitlines():
+            print(f"    {line}")
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """The kubelet's and the plugin's directories, all under one temporary root."""
+
+    root: Path
+
+    @property
+    def dev(self) -> Path:
+        return self.root / "dev"
+
+    @property
+    def inventory_yaml(self) -> Path:
+        return self.root / "inventory.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def device_plugins(self) -> Path:
+        return self.root / "device-plugins"
+
+    @property
+    def plugins_registry(self) -> Path:
+        return self.root / "plugins_registry"
+
+    @property
+    def plugins(self) -> Path:
+        return self.root / "plugins"
+
+    @property
+    def cdi(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def pod_resources(self) -> Path:
+        return self.root / "pod-resources"
+
+
+def default_dra_devices(devices: list[Device]) -> str:
+    """The upper half of the node (4-7 on an eight-NPU box), as the demo partition."""
+    ids = sorted(d.physical_id for d in devices)
+    upper = ids[len(ids) // 2:] or ids
+    return ",".join(str(i) for i in upper)
+
+
+def _daemon_argv(mode: str, paths: Paths, dra_devices: str | None) -> list[str]:
+    argv = [
+        "serve", f"--mode={mode}", f"--node-name={NODE}", "--backend=fake", f"--fake-inventory={paths.inventory_yaml}",
+        f"--dev-root={paths.dev}", f"--device-plugin-path={paths.device_plugins}",
+        f"--kubelet-registrar-directory-path={paths.plugins_registry}",
+        f"--kubelet-plugins-directory-path={paths.plugins}", f"--cdi-root={paths.cdi}",
+        f"--kubeconfig={paths.kubeconfig}", f"--pod-resources-socket={paths.pod_resources}/kubelet.sock",
+        "--health-interval=0.1", "--health-failure-threshold=1", "--health-recovery-threshold=1",
+    ]
+    return argv + ([f"--dra-devices={dra_devices}"] if mode == "both" and dra_devices else [])
+
+
+async def _until(check: Callable[[], T | None], what: str, timeout: float = STEP_TIMEOUT) -> T:
+    deadline = time.monotonic() + timeout
+    while (value := check()) is None or value is False:
+        if time.monotonic() > deadline:
+            raise StepFailedError(f"no {what} within {timeout:.0f}s")
+        await asyncio.sleep(0.05)
+    return value
+
+
+class Walkthrough:
+    def __init__(self, mode: str, devices: list[Device], dra_devices: str | None, paths: Paths) -> None:
+        self.mode, self.devices, self.dra_devices, self.paths = mode, devices, dra_devices, paths
+        self.report = Report()
+        self.resource = resource_name_for(devices[0].device_type)
+        self.dp = mode in ("device-plugin", "both")
+        self.dra = mode in ("dra", "both")
+
+    # ---- set-up and tear-down
+
+    @contextlib.asynccontextmanager
+    async def environment(self) -> AsyncIterator[None]:
+        self.paths.dev.mkdir()
+        for device in self.devices:
+            (self.paths.dev / device.device_node).touch()
+        self._write_inventory(self.devices)
+        self.api = FakeKubeAPI()
+        self.api.start()
+        try:
+            self.api.write_kubeconfig(self.paths.kubeconfig)
+            self.api.add_node(NODE)
+            self.rest = RestClient(self.api.url)
+            self.kubelet = KubeletSimulator(self.paths.device_plugins)
+            self.dra_kubelet = DraKubeletSimulator(self.paths.plugins_registry, node_name=NODE, api_url=self.api.url)
+            self.pod_resources = PodResourcesSimulator(self.paths.pod_resources / "kubelet.sock", self.resource)
+            async with self._kubelets(), self._daemon():
+                yield
+        finally:
+            self.api.stop()
+
+    @contextlib.asynccontextmanager
+    async def _kubelets(self) -> AsyncIterator[None]:
+        await self.pod_resources.start()
+        await self.kubelet.start()
+        await self.dra_kubelet.start()
+        try:
+            yield
+        finally:
+            await self.dra_kubelet.stop()
+            await self.kubelet.stop()
+            await self.pod_resources.stop()
+
+    @contextlib.asynccontextmanager
+    async def _daemon(self) -> AsyncIterator[None]:
+        from npu_plugin.backends.fake import FakeBackend
+        from npu_plugin.cli import parse_args
+
+        config = config_from_args(parse_args(_daemon_argv(self.mode, self.paths, self.dra_devices), environ={}))
+        backend = FakeBackend(config.fake_inventory)
+        self.daemon = Daemon(config, backend, discover(backend))
+        task = asyncio.create_task(self.daemon.run(), name="simulated-daemon")
+        try:
+            yield
+        finally:
+            self.daemon.stop.set()
+            await task
+
+    def _write_inventory(self, devices: list[Device]) -> None:
+        text = yaml.safe_dump(inventory_document(devices), sort_keys=False)
+        self.paths.inventory_yaml.write_text(text)
+
+    async def _api(self, method: str, path: str, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.rest.request, method, path, **kwargs)
+
+    # ---- the steps
+
+    async def run(self) -> None:
+        with self.report.step(f"discover: {len(self.devices)} NPUs ({self.mode} mode)"):
+            self.report.show(render_table(self.devices))
+        async with self.environment():
+            await self._registration()
+            if self.dp:
+                await self._device_plugin_flow()
+            if self.dra:
+                await self._dra_flow()
+            await self._fault_and_recovery()
+        with self.report.step("clean up"):
+            self.report.show("daemon stopped, simulators stopped, temporary directory removed")
+
+    async def _registration(self) -> None:
+        with self.report.step("register with the kubelet"):
+            if self.dp:
+                await self.kubelet.wait_until(lambda: self.resource in self.kubelet.plugins, STEP_TIMEOUT,
+                                              "device plugin registration")
+                plugin = self.kubelet.plugin(self.resource)
+                self.report.show(f"device plugin: {self.resource} at {plugin.endpoint.name} "
+                                 f"(preferred allocation: {plugin.options.get_preferred_allocation_available})")
+            if self.dra:
+                driver = await self.dra_kubelet.wait_for_plugin(DRIVER, timeout=STEP_TIMEOUT)
+                self.report.show(f"DRA driver: {DRIVER} via {driver.service} at {driver.endpoint}")
+
+    async def _device_plugin_flow(self) -> None:
+        plugin = self.kubelet.plugin(self.resource)
+        with self.report.step("ListAndWatch: what the device plugin offers"):
+            await self.kubelet.wait_until(lambda: plugin.updates > 0, STEP_TIMEOUT, "device list")
+            for device_id, device in sorted(plugin.devices.items()):
+                numa = ",".join(str(n.ID) for n in device.topology.nodes) or "-"
+                self.report.show(f"{device_id:<14} {device.health:<10} NUMA {numa}")
+        available = plugin.healthy_ids()
+        if not available:
+            raise StepFailedError("the device plugin offers no healthy NPU to allocate")
+        size = min(2, len(available))
+        with self.report.step(f"GetPreferredAllocation: {size} of {len(available)} available"):
+            chosen = await self.kubelet.preferred(self.resource, available, [], size)
+            self.report.show(f"preferred: {', '.join(chosen)} (locality first: topology group, NUMA node, card)")
+        with self.report.step("Allocate: what the container gets"):
+            response = await self.kubelet.allocate(self.resource, chosen)
+            for key, value in sorted(response.envs.items()):
+                self.report.show(f"env     {key}={value}")
+            for spec in response.devices:
+                self.report.show(f"device  {spec.host_path} -> {spec.container_path} ({spec.permissions})")
+            for mount in response.mounts:
+                self.report.show(f"mount   {mount.host_path} -> {mount.container_path} (ro={mount.read_only})")
+        self.pod_resources.hold_devices(NAMESPACE, "training-0", "main", chosen)
+
+    async def _slices(self) -> list[dict[str, Any]]:
+        answer = await self._api("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})
+        return list(answer["items"])
+
+    async def _dra_flow(self) -> None:
+        with self.report.step("publish ResourceSlices"):
+            slices: list[dict[str, Any]] = []
+
+            async def published() -> list[dict[str, Any]] | None:
+                slices[:] = await self._slices()
+                return slices if slices and any(s["spec"]["devices"] for s in slices) else None
+
+            await self._until_async(published, "ResourceSlice")
+            self.report.show(_slice_summary(slices))
+        with self.report.step("the scheduler allocates a claim for 1 NPU"):
+            claim = await asyncio.to_thread(
+                allocate_claim, self.rest, namespace=NAMESPACE, name="inference-claim", node=NODE,
+                requests=[DeviceRequest("npu", count=1)], class_selectors=(),
+            )
+            results = claim["status"]["allocation"]["devices"]["results"]
+            for result in results:
+                self.report.show(f"request {result['request']}: {result['driver']} pool {result['pool']} "
+                                 f"device {result['device']}")
+        ref = Claim(NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"])
+        with self.report.step("NodePrepareResources: the claim's CDI spec"):
+            prepared = (await self.dra_kubelet.prepare([ref]))[ref.uid]
+            if prepared.error:
+                raise StepFailedError(prepared.error)
+            for device in prepared.devices:
+                self.report.show(f"{device.device_name}: CDI {', '.join(device.cdi_device_ids) or '-'}")
+            spec_file = self.paths.cdi / f"{DRIVER}-claim_{ref.uid}.json"
+            self.report.show(f"{spec_file.name}:")
+            self.report.show(json.dumps(json.loads(spec_file.read_text()), indent=2))
+        with self.report.step("NodeUnprepareResources"):
+            errors = await self.dra_kubelet.unprepare([ref])
+            if errors[ref.uid]:
+                raise StepFailedError(errors[ref.uid])
+            self.report.show(f"claim released; CDI spec removed: {not spec_file.exists()}")
+
+    async def _until_async(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while (value := await check()) is None:
+            if time.monotonic() > deadline:
+                raise StepFailedError(f"no {what} within {STEP_TIMEOUT:.0f}s")
+            await asyncio.sleep(0.05)
+        return value
+
+    def _victims(self) -> list[Device]:
+        """One device per served API to break: the first of each side's share."""
+        snapshot = self.daemon.inventory.snapshot()
+        seen: dict[str, Device] = {}
+        for view in snapshot.devices:
+            seen.setdefault(view.owner.value, view.device)
+        return list(seen.values())
+
+    async def _fault_and_recovery(self) -> None:
+        victims = self._victims()
+        names = ", ".join(f"{d.dp_id}/{d.dra_name}" for d in victims)
+        with self.report.step(f"health fault: {names} reported Critical"):
+            broken = {d.physical_id for d in victims}
+            self._write_inventory([replace(d, health=Health.CRITICAL) if d.physical_id in broken else d
+                                   for d in self.devices])
+            await self._observe_health(broken, healthy=False)
+        with self.report.step("recovery: back to OK"):
+            self._write_inventory(self.devices)
+            await self._observe_health(broken, healthy=True)
+
+    async def _listed_as(self, device: Device, health: str) -> None:
+        plugin = self.kubelet.plugin(self.resource)
+
+        def listed() -> bool:
+            return plugin.devices[device.dp_id].health == health
+
+        await self.kubelet.wait_until(listed, STEP_TIMEOUT, f"{health} {device.dp_id}")
+        self.report.show(f"ListAndWatch: {device.dp_id} {health}")
+
+    async def _observe_health(self, ids: set[int], healthy: bool) -> None:
+        for device in self.devices:
+            if device.physical_id not in ids:
+                continue
+            view = self.daemon.inventory.snapshot().get(device.physical_id)
+            assert view is not None
+            if view.owner.value == "device-plugin" and self.dp:
+                await self._listed_as(device, "Healthy" if healthy else "Unhealthy")
+            elif self.dra:
+                async def listed(d: Device = device) -> bool | None:
+                    names = {e["name"] for s in await self._slices() for e in s["spec"]["devices"]}
+                    return True if (d.dra_name in names) == healthy else None
+
+                await self._until_async(listed, f"slice update for {device.dra_name}")
+                where = "back in" if healthy else "removed from"
+                self.report.show(f"ResourceSlice: {device.dra_name} {where} the pool")
+
+
+def _slice_summary(slices: list[dict[str, Any]]) -> str:
+    lines = []
+    for item in slices:
+        spec = item["spec"]
+        names = ", ".join(d["name"] for d in spec["devices"])
+        lines.append(f"{item['metadata']['name']}: pool {spec['pool']['name']} generation "
+                     f"{spec['pool']['generation']}, {len(spec['devices'])} devices: {names}")
+    first = next((d for s in slices for d in s["spec"]["devices"]), None)
+    if first is not None:
+        lines.append(f"first device as the scheduler sees it (CEL: device.attributes[\"{DRIVER}\"].<name>):")
+        lines += ["  " + line for line in yaml.safe_dump(first, sort_keys=False).splitlines()]
+    return "\n".join(lines)
+
+
+def _discover(args: argparse.Namespace) -> list[Device]:
+    if args.backend == "fake" and args.fake_inventory is None and args.fake_profile is None:
+        args.fake_profile = "atlas-800t-a2"
+    check_backend_args(args)
+    backend = open_backend(args.backend, fake_inventory=args.fake_inventory, fake_profile=args.fake_profile,
+                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library, dev_root=args.dev_root)
+    try:
+        return discover(backend)
+    finally:
+        backend.close()
+
+
+def run_simulation(args: argparse.Namespace) -> int:
+    devices = _discover(args)
+    dra_devices = args.dra_devices or (default_dra_devices(devices) if args.mode == "both" else None)
+    if args.mode == "both" and dra_devices:
+        parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="npu-sim-") as root:
+        walkthrough = Walkthrough(args.mode, devices, dra_devices, Paths(Path(root)))
+        try:
+            asyncio.run(walkthrough.run())
+        except (NpuPluginError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:
+            print(f"\nnpu-plugin simulate: step {walkthrough.report.number} "
+                  f"({walkthrough.report.current}) failed: {error}", file=sys.stderr)
+            return 1
+    print(f"\nsimulation complete in {time.monotonic() - started:.1f}s: every step succeeded")
+    return 0

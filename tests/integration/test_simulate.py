@@ -1,0 +1,80 @@
+"""`npu-plugin simulate` walks every step for each mode and profile, and names a failing step."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MODES = ("device-plugin", "dra", "both")
+PROFILES = ("atlas-800t-a2", "atlas-800-9000", "atlas-300i-duo")
+DP_STEPS = ("ListAndWatch", "GetPreferredAllocation", "Allocate", "ASCEND_VISIBLE_DEVICES=")
+DRA_STEPS = ("publish ResourceSlices", "allocates a claim", "NodePrepareResources", '"cdiVersion": "0.5.0"',
+             "NodeUnprepareResources", "CDI spec removed: True")
+
+
+def simulate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", *args],
+                          capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("mode", MODES)
+def test_every_step_succeeds(mode: str, profile: str) -> None:
+    run = simulate("--mode", mode, "--fake-profile", profile)
+    assert run.returncode == 0, run.stdout + run.stderr
+    expected = ("discover", "register with the kubelet", "health fault", "recovery", "clean up")
+    expected += DP_STEPS if mode != "dra" else ()
+    expected += DRA_STEPS if mode != "device-plugin" else ()
+    for text in expected:
+        assert text in run.stdout, f"missing {text!r} in:\n{run.stdout}"
+    assert "every step succeeded" in run.stdout
+
+
+def test_default_is_both_mode_with_the_upper_half_to_dra() -> None:
+    run = simulate()
+    assert run.returncode == 0, run.stderr
+    assert "8 NPUs (both mode)" in run.stdout
+    assert "4 devices: npu-4, npu-5, npu-6, npu-7" in run.stdout
+    assert "Ascend910-4" not in run.stdout.split("[4]")[0]  # the device plugin lists only its own share
+
+
+def test_temporary_directories_are_removed(short_dir: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", "--mode", "dra"], capture_output=True,
+                         text=True, timeout=60, check=False, env={"TMPDIR": str(short_dir), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert list(short_dir.iterdir()) == []
+
+
+def test_a_temporary_directory_too_deep_for_sockets_is_named(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    run = subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", "--mode", "device-plugin"],
+                         capture_output=True, text=True, timeout=60, check=False,
+                         env={"TMPDIR": str(deep), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 1
+    assert "Unix sockets allow 107: choose a shorter directory" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_failing_step_exits_1_naming_it(tmp_path: Path) -> None:
+    inventory = tmp_path / "broken.yaml"
+    inventory.write_text("devices:\n  - {physicalId: 0, chipName: 910B3, health: Critical}\n")
+    run = simulate("--mode", "device-plugin", "--fake-inventory", str(inventory))
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "npu-plugin simulate: step 3 (ListAndWatch: what the device plugin offers) failed: "
+        "the device plugin offers no healthy NPU to allocate"
+    )
+    assert "Traceback" not in run.stderr
+
+
+def test_a_bad_partition_is_a_usage_error() -> None:
+    run = simulate("--mode", "both", "--dra-devices", "9")
+    assert run.returncode == 2
+    assert run.stderr.strip() == (
+        "npu-plugin simulate: error: --dra-devices: no device with physical id [9] on this node "
+        "(devices: [0, 1, 2, 3, 4, 5, 6, 7])"
+    )
