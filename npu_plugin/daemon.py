@@ -21,6 +21,7 @@ from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import ConfigError
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
+from npu_plugin.logs import device_key
 from npu_plugin.ownership import Holders, initial_owners, next_owners, parse_device_list, partition
 from npu_plugin.podresources import list_held
 from npu_plugin.tasks import until_closed
@@ -82,8 +83,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        log.info("npu-plugin %s starting: mode=%s backend=%s devices=%d", __version__, self.config.mode,
-                 self.backend.name, len(self.devices))
+        self._log_start()
         if self.dra is not None:
             await self._take_ownership()
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
@@ -109,6 +109,12 @@ class Daemon:
         log.info("npu-plugin stopped")
         return 0
 
+    def _log_start(self) -> None:
+        facts = {"version": __version__, "mode": self.config.mode, "backend": self.backend.name,
+                 "device_count": len(self.devices)}
+        log.info("npu-plugin %(version)s starting: mode=%(mode)s backend=%(backend)s devices=%(device_count)d",
+                 facts, extra=facts)
+
     # ---- ownership (dra and both modes) ----
 
     async def _holders(self) -> Holders:
@@ -131,7 +137,7 @@ class Daemon:
         for pid, owner in initial_owners(self.desired, await self._holders()).items():
             if owner is not self.desired[pid]:
                 log.info("device %d stays with %s until released (the partition gives it to %s)", pid, owner.value,
-                         self.desired[pid].value, extra={"device": f"npu-{pid}"})
+                         self.desired[pid].value, extra={"device": device_key([pid])})
             self.inventory.set_owner(pid, owner)
 
     async def _hand_over(self) -> None:
@@ -145,7 +151,7 @@ class Daemon:
             for pid, owner in next_owners(self.desired, current, await self._holders()).items():
                 if owner is not current[pid]:
                     log.info("device %d released by %s, now served by %s", pid, current[pid].value, owner.value,
-                             extra={"device": f"npu-{pid}"})
+                             extra={"device": device_key([pid])})
                     self.inventory.set_owner(pid, owner)
                     self.telemetry.handed_over(owner)
 
@@ -184,10 +190,10 @@ class Daemon:
             paths=paths, driver=config.driver_name, node_name=config.node_name, inventory=self.inventory,
             layout=self.layout, client=KubeClient(config.kubeconfig), unhealthy_policy=config.unhealthy_policy,
             health_timeout_seconds=max(30, int(config.health_interval * 3)),
-            observe=lambda kind, seconds: self.telemetry.dra_call(kind, seconds, plugin.preparer.prepared_claims),
-            on_publish=self.telemetry.published,
+            observe=self.telemetry.dra_call, on_publish=self.telemetry.published,
             on_registered=lambda up: self.telemetry.registered("dra", up),
         )
+        self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
 
     # ---- lifecycle ----

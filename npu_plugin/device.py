@@ -59,6 +59,11 @@ def resource_name_for(device_type: str) -> str:
     return f"huawei.com/{id_prefix(device_type)}"
 
 
+def dra_name(physical_id: int) -> str:
+    """DRA device name in the ResourceSlice: `npu-3`."""
+    return f"npu-{physical_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """One NPU die the kernel exposes as /dev/davinci<physical_id>.
@@ -87,8 +92,7 @@ class Device:
 
     @property
     def dra_name(self) -> str:
-        """DRA device name in the ResourceSlice: `npu-3`."""
-        return f"npu-{self.physical_id}"
+        return dra_name(self.physical_id)
 
     @property
     def device_node(self) -> str:

@@ -16,6 +16,7 @@ from npu_plugin.backends.base import Backend
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.errors import BackendError
 from npu_plugin.inventory import Inventory
+from npu_plugin.logs import device_key
 
 log = logging.getLogger(__name__)
 _DEVICE_NODE = re.compile(r"^davinci(\d+)$")
@@ -54,7 +55,8 @@ class HealthMonitor:
             if (dev_root / v.device.device_node).exists()
         }
         if missing := sorted({v.physical_id for v in inventory.snapshot().devices} - self._watched_nodes):
-            log.warning("no device node under %s for devices %s; their presence is not watched", dev_root, missing)
+            log.warning("no device node under %s for devices %s; their presence is not watched", dev_root, missing,
+                        extra={"device": device_key(missing)})
         self._reload_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -94,7 +96,7 @@ class HealthMonitor:
         pid = int(match.group(1))
         present = Path(path).exists()
         if not present:
-            log.warning("device node %s vanished: device %d is unhealthy", path, pid)
+            log.warning("device node %s vanished", path, extra={"device": device_key([pid])})
         self._inventory.set_present(pid, present)
 
     def _on_inventory_event(self, path: str, _exists: bool) -> None:
@@ -112,7 +114,7 @@ class HealthMonitor:
         try:
             devices = await asyncio.to_thread(self._backend.reload)
         except BackendError as error:
-            log.warning("inventory file rewrite rejected: %s", error)
+            log.warning("inventory file rewrite rejected: %s", error, extra={"error": str(error)})
             return
         # Health levels in the file reach the inventory through the poller, so the hysteresis counts
         # samples, not file writes.

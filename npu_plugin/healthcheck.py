@@ -6,35 +6,56 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from npu_plugin.tasks import first_of
+
 log = logging.getLogger(__name__)
 FRESHNESS_INTERVALS = 3
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def is_serving(registered: dict[str, bool], last_sample: float, now: float, interval: float) -> bool:
+def unmet(registered: Mapping[str, bool], last_sample: float, now: float, interval: float) -> list[str]:
+    """Pure: what keeps the service from SERVING, empty when nothing does.
+
+    Every enabled API must be registered with the kubelet, and the inventory sampled within
+    FRESHNESS_INTERVALS health intervals (a poller stuck in a hung driver call stops sampling).
+    """
+    reasons = [f"{api} not registered with the kubelet" for api, up in registered.items() if not up]
+    if now - last_sample > FRESHNESS_INTERVALS * interval:
+        reasons.append(f"no health sample for {now - last_sample:.1f}s")
+    return reasons
+
+
+def is_serving(registered: Mapping[str, bool], last_sample: float, now: float, interval: float) -> bool:
     """Pure verdict: every enabled API registered, and a health sample within 3 intervals."""
-    return all(registered.values()) and now - last_sample <= FRESHNESS_INTERVALS * interval
+    return not unmet(registered, last_sample, now, interval)
 
 
 class HealthService:
-    """Owns the gRPC health server; `registered` is updated by the plugins' callbacks."""
+    """Owns the gRPC health server; `set_registered` is called by the plugins' callbacks."""
 
     def __init__(self, apis: list[str], last_sample: Callable[[], float], interval: float) -> None:
         self.registered = dict.fromkeys(apis, False)
         self._last_sample, self._interval = last_sample, interval
         self._servicer = health_aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
+        self._status: health_pb2.HealthCheckResponse.ServingStatus | None = None
+        self._changed = asyncio.Event()
         self.port = 0
 
     def set_registered(self, api: str, registered: bool) -> None:
         self.registered[api] = registered
+        self._changed.set()  # a probe must not see SERVING for a poll period after the kubelet is gone
 
     async def start(self, address: str, port: int) -> None:
+        # The servicer starts out SERVING: the verdict goes in before the first probe can connect.
+        await self._evaluate()
         server = grpc.aio.server()
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
         host = f"[{address}]" if ":" in address else address
@@ -44,17 +65,21 @@ class HealthService:
         log.info("gRPC health service listening on %s:%d", address, self.port)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Re-evaluate the verdict every half interval until stopped."""
-        status = None
+        """Re-evaluate on every registration change and every half interval until stopped."""
         while not stop.is_set():
-            serving = is_serving(self.registered, self._last_sample(), time.monotonic(), self._interval)
-            new = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-            if new != status:
-                status = new
-                await self._servicer.set("", new)
-                log.info("health: %s", health_pb2.HealthCheckResponse.ServingStatus.Name(new))
+            self._changed.clear()
+            await self._evaluate()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), min(self._interval / 2, 1.0))
+                await asyncio.wait_for(first_of(stop.wait(), self._changed.wait()), min(self._interval / 2, 1.0))
         await self._servicer.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(0.5)
+
+    async def _evaluate(self) -> None:
+        reasons = unmet(self.registered, self._last_sample(), time.monotonic(), self._interval)
+        status = NOT_SERVING if reasons else SERVING
+        if status != self._status:
+            self._status = status
+            await self._servicer.set("", status)
+            name = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+            log.info("health: %s%s", name, f" ({'; '.join(reasons)})" if reasons else "")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from npu_plugin.device import Device, Health
+from npu_plugin.logs import device_key
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,20 @@ class HealthTracker:
     def force_unhealthy(self) -> None:
         """The device vanished: unhealthy now, and a full recovery streak is needed to come back."""
         self.healthy, self._streak = False, 0
+
+
+def log_verdict_changes(before: Snapshot, after: Snapshot) -> None:
+    """One line per device whose healthy verdict flipped (new devices have no verdict to flip)."""
+    was = {v.physical_id: v.healthy for v in before.devices}
+    for view in after.devices:
+        if was.get(view.physical_id, view.healthy) == view.healthy:
+            continue
+        key = {"device": device_key([view.physical_id])}
+        if view.healthy:
+            log.info("device %s is healthy again", view.device.dra_name, extra=key)
+        else:
+            log.warning("device %s turned unhealthy (last health sample: %s)", view.device.dra_name,
+                        view.device.health.value, extra=key)
 
 
 class Inventory:
@@ -173,6 +188,7 @@ class Inventory:
         candidate = self._build()
         if candidate.devices == self._snapshot.devices:
             return
+        log_verdict_changes(self._snapshot, candidate)
         self._version += 1
         self._snapshot = replace(candidate, version=self._version)
         for waiter in self._waiters:

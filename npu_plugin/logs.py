@@ -5,10 +5,28 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
-# Context keys a log call may pass with `extra=`; JSON lines always carry them when given.
+from npu_plugin.device import dra_name
+
+# Context keys a log call may pass with `extra=`; both formats carry them when given.
 CONTEXT_KEYS = ("device", "claim", "pod", "error")
+# Facts of the start-up line: JSON carries them as keys, the text message already spells them out.
+STARTUP_KEYS = ("version", "mode", "backend", "device_count")
+# Everything str.splitlines() breaks on, so no reader can split one event into two lines.
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_ESCAPES = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _LINE_BREAKS}
+
+
+def device_key(physical_ids: Iterable[int]) -> str:
+    """The `device` value: DRA device names in both modes, so one query finds a device's every line."""
+    return ",".join(dra_name(pid) for pid in sorted(physical_ids))
+
+
+def one_line(text: str) -> str:
+    """Escape line breaks (a traceback, an error quoting a file) so the event stays one line."""
+    return text.translate(_ESCAPES)
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,11 +37,14 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
             "logger": record.name,
         }
-        for key in CONTEXT_KEYS:
+        for key in (*CONTEXT_KEYS, *STARTUP_KEYS):
             if (value := getattr(record, key, None)) is not None:
                 line[key] = value
-        if record.exc_info and record.exc_info[1] is not None and "error" not in line:
-            line["error"] = repr(record.exc_info[1])
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            line.setdefault("error", f"{type(error).__name__}: {error}")
+            line["traceback"] = self.formatException(record.exc_info)
+        # ensure_ascii escapes U+2028 and friends too: the line survives any reader.
         return json.dumps(line, separators=(",", ":"), default=str)
 
 
@@ -36,7 +57,7 @@ class TextFormatter(logging.Formatter):
         context = " ".join(
             f"{key}={getattr(record, key)}" for key in CONTEXT_KEYS if getattr(record, key, None) is not None
         )
-        return f"{text} [{context}]" if context else text
+        return one_line(f"{text} [{context}]" if context else text)
 
 
 def setup_logging(level: str, fmt: str) -> None:
@@ -45,6 +66,8 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Python warnings are events too; unrouted they would print multi-line text into a JSON stream.
+    logging.captureWarnings(True)
     # Library chatter (watchdog's inotify events, urllib3 connection pool) is not our event stream.
     for noisy in ("watchdog", "urllib3", "kubernetes"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -10,8 +11,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from npu_plugin.inventory import Owner, Snapshot
 
 log = logging.getLogger(__name__)
-# Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to seconds.
-LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request timeout.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
 HEALTH_LABELS = ("healthy", "unhealthy")
 APIS = ("device-plugin", "dra")
 PUBLISH_RESULTS = ("success", "error")
@@ -60,7 +63,12 @@ class Metrics:
         if kind == "prepare":
             self.prepare_seconds.observe(seconds)
 
+    def count_prepared(self, count: Callable[[], int]) -> None:
+        """Read at scrape time, so claims restored from the checkpoint count before the first Prepare."""
+        self.prepared_claims.set_function(count)
+
     def serve(self, port: int, address: str) -> WSGIServer:
         server, _thread = start_http_server(port, address, registry=self.registry)
-        log.info("metrics listening on http://%s:%d/metrics", address, server.server_port)
+        host = f"[{address}]" if ":" in address else address
+        log.info("metrics listening on http://%s:%d/metrics", host, server.server_port)
         return server

@@ -48,6 +48,7 @@ class Telemetry:
     def close(self) -> None:
         if self.metrics is not None:
             self._metrics_server.shutdown()
+            self._metrics_server.server_close()
 
     def devices(self, snapshot: Snapshot) -> None:
         if self.metrics is not None:
@@ -57,10 +58,13 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.record_allocate(seconds, containers)
 
-    def dra_call(self, kind: str, seconds: float, prepared_claims: int) -> None:
+    def dra_call(self, kind: str, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.record_dra_call(kind, seconds)
-            self.metrics.prepared_claims.set(prepared_claims)
+
+    def count_prepared(self, count: Callable[[], int]) -> None:
+        if self.metrics is not None:
+            self.metrics.count_prepared(count)
 
     def published(self, result: str) -> None:
         if self.metrics is not None:

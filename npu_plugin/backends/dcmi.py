@@ -13,6 +13,7 @@ from itertools import combinations
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.device import Device, Health, device_type_for_chip
 from npu_plugin.errors import BackendError, DcmiError
+from npu_plugin.logs import device_key
 
 DEFAULT_LIBRARY = "libdcmi.so"
 
@@ -140,7 +141,7 @@ class DcmiBackend:
             try:
                 self._slots = self._enumerate()
             except BackendError as err:
-                log.warning("DCMI cannot list devices: %s", err)
+                log.warning("DCMI cannot list devices: %s", err, extra={"error": str(err)})
         return self._slots
 
     # ---- per-device details; a failure leaves the field at its default ----
@@ -158,7 +159,7 @@ class DcmiBackend:
             return None, None
         name = abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name))
         if not _known_chip(name):
-            log.warning("DCMI reported unknown chip name %r for %s", name, slot)
+            log.warning("DCMI reported unknown chip name %r for %s", name, slot, extra=_about(slot))
             return None, info.aicore_cnt or None
         return name, info.aicore_cnt or None
 
@@ -184,7 +185,7 @@ class DcmiBackend:
         try:
             return abi.format_bus_id(info.domain, info.bdf_busid, info.bdf_deviceid, info.bdf_funcid)
         except ValueError as err:
-            log.warning("DCMI reported an invalid PCI address for %s: %s", slot, err)
+            log.warning("DCMI reported an invalid PCI address for %s: %s", slot, err, extra=_about(slot, str(err)))
             return None
 
     def _health(self, slot: _Slot) -> tuple[int, Health]:
@@ -198,9 +199,10 @@ class DcmiBackend:
         if code != abi.DCMI_OK:
             self._failing[slot.physical_id] = code
             if code != previous:  # once per failure, not once per poll
-                log.warning("DCMI dcmi_get_device_health failed for %s with error code %d", slot, code)
+                log.warning("DCMI dcmi_get_device_health failed for %s with error code %d", slot, code,
+                            extra=_about(slot, f"error code {code}"))
         elif previous != abi.DCMI_OK:
-            log.info("DCMI dcmi_get_device_health answers again for %s", slot)
+            log.info("DCMI dcmi_get_device_health answers again for %s", slot, extra=_about(slot))
         return health
 
     def _driver_version(self) -> str | None:
@@ -210,7 +212,7 @@ class DcmiBackend:
             if code == abi.DCMI_OK:
                 return abi.decode_c_string(buffer.raw) or None
             if code != abi.DCMI_ERR_CODE_NOT_SUPPORT:
-                log.warning("DCMI %s failed with error code %d", call, code)
+                log.warning("DCMI %s failed with error code %d", call, code, extra={"error": f"error code {code}"})
         return None
 
     # ---- topology ----
@@ -278,7 +280,16 @@ def _known_chip(name: str) -> bool:
 
 
 def _warn_optional(call: str, slot: _Slot, code: int) -> None:
-    log.warning("DCMI %s failed for %s with error code %d; leaving it unset", call, slot, code)
+    log.warning("DCMI %s failed for %s with error code %d; leaving it unset", call, slot, code,
+                extra=_about(slot, f"error code {code}"))
+
+
+def _about(slot: _Slot, error: str | None = None) -> dict[str, str]:
+    """The structured keys of a log line about one die."""
+    keys = {"device": device_key([slot.physical_id])}
+    if error is not None:
+        keys["error"] = error
+    return keys
 
 
 def _reject_duplicates(slots: Iterable[_Slot]) -> None:
@@ -297,7 +308,8 @@ def _settle_chip_names(probes: list[_Probe], driver: str | None) -> list[Device]
     devices = []
     for probe in sorted(probes, key=lambda p: p.slot.physical_id):
         if probe.chip_name is None:
-            log.warning("assuming chip %s for %s, like the other devices", fallback, probe.slot)
+            log.warning("assuming chip %s for %s, like the other devices", fallback, probe.slot,
+                        extra=_about(probe.slot))
         devices.append(_device(probe, probe.chip_name or fallback, driver))
     return devices
 

@@ -28,6 +28,7 @@ class FakeBackend:
         self.inventory_path = inventory_path
         self._profile = profile
         self._last_good: list[Device] | None = None
+        self._rejected: str | None = None
 
     def discover(self) -> list[Device]:
         if self.inventory_path is None:
@@ -37,7 +38,7 @@ class FakeBackend:
             except ValueError as error:
                 raise BackendError(str(error)) from None
         devices = self._read()
-        self._last_good = devices
+        self._last_good, self._rejected = devices, None
         return devices
 
     def reload(self) -> list[Device]:
@@ -47,7 +48,10 @@ class FakeBackend:
         except InventoryFileError as error:
             if self._last_good is None:
                 raise
-            log.warning("inventory file rewrite rejected, keeping the last good inventory: %s", error)
+            if str(error) != self._rejected:  # once per bad rewrite, not once per poll
+                self._rejected = str(error)
+                log.warning("inventory file rewrite rejected, keeping the last good inventory: %s", error,
+                            extra={"error": str(error)})
             return self._last_good
 
     def sample(self) -> dict[int, Health]:

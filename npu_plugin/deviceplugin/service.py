@@ -18,6 +18,7 @@ from npu_plugin.device import id_prefix, parse_dp_id
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import DeviceView, Inventory, Owner, Snapshot
+from npu_plugin.logs import device_key
 from npu_plugin.tasks import until_closed
 from npu_plugin.topology import preferred_allocation
 
@@ -143,8 +144,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
             cdi = [qualified_name(self._cdi_driver, f"npu-{i}") for i in sorted(ids)] if self._cdi_driver else []
             responses.append(container_response(container_edits(self._layout, ids), cdi))
-            log.info("allocated devices %s", ",".join(container.devices_ids),
-                     extra={"device": ",".join(container.devices_ids)})
+            log.info("allocated devices %s", ",".join(container.devices_ids), extra={"device": device_key(ids)})
         self._on_allocate(time.perf_counter() - started, len(responses))
         return pb.AllocateResponse(container_responses=responses)
 

@@ -15,8 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.device import Health
+from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.dra.slices import SliceSettings, slice_specs
