@@ -35,15 +35,26 @@ class PreparedDevice:
 
     @classmethod
     def from_json(cls, raw: Any) -> PreparedDevice:
-        try:
-            return cls(
-                tuple(map(str, raw["requestNames"])),
-                str(raw["poolName"]),
-                str(raw["deviceName"]),
-                tuple(map(str, raw["cdiDeviceIds"])),
-            )
-        except (KeyError, TypeError) as error:
-            raise CheckpointError(f"malformed device entry {raw!r}: {error}") from None
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"malformed device entry {raw!r}")
+        return cls(
+            _strings(raw, "requestNames"), _string(raw, "poolName"), _string(raw, "deviceName"),
+            _strings(raw, "cdiDeviceIds"),
+        )
+
+
+def _string(raw: dict[str, Any], key: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str):
+        raise CheckpointError(f"malformed device entry {raw!r}: {key} is not a string")
+    return value
+
+
+def _strings(raw: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = raw.get(key)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise CheckpointError(f"malformed device entry {raw!r}: {key} is not a list of strings")
+    return tuple(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +74,18 @@ class ClaimEntry:
 
     @classmethod
     def from_json(cls, raw: Any) -> ClaimEntry:
-        if not isinstance(raw, dict) or raw.get("state") not in _STATES:
+        if (
+            not isinstance(raw, dict)
+            or raw.get("state") not in _STATES
+            or not all(isinstance(raw.get(key), str) for key in ("namespace", "name"))
+        ):
             raise CheckpointError(f"malformed claim entry {raw!r}")
         devices = raw.get("devices")
         if not isinstance(devices, list):
             raise CheckpointError(f"claim entry without a devices list: {raw!r}")
         return cls(
-            str(raw.get("namespace", "")),
-            str(raw.get("name", "")),
+            raw["namespace"],
+            raw["name"],
             raw["state"],
             tuple(PreparedDevice.from_json(d) for d in devices),
         )

@@ -120,9 +120,9 @@ class Preparer:
             except NpuPluginError as error:
                 results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
         with self.locked() as checkpoint:
+            # PrepareStarted entries stay in memory: under the lock nobody else reads them, and after a crash
+            # collect_garbage would drop them anyway, so writing them would only cost an fsync per batch.
             started = self._start(refs, fetched, checkpoint, results)
-            if started:
-                self.store.save(checkpoint)
             for ref in started:
                 results[ref.uid] = self._complete(ref, checkpoint)
             if started:

@@ -43,7 +43,7 @@ class Ledger(RuleBasedStateMachine):
         self.claims: dict[str, dict[str, Any]] = {}
         self.preparer = Preparer(
             driver=DRIVER, pool=NODE, cdi_root=root / "cdi", state_dir=root / "state", layout=LAYOUT,
-            store=CheckpointStore(root / "state", "boot-1"), snapshot=lambda: self.inventory.snapshot(),
+            store=CheckpointStore(root / "state", "boot-1"), snapshot=lambda: self.inventory.snapshot(),  # noqa: PLW0108 - a restart replaces it
             fetch_claim=lambda namespace, name: self.claims[name],
         )
         self.containers: dict[int, str] = {}  # device -> pod holding it through the device plugin
