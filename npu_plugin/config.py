@@ -209,3 +209,22 @@ def check_backend_args(args: argparse.Namespace) -> None:
                           f"(profiles: {', '.join(sorted(PROFILES))})")
     if args.backend not in ("fake", "auto") and (args.fake_inventory or args.fake_profile):
         raise ConfigError(f"--fake-inventory/--fake-profile only apply to --backend fake, not {args.backend}")
+
+
+def check_directories(config: Config) -> None:
+    """Every directory flag the enabled modes use must be a directory where it already exists."""
+    flags = {"dev-root": config.dev_root}
+    if config.serves_device_plugin:
+        flags["device-plugin-path"] = config.device_plugin_path
+    if config.serves_dra:
+        flags |= {"kubelet-registrar-directory-path": config.kubelet_registrar_directory_path,
+                  "kubelet-plugins-directory-path": config.kubelet_plugins_directory_path,
+                  "state-dir": config.state_dir}
+    if config.serves_dra or config.cdi_enabled:
+        flags["cdi-root"] = config.cdi_root
+    for flag, path in flags.items():
+        for ancestor in (path, *path.parents):
+            if ancestor.exists():
+                if not ancestor.is_dir():
+                    raise ConfigError(f"--{flag} {path}: {ancestor} exists and is not a directory")
+                break

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend
-from npu_plugin.config import Config
+from npu_plugin.config import Config, check_directories
 from npu_plugin.device import Device, resource_name_for
 from npu_plugin.deviceplugin.cdi import write_static_spec
 from npu_plugin.deviceplugin.plugin import DevicePlugin
@@ -36,6 +36,7 @@ HANDOVER_POLL_SECONDS = 2.0
 
 
 def run_daemon(config: Config) -> int:
+    check_directories(config)
     backend = open_backend(
         config.backend, fake_inventory=config.fake_inventory, fake_profile=config.fake_profile,
         npu_smi=config.npu_smi, dcmi_library=config.dcmi_library, dev_root=config.dev_root,

@@ -15,7 +15,7 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.backoff import retry_forever
 from npu_plugin.deviceplugin.service import DevicePluginService
-from npu_plugin.sockets import start_unix_server, stop_unix_server
+from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
 from npu_plugin.tasks import first_of
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,8 @@ class DevicePlugin:
             self._restart.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        # The kubelet may not have created its directory yet; registration waits for it either way.
+        prepare_socket_dir(self.directory)
         observer = Observer()
         observer.schedule(_KubeletWatch(asyncio.get_running_loop(), self), str(self.directory), recursive=False)
         observer.daemon = True

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.cli import parse_args
-from npu_plugin.config import config_from_args, env_name
+from npu_plugin.config import check_directories, config_from_args, env_name
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
 
@@ -191,3 +191,23 @@ def test_a_cross_flag_error_from_the_command_line_is_one_line_and_starts_nothing
     result = run_cli("serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "--node-name" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "mode"),
+    [
+        ("--device-plugin-path", "device-plugin"),
+        ("--dev-root", "device-plugin"),
+        ("--kubelet-registrar-directory-path", "dra"),
+        ("--kubelet-plugins-directory-path", "dra"),
+        ("--cdi-root", "dra"),
+        ("--state-dir", "both"),
+    ],
+)
+def test_a_directory_flag_pointing_under_a_file_is_refused(tmp_path: Path, flag: str, mode: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = ["serve", "--mode", mode, "--node-name", "n", "--dra-devices", "0", flag, str(blocker / "sub")]
+    config = config_from_args(parse_args(argv, environ={}))
+    with pytest.raises(ConfigError, match=f"^{flag} {blocker}/sub: {blocker} exists and is not a directory$"):
+        check_directories(config)
