@@ -19,8 +19,8 @@ MODES = ("device-plugin", "dra", "both")
 BACKENDS = ("auto", "dcmi", "npu-smi", "fake")
 # Flags whose environment twins are the names the seed manifests already use.
 ENV_OVERRIDES = {"node-name": "NODE_NAME", "pod-uid": "POD_UID"}
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$")
 
 
@@ -29,7 +29,8 @@ def env_name(flag: str) -> str:
 
 
 # Value checkers: raise argparse.ArgumentTypeError with what is allowed.
-def _check(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """An argparse type that accepts values of `pattern` (at most 253 characters), naming `what` otherwise."""
     def check(value: str) -> str:
         if len(value) > 253 or not pattern.match(value):
             raise argparse.ArgumentTypeError(f"{value!r} is not {what}")
@@ -63,9 +64,9 @@ def _non_empty(value: str) -> str:
     return value
 
 
-dns_subdomain = _check(_DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.')")
-resource_name = _check(_RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910, or auto")
-safe_name = _check(_SAFE_NAME, "made of letters, digits, '-', '_' and '.' (it becomes part of a file name)")
+dns_subdomain = matching(DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.')")
+resource_name = matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910, or auto")
+safe_name = matching(_SAFE_NAME, "made of letters, digits, '-', '_' and '.' (it becomes part of a file name)")
 port = _number(int, -1, 65535, "a port number from 0 to 65535, or -1 for off")
 positive_seconds = _number(float, 0.01, 86400, "a number of seconds from 0.01 to 86400")
 threshold = _number(int, 1, 1000, "a whole number from 1 to 1000")

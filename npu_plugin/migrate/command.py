@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npu_plugin.atomic import write_atomic
+from npu_plugin.config import DNS_SUBDOMAIN, RESOURCE_NAME, matching
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate.options import DEFAULT_DEVICE_CLASS, DEFAULT_RESOURCE_NAME, Options
 
@@ -19,17 +18,6 @@ if TYPE_CHECKING:
 
 STDIO = "-"
 _PROG = "npu-plugin migrate"
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
-def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if len(value) > 253 or not pattern.fullmatch(value):
-            raise argparse.ArgumentTypeError(f"{value!r} is not {what}")
-        return value
-    return check
-
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `migrate` with the flags of SPEC §8."""
@@ -42,10 +30,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("-o", "--output", default=STDIO, metavar="FILE",
                         help="where to write the result, replaced atomically; - for stdout (default)")
     parser.add_argument("--resource-name", default=DEFAULT_RESOURCE_NAME,
-                        type=_matching(_RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
+                        type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
                         help=f"extended resource to migrate (default {DEFAULT_RESOURCE_NAME})")
     parser.add_argument("--device-class", default=DEFAULT_DEVICE_CLASS,
-                        type=_matching(_DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
+                        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
                         help=f"DeviceClass the generated claims ask for (default {DEFAULT_DEVICE_CLASS})")
     parser.add_argument("--same-topology-group", action="store_true",
                         help="claims for more than one NPU must come from one HCCS topology group")
