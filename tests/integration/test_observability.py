@@ -349,13 +349,13 @@ def test_a_fatal_start_error_is_a_json_event_too(node: Node, launch_daemon: Laun
     assert event["level"] == "error" and str(node.inventory) in event["error"]
 
 
-def test_a_daemon_that_dies_still_writes_only_json_lines(node: Node, launch_daemon: Launcher) -> None:
+def test_a_refused_configuration_still_writes_only_json_lines(node: Node, launch_daemon: Launcher) -> None:
     blocked = node.plugin_dir / "file"
     blocked.touch()
     daemon = launch_daemon(*node.args("--log-format", "json", "--device-plugin-path", str(blocked / "dp")))
-    assert daemon.process.wait(30) == 1
+    assert daemon.process.wait(30) == 2
     last = json_events(daemon)[-1]
-    assert last["level"] in ("error", "critical") and last["error"], last
+    assert last["level"] == "error" and "exists and is not a directory" in last["error"], last
 
 
 # --- DRA mode ---
