@@ -1,16 +1,26 @@
-"""The only module that imports the kubernetes client (DRA mode only); errors are translated here."""
+"""The only module that imports the kubernetes client (DRA mode only); errors are translated here.
+
+The client's configuration loading and authenticated transport are used with plain-dict bodies on the
+few REST paths below. The generated API classes are not instantiated: CoreV1Api alone costs the
+daemon over 20 MiB of validators for calls it never makes. Every API call goes through `_request`
+with one of the path constants, so tests derive the RBAC the code needs from this file.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from npu_plugin.errors import KubeApiError
+from npu_plugin.errors import ConfigError, KubeApiError
 
-T = TypeVar("T")
 REQUEST_TIMEOUT = 10.0
+NODE = "/api/v1/nodes/{name}"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+SLICE = "/apis/resource.k8s.io/v1/resourceslices/{name}"
+CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+_JSON = {"Accept": "application/json", "Content-Type": "application/json"}
 
 
 class KubeClient:
@@ -18,6 +28,7 @@ class KubeClient:
 
     def __init__(self, kubeconfig: Path | None) -> None:
         import kubernetes
+        import urllib3
 
         configuration = kubernetes.client.Configuration()
         config: Any = kubernetes.config
@@ -27,67 +38,58 @@ class KubeClient:
             else:
                 config.load_incluster_config(client_configuration=configuration)
         except (config.ConfigException, OSError, ValueError) as error:
-            source = str(kubeconfig) if kubeconfig else "in-cluster service account"
-            raise KubeApiError(f"loading Kubernetes credentials from {source}", 0, str(error)) from None
+            if kubeconfig is not None:
+                raise ConfigError(f"--kubeconfig {kubeconfig}: {error}") from None
+            raise ConfigError(f"no in-cluster Kubernetes credentials ({error}); run in a pod with a service "
+                              "account or pass --kubeconfig") from None
         configuration.retries = False
-        # Typed as Any on purpose: bodies and results are plain dicts, never the client's models.
-        self._api_client: Any = kubernetes.client.ApiClient(configuration)
-        self._core: Any = kubernetes.client.CoreV1Api(self._api_client)
-        self._resource: Any = kubernetes.client.ResourceV1Api(self._api_client)
-        self._exception: type[Exception] = kubernetes.client.ApiException
+        self._api: Any = kubernetes.client.ApiClient(configuration)
+        self._transport_errors = (urllib3.exceptions.HTTPError, OSError)
 
-    def _call(self, action: str, call: Callable[[], Any]) -> dict[str, Any]:
-        import urllib3
-
+    def _request(
+        self, action: str, method: str, path: str, *, params: Mapping[str, str] | None = None,
+        query: Mapping[str, str] | None = None, body: Mapping[str, Any] | None = None,
+        timeout: float = REQUEST_TIMEOUT,
+    ) -> Any:
+        """The raw response of one authenticated request; KubeApiError unless it is a 2xx."""
+        method_, url, headers, data, post = self._api.param_serialize(
+            method=method, resource_path=path, path_params=dict(params or {}),
+            query_params=list((query or {}).items()), header_params=dict(_JSON), body=body,
+            auth_settings=["BearerToken"],
+        )
         try:
-            response = call()
-        except self._exception as error:
-            raise KubeApiError(action, int(getattr(error, "status", 0) or 0), _reason(error)) from None
-        except (urllib3.exceptions.HTTPError, OSError) as error:
+            response = self._api.call_api(method_, url, header_params=headers, body=data, post_params=post,
+                                          _request_timeout=timeout)
+        except self._transport_errors as error:
             raise KubeApiError(action, 0, str(error)) from None
-        data = response.data
+        if not 200 <= response.status < 300:
+            raise KubeApiError(action, response.status, _reason(response.read(), response.reason))
+        return response
+
+    def _json(self, action: str, method: str, path: str, **options: Any) -> dict[str, Any]:
+        response = self._request(action, method, path, **options)
+        try:
+            data = response.read()
+        except self._transport_errors as error:
+            raise KubeApiError(action, 0, str(error)) from None
         result: dict[str, Any] = json.loads(data) if data else {}
         return result
 
     def get_node(self, name: str) -> dict[str, Any]:
-        return self._call(
-            f"get node {name}",
-            lambda: self._core.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT),
-        )
+        return self._json(f"get node {name}", "GET", NODE, params={"name": name})
 
     def list_slices(self, node: str, driver: str) -> dict[str, Any]:
-        selector = f"spec.nodeName={node},spec.driver={driver}"
-        return self._call(
-            "list resourceslices",
-            lambda: self._resource.list_resource_slice(
-                field_selector=selector, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
+        return self._json("list resourceslices", "GET", SLICES, query=_selector(node, driver))
 
     def create_slice(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            "create resourceslice",
-            lambda: self._resource.create_resource_slice(
-                body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
+        return self._json("create resourceslice", "POST", SLICES, body=body)
 
     def replace_slice(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(
-            f"update resourceslice {name}",
-            lambda: self._resource.replace_resource_slice(
-                name, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
+        return self._json(f"update resourceslice {name}", "PUT", SLICE, params={"name": name}, body=body)
 
     def delete_slice(self, name: str) -> None:
         try:
-            self._call(
-                f"delete resourceslice {name}",
-                lambda: self._resource.delete_resource_slice(
-                    name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
+            self._json(f"delete resourceslice {name}", "DELETE", SLICE, params={"name": name})
         except KubeApiError as error:
             if error.status != 404:
                 raise
@@ -96,42 +98,34 @@ class KubeClient:
         self, node: str, driver: str, resource_version: str, timeout: int
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) pairs until the server ends the watch after `timeout` seconds."""
-        import urllib3
-
-        selector = f"spec.nodeName={node},spec.driver={driver}"
+        query = _selector(node, driver) | {
+            "watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(timeout),
+        }
+        response = self._request("watch resourceslices", "GET", SLICES, query=query, timeout=timeout + 5)
         try:
-            response = self._resource.list_resource_slice(
-                field_selector=selector,
-                watch=True,
-                resource_version=resource_version,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=timeout + 5,
-            )
-            for line in response:
+            for line in response.response:
                 if line.strip():
                     event = json.loads(line)
                     yield str(event.get("type")), event.get("object") or {}
-        except self._exception as error:
-            raise KubeApiError("watch resourceslices", int(getattr(error, "status", 0) or 0), _reason(error)) from None
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+        except (*self._transport_errors, ValueError) as error:
             raise KubeApiError("watch resourceslices", 0, str(error)) from None
+        finally:
+            response.response.release_conn()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._call(
-            f"get resourceclaim {namespace}/{name}",
-            lambda: self._resource.read_namespaced_resource_claim(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
+        return self._json(f"get resourceclaim {namespace}/{name}", "GET", CLAIM,
+                          params={"namespace": namespace, "name": name})
 
     def close(self) -> None:
-        self._api_client.close()
+        self._api.close()
 
 
-def _reason(error: Any) -> str:
+def _selector(node: str, driver: str) -> dict[str, str]:
+    return {"fieldSelector": f"spec.nodeName={node},spec.driver={driver}"}
+
+
+def _reason(body: bytes | None, fallback: str | None) -> str:
     try:
-        body = json.loads(error.body)
-        return str(body.get("message") or error.reason)
-    except (TypeError, ValueError):
-        return str(error.reason)
+        return str(json.loads(body or b"").get("message") or fallback)
+    except (TypeError, ValueError, AttributeError):
+        return str(fallback)

@@ -14,8 +14,8 @@ from npu_plugin.errors import ConfigError
 
 def prepare_socket_dir(directory: Path) -> None:
     """Create the directory (0750) when missing; an existing kubelet directory keeps its mode."""
-    if not directory.exists():
-        directory.mkdir(parents=True, mode=0o750)
+    # exist_ok: an old and a new pod starting together (rolling update) race to create it.
+    directory.mkdir(parents=True, mode=0o750, exist_ok=True)
 
 
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL

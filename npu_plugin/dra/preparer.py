@@ -203,9 +203,11 @@ class Preparer:
             except ClaimError as error:
                 errors[ref.uid] = str(error)
         with self.locked() as checkpoint:
+            forgotten = False
             for ref in valid:
                 remove_durably(claim_spec_path(self.cdi_root, self.driver, ref.uid))
                 if checkpoint.claims.pop(ref.uid, None) is not None:
+                    forgotten = True
                     log.info(
                         "unprepared claim %s/%s",
                         ref.namespace,
@@ -213,7 +215,8 @@ class Preparer:
                         extra={"claim": f"{ref.namespace}/{ref.name}"},
                     )
                 errors[ref.uid] = ""
-            self.store.save(checkpoint)
+            if forgotten:
+                self.store.save(checkpoint)
         return errors
 
     def collect_garbage(self) -> None:

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin import kube
 from npu_plugin.cli import parse_args
 from npu_plugin.config import config_from_args
 from tests.unit.test_manifests import MODES, build, overlay_args
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_MODULE = ROOT / "npu_plugin" / "kube.py"
-VERBS = {"read": "get", "list": "list", "create": "create", "replace": "update", "delete": "delete", "patch": "patch"}
+HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete", "PATCH": "patch"}
 SEED_ARGS = [
     "--node-name=node-a", "--device-profile=npu", "--driver-name=npu.huawei.com",
     "--kubelet-registrar-directory-path=/var/lib/kubelet/plugins_registry",
@@ -42,19 +43,30 @@ def test_seed_daemonset_args_start_dra_mode_unchanged() -> None:
 
 
 def api_calls() -> set[tuple[str, str]]:
-    """(resource, verb) for every kubernetes client method kube.py calls, read from its syntax tree."""
+    """(resource, verb) for every request kube.py makes, read from its syntax tree.
+
+    Each call is `self._json(...)` or `self._request(...)` with an HTTP method literal and one of the
+    module's path constants; a function that mentions "watch" also watches what it lists.
+    """
     calls: set[tuple[str, str]] = set()
-    for node in ast.walk(ast.parse(KUBE_MODULE.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+    for function in ast.walk(ast.parse(KUBE_MODULE.read_text())):
+        if not isinstance(function, ast.FunctionDef):
             continue
-        owner = node.func.value
-        if not (isinstance(owner, ast.Attribute) and owner.attr in ("_core", "_resource")):
-            continue
-        action, _, kind = node.func.attr.partition("_")
-        resource = kind.removeprefix("namespaced_").replace("_", "") + "s"
-        calls.add((resource, VERBS[action]))
-        if any(k.arg == "watch" for k in node.keywords):
-            calls.add((resource, "watch"))
+        watches = any(isinstance(n, ast.Constant) and n.value == "watch" for n in ast.walk(function))
+        for call in ast.walk(function):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                    and call.func.attr in ("_json", "_request") and len(call.args) >= 3
+                    and isinstance(call.args[1], ast.Constant) and isinstance(call.args[2], ast.Name)):
+                continue
+            path: str = getattr(kube, call.args[2].id)
+            segments = path.strip("/").split("/")
+            resource = next(s for s in reversed(segments) if not s.startswith("{"))
+            verb = HTTP_VERBS[call.args[1].value]
+            if verb == "get" and not segments[-1].startswith("{"):
+                verb = "list"
+            calls.add((resource, verb))
+            if verb == "list" and watches:
+                calls.add((resource, "watch"))
     return calls
 
 

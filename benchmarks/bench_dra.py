@@ -1,0 +1,160 @@
+"""DRA benchmarks: Prepare/Unprepare latency against a floor, start to registered + first slice, idle RSS.
+
+`run(results)` adds a "dra" entry to `results`; `python -m benchmarks.bench_dra` prints it. The floor is
+what one Prepare cannot avoid — one GET of the claim from the same API server plus one fsync'd file
+write — measured interleaved with the Prepares, in the same run. Nothing here asserts on time.
+Targets: Prepare p99 <= 50 ms and <= 3x the floor; idle RSS <= 75 MiB; registered and first slice <= 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+from benchmarks.bench import percentile, process, rss_mib
+from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from npu_plugin.sim.rest import SLICES_PATH, RestClient, claims_path
+from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
+
+DRIVER, NODE = "npu.huawei.com", "node-a"
+TARGETS = {"prepare_p99_ms": 50.0, "prepare_p99_ratio": 3.0, "idle_rss_mib": 75.0, "ready_s": 2.0}
+
+
+def fake_api_argv(work: Path) -> list[str]:
+    """The fake API server in its own process, so it does not share our GIL."""
+    return [sys.executable, "-m", "npu_plugin.sim.fakeapi", "--port", "0", "--node", NODE,
+            "--kubeconfig", str(work / "kubeconfig")]
+
+
+def first_line(log: Path, timeout: float = 30.0) -> str:
+    """The URL the fake API server prints once it is serving."""
+    deadline = time.monotonic() + timeout
+    while not (text := log.read_text()).startswith("http"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the fake API server did not start: {text}")
+        time.sleep(0.01)
+    return text.splitlines()[0]
+
+
+def daemon_argv(work: Path) -> list[str]:
+    dev = work / "dev"
+    dev.mkdir()
+    for i in range(8):
+        (dev / f"davinci{i}").touch()
+    return [sys.executable, "-m", "npu_plugin", "serve", "--mode", "dra", "--node-name", NODE, "--backend", "fake",
+            "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev),
+            "--kubelet-registrar-directory-path", str(work / "reg"),
+            "--kubelet-plugins-directory-path", str(work / "plugins"), "--cdi-root", str(work / "cdi"),
+            "--state-dir", str(work / "state"), "--kubeconfig", str(work / "kubeconfig"), "--log-level", "warning"]
+
+
+async def until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} within {timeout}s")
+        await asyncio.sleep(0.002)
+
+
+def slices_published(rest: RestClient) -> bool:
+    return bool(rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"])
+
+
+class Floor:
+    """One GET of the claim over a kept-alive connection, then one small file written and fsync'd."""
+
+    def __init__(self, url: str, claim: Claim, scratch: Path) -> None:
+        self._pool = urllib3.PoolManager(maxsize=1)
+        self._url = url + claims_path(claim.namespace, claim.name)
+        self._scratch = scratch
+
+    def __call__(self) -> None:
+        self._pool.request("GET", self._url).data  # noqa: B018 - the body is read as the daemon reads it
+        fd = os.open(self._scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b'{"floor": true}\n' * 16)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+async def cycles(kubelet: DraKubeletSimulator, claim: Claim, floor: Floor, count: int) -> dict[str, list[float]]:
+    """Prepare, Unprepare and the floor, alternating which goes first."""
+    samples: dict[str, list[float]] = {"prepare": [], "unprepare": [], "floor": []}
+
+    async def prepare() -> None:
+        if (await kubelet.prepare([claim]))[claim.uid].error:
+            raise RuntimeError("Prepare failed")
+
+    for i in range(count):
+        if i % 2:
+            samples["floor"].append(await timed(lambda: asyncio.to_thread(floor)))
+        samples["prepare"].append(await timed(prepare))
+        samples["unprepare"].append(await timed(lambda: kubelet.unprepare([claim])))
+        if not i % 2:
+            samples["floor"].append(await timed(lambda: asyncio.to_thread(floor)))
+    return samples
+
+
+def summary(samples: dict[str, list[float]], warmup: int) -> dict[str, float]:
+    result = {}
+    for kind, values in samples.items():
+        kept = values[warmup:]
+        result[f"{kind}_p50_ms"] = round(percentile(kept, 0.5) * 1e3, 2)
+        result[f"{kind}_p99_ms"] = round(percentile(kept, 0.99) * 1e3, 2)
+    result["prepare_p99_ratio"] = round(result["prepare_p99_ms"] / result["floor_p99_ms"], 2)
+    result["prepare_p50_ratio"] = round(result["prepare_p50_ms"] / result["floor_p50_ms"], 2)
+    return result
+
+
+async def measure(work: Path, url: str, calls: int, warmup: int, settle: float) -> dict[str, float]:
+    rest = RestClient(url)
+    async with DraKubeletSimulator(work / "reg", node_name=NODE, api_url=url, scan_interval=0.002) as kubelet:
+        with process(daemon_argv(work), work / "daemon.log") as daemon:
+            started = time.monotonic()
+            await until(lambda: kubelet.plugins.get(DRIVER), 30, "registration")
+            registered = time.monotonic() - started
+            await until(lambda: slices_published(rest), 30, "ResourceSlice")
+            first_slice = time.monotonic() - started
+            await asyncio.sleep(settle)
+            idle = rss_mib(daemon.pid)
+            stored = allocate_claim(rest, namespace="default", name="bench", node=NODE, requests=[DeviceRequest("npu")])
+            claim = Claim("default", "bench", stored["metadata"]["uid"])
+            samples = await cycles(kubelet, claim, Floor(url, claim, work / "floor.json"), warmup + calls)
+            loaded = rss_mib(daemon.pid)
+    return {"calls": calls, **summary(samples, warmup), "registered_s": round(registered, 3),
+            "first_slice_s": round(first_slice, 3), "idle_rss_mib": round(idle, 1),
+            "rss_after_load_mib": round(loaded, 1)}
+
+
+def run(results: dict[str, Any], calls: int = 500, warmup: int = 50, settle: float = 2.0) -> None:
+    """Measure DRA mode and store the numbers and targets under results["dra"]."""
+    work = Path(tempfile.mkdtemp(prefix="npu-bench-dra-", dir="/tmp"))
+    try:
+        with process(fake_api_argv(work), work / "fakeapi.log"):
+            measured = asyncio.run(measure(work, first_line(work / "fakeapi.log"), calls, warmup, settle))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["dra"] = {"results": measured, "targets": TARGETS}
+
+
+if __name__ == "__main__":
+    collected: dict[str, Any] = {}
+    run(collected)
+    print(json.dumps(collected, indent=2))

@@ -1,0 +1,142 @@
+"""DRA mode against the kubelet simulator: registration, both DRA services, the health stream."""
+
+from __future__ import annotations
+
+import stat
+
+from npu_plugin.profiles import profile_devices
+from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator
+from npu_plugin.sim.fakeapi import FakeKubeAPI
+from tests.conftest import Launcher
+from tests.integration.dra_support import (
+    DRIVER,
+    NODE,
+    Workspace,
+    allocate,
+    async_wait_until,
+    dra_args,
+    published_names,
+    run_with_kubelet,
+    with_health,
+    write_inventory,
+)
+
+pytest_plugins = ["tests.integration.dra_fixtures"]
+
+
+def test_registration_answers_like_the_seed_expects(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                     launch_daemon: Launcher) -> None:
+    daemon = launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        plugin = await kubelet.wait_for_plugin(DRIVER)
+        assert plugin.socket == workspace.reg / f"{DRIVER}-reg.sock"
+        assert plugin.endpoint == str(workspace.plugins.absolute() / DRIVER / "dra.sock")
+        assert plugin.supported == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+        assert plugin.service == "v1.DRAPlugin"
+        assert [a.registered for a in kubelet.attempts] == [True]
+
+    run_with_kubelet(workspace, fake_api, scenario)
+    daemon.wait_for_log("registered with the kubelet as DRA driver npu.huawei.com")
+    for socket in (workspace.registration_socket(), workspace.dra_socket()):
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o600
+
+
+def test_pod_uid_goes_into_both_socket_names(workspace: Workspace, fake_api: FakeKubeAPI,
+                                             launch_daemon: Launcher) -> None:
+    launch_daemon(*dra_args(workspace, pod_uid="0f1e2d3c"))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        plugin = await kubelet.wait_for_plugin(DRIVER)
+        assert plugin.socket.name == f"{DRIVER}-0f1e2d3c-reg.sock"
+        assert plugin.endpoint.endswith(f"/{DRIVER}/dra-0f1e2d3c.sock")
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_a_rejected_registration_leaves_the_daemon_serving(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                           launch_daemon: Launcher) -> None:
+    daemon = launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for(lambda: any(not a.registered for a in kubelet.attempts))
+        assert "none of services supported by the plugin" in kubelet.attempts[0].error
+        daemon.wait_for_log("the kubelet rejected the registration")
+        assert daemon.process.poll() is None
+        kubelet.services = KUBELET_SERVICES  # an upgraded kubelet retries and succeeds
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = allocate(fake_api, "after-rejection")
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+
+    run_with_kubelet(workspace, fake_api, scenario, services=("v2.DRAPlugin",), retry_interval=0.1)
+
+
+def test_both_dra_service_versions_prepare_and_unprepare(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                         launch_daemon: Launcher) -> None:
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        await async_wait_until(lambda: published_names(fake_api), what="published slices")
+        for version in ("v1", "v1beta1"):
+            claim = allocate(fake_api, f"claim-{version}")
+            prepared = await kubelet.prepare([claim], version=version)
+            assert prepared[claim.uid].error == ""
+            assert [d.pool_name for d in prepared[claim.uid].devices] == [NODE]
+            assert workspace.cdi_file(claim.uid).exists()
+            assert await kubelet.unprepare([claim], version=version) == {claim.uid: ""}
+            assert not workspace.cdi_file(claim.uid).exists()
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_health_stream_sends_every_device_and_then_changes(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                           launch_daemon: Launcher) -> None:
+    launch_daemon(*dra_args(workspace))
+    devices = profile_devices("atlas-800t-a2")
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        stream = kubelet.watch_health()
+        first = await anext(stream)
+        assert [(h.pool, h.device, h.health) for h in first] == [(NODE, f"npu-{i}", "HEALTHY") for i in range(8)]
+        write_inventory(workspace.inventory, with_health(devices, {5}))
+        while True:
+            update = {h.device: h.health for h in await anext(stream)}
+            if update["npu-5"] == "UNHEALTHY":
+                break
+        assert len(update) == 8 and list(update.values()).count("UNHEALTHY") == 1
+        await stream.aclose()
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_registration_socket_is_recreated_and_registered_again(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                               launch_daemon: Launcher) -> None:
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        workspace.registration_socket().unlink()
+        await kubelet.wait_for(lambda: not kubelet.plugins.get(DRIVER))
+        await kubelet.wait_for_plugin(DRIVER)
+        assert [a.registered for a in kubelet.attempts] == [True, True]
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_kubelet_restart_wipes_slices_and_the_plugin_republishes(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                                 launch_daemon: Launcher) -> None:
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        await async_wait_until(lambda: published_names(fake_api), what="published slices")
+        deletions_before = len([r for r in fake_api.requests if r.method == "DELETE"])
+        await kubelet.restart()
+        assert len([r for r in fake_api.requests if r.method == "DELETE"]) == deletions_before + 1
+        await kubelet.wait_for_plugin(DRIVER)
+        names = await async_wait_until(lambda: published_names(fake_api), 5.0, "slices republished")
+        assert names == [f"npu-{i}" for i in range(8)]
+
+    run_with_kubelet(workspace, fake_api, scenario)

@@ -1,0 +1,120 @@
+"""cdi.py and dra/cdi_claims.py: CDI rendering, the lowest cdiVersion, per-claim specs — all validated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npu_plugin.cdi import CdiDevice, cdi_kind, minimum_version, qualified_name, render_spec, spec_bytes
+from npu_plugin.dra.cdi_claims import cdi_device_name, claim_cdi_id, claim_spec, claim_spec_path
+from npu_plugin.edits import DRIVER_MOUNTS, ContainerEdits, DeviceNode, HostLayout, Injection, Mount, container_edits
+from tests.cdi_validation import assert_valid_cdi, cdi_problems
+
+DRIVER = "npu.huawei.com"
+ENV = (("ASCEND_VISIBLE_DEVICES", "0"),)
+
+
+def edits(nodes: tuple[DeviceNode, ...] = (), mounts: tuple[Mount, ...] = ()) -> ContainerEdits:
+    return ContainerEdits(env=ENV, device_nodes=nodes, mounts=mounts)
+
+
+SAME_PATH = DeviceNode("/dev/davinci0", "/dev/davinci0")
+HOST_PATH = DeviceNode("/host/dev/davinci0", "/dev/davinci0")
+MOUNT = Mount("/usr/local/dcmi", "/usr/local/dcmi")
+
+
+@pytest.mark.parametrize(
+    ("devices", "common", "version"),
+    [
+        ([CdiDevice("npu-0", edits())], None, "0.3.0"),
+        ([CdiDevice("npu-0", edits((SAME_PATH,)))], None, "0.3.0"),
+        ([CdiDevice("npu-0", edits(mounts=(MOUNT,)))], None, "0.4.0"),
+        ([CdiDevice("npu-0", edits((HOST_PATH,)))], None, "0.5.0"),
+        ([CdiDevice("npu-0", edits((HOST_PATH,), (MOUNT,)))], None, "0.5.0"),
+        ([CdiDevice("0a1b-npu", edits())], None, "0.5.0"),
+        ([CdiDevice("npu-0", edits()), CdiDevice("7-npu", edits())], None, "0.5.0"),
+        ([CdiDevice("npu-0", edits())], edits(mounts=(MOUNT,)), "0.4.0"),
+        ([CdiDevice("npu-0", edits())], edits((HOST_PATH,)), "0.5.0"),
+        ([], None, "0.3.0"),
+    ],
+    ids=["env", "same-path-node", "mount-type", "host-path", "host-path-and-mount", "digit-name",
+         "one-digit-name", "common-mount", "common-host-path", "no-devices"],
+)
+def test_the_lowest_version_the_content_needs(devices: list[CdiDevice], common: ContainerEdits | None,
+                                              version: str) -> None:
+    spec = render_spec(DRIVER, devices, common)
+    assert spec["cdiVersion"] == version == minimum_version(spec)
+    assert_valid_cdi(spec)
+
+
+def test_rendered_edits_use_cdi_field_names() -> None:
+    spec = render_spec(DRIVER, [CdiDevice("npu-0", edits((HOST_PATH, SAME_PATH), (MOUNT,)))])
+    assert spec == {
+        "cdiVersion": "0.5.0",
+        "kind": "npu.huawei.com/npu",
+        "devices": [{"name": "npu-0", "containerEdits": {
+            "env": ["ASCEND_VISIBLE_DEVICES=0"],
+            "deviceNodes": [
+                {"path": "/dev/davinci0", "hostPath": "/host/dev/davinci0", "permissions": "rw"},
+                {"path": "/dev/davinci0", "permissions": "rw"},
+            ],
+            "mounts": [{"hostPath": "/usr/local/dcmi", "containerPath": "/usr/local/dcmi", "type": "bind",
+                        "options": ["ro", "nosuid", "nodev", "rbind"]}],
+        }}],
+    }
+    assert json.loads(spec_bytes(spec)) == spec
+
+
+def test_names_and_ids() -> None:
+    assert cdi_kind(DRIVER) == "npu.huawei.com/npu"
+    assert qualified_name(DRIVER, "npu-3") == "npu.huawei.com/npu=npu-3"
+    assert cdi_device_name("u-1", "train") == "u-1-train"
+    assert claim_cdi_id(DRIVER, "u-1", "train") == "npu.huawei.com/npu=u-1-train"
+    assert claim_spec_path(Path("/var/run/cdi"), DRIVER, "u-1") == Path("/var/run/cdi/npu.huawei.com-claim_u-1.json")
+
+
+LAYOUTS = {
+    "nodes-under-host-dev": HostLayout("/host/dev", Injection.NODES, ("davinci_manager", "hisi_hdc"), ()),
+    "nodes-in-dev": HostLayout("/dev", Injection.NODES, ("davinci_manager",), ()),
+    "runtime": HostLayout("/dev", Injection.RUNTIME, ("davinci_manager",), ()),
+    "mounts": HostLayout("/dev", Injection.NODES, (), DRIVER_MOUNTS),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_a_claim_spec_has_a_device_per_request_with_that_requests_npus(layout: HostLayout) -> None:
+    uid = "0c5a-41"
+    spec = claim_spec(DRIVER, uid, {"train": [3, 1], "infer": [5]}, layout)
+    assert_valid_cdi(spec)
+    assert [d["name"] for d in spec["devices"]] == [f"{uid}-infer", f"{uid}-train"]
+    rendered = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert rendered[f"{uid}-train"]["env"] == ["ASCEND_VISIBLE_DEVICES=1,3"]
+    expected = render_spec(DRIVER, [CdiDevice("x", container_edits(layout, [1, 3]))])["devices"][0]
+    assert rendered[f"{uid}-train"] == expected["containerEdits"]
+    assert spec["cdiVersion"] == "0.5.0"  # the name starts with a digit
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"cdiVersion": "0.9.0"}, "not a released CDI version"),
+        ({"cdiVersion": "0.3.0"}, "lower than the 0.5.0"),
+        ({"kind": "npu"}, "is not vendor/class"),
+        ({"kind": "npu.huawei.com/n.pu"}, "is not vendor/class"),
+        ({"extra": 1}, "unknown spec field 'extra'"),
+        ({"devices": [{"name": "-bad", "containerEdits": {}}]}, "not a valid CDI device name"),
+        ({"devices": [{"name": "a", "containerEdits": {"envs": []}}]}, "unknown containerEdits field 'envs'"),
+        ({"devices": [{"name": "a", "containerEdits": {"env": ["NOEQUALS"]}}]}, "is not KEY=VALUE"),
+        ({"devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "dev/x"}]}}]}, "must be absolute"),
+        ({"devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "permissions": "rwx"}]}}]},
+         "permissions"),
+        ({"devices": [{"name": "a", "containerEdits": {}}, {"name": "a", "containerEdits": {}}]}, "duplicate"),
+        ({"devices": "no"}, "schema:"),
+    ],
+)
+def test_the_checks_catch_what_the_schema_misses(change: dict[str, Any], problem: str) -> None:
+    spec = {**claim_spec(DRIVER, "0c5a", {"npu": [0]}, LAYOUTS["nodes-under-host-dev"]), **change}
+    assert any(problem in p for p in cdi_problems(spec)), cdi_problems(spec)

@@ -1,0 +1,115 @@
+"""dra/checkpoint.py: the versioned checkpoint round-trips; anything else is a CheckpointError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npu_plugin.dra.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    CheckpointStore,
+    ClaimEntry,
+    PreparedDevice,
+    read_boot_id,
+)
+from npu_plugin.errors import CheckpointError
+
+DEVICE = PreparedDevice(("npu",), "node-a", "npu-1", ("npu.huawei.com/npu=u1-npu",))
+CHECKPOINT = Checkpoint("boot-1", {
+    "u1": ClaimEntry("ns", "one", PREPARE_COMPLETED, (DEVICE, PreparedDevice(("npu",), "node-a", "npu-2", ()))),
+    "u0": ClaimEntry("ns", "zero", PREPARE_STARTED, ()),
+})
+
+
+def test_round_trip() -> None:
+    assert Checkpoint.from_bytes(CHECKPOINT.to_bytes()) == CHECKPOINT
+
+
+def test_the_document_shape() -> None:
+    document = json.loads(CHECKPOINT.to_bytes())
+    assert list(document) == ["version", "bootId", "claims"]
+    assert document["version"] == 1 and list(document["claims"]) == ["u0", "u1"]
+    assert document["claims"]["u1"]["devices"][0] == {
+        "requestNames": ["npu"], "poolName": "node-a", "deviceName": "npu-1",
+        "cdiDeviceIds": ["npu.huawei.com/npu=u1-npu"],
+    }
+
+
+GOOD_DEVICE = {"requestNames": ["npu"], "poolName": "p", "deviceName": "npu-0", "cdiDeviceIds": []}
+
+
+def claims_with(**fields: Any) -> bytes:
+    entry = {"namespace": "ns", "name": "c", "state": "PrepareCompleted", "devices": [GOOD_DEVICE], **fields}
+    return json.dumps({"version": 1, "bootId": "b", "claims": {"u": {k: v for k, v in entry.items()
+                                                                     if v is not None or k != "devices"}}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "not JSON"),
+        (b"{", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "unsupported checkpoint version None"),
+        (b'{"claims": {}}', "unsupported checkpoint version None"),
+        (b'{"version": 2, "claims": {}}', "unsupported checkpoint version 2"),
+        (b'{"version": "1", "claims": {}}', "unsupported checkpoint version '1'"),
+        (b'{"version": 1}', "`claims` is not an object"),
+        (b'{"version": 1, "claims": []}', "`claims` is not an object"),
+        (b'{"version": 1, "claims": {"u": 1}}', "malformed claim entry"),
+        (b'{"version": 1, "claims": {"u": {"state": "Prepared"}}}', "malformed claim entry"),
+        (claims_with(devices=None), "without a devices list"),
+        (claims_with(devices=[{}]), "malformed device"),
+        (claims_with(devices=[7]), "malformed device"),
+        (claims_with(devices=[{**GOOD_DEVICE, "requestNames": 5}]), "requestNames is not a list of strings"),
+        (claims_with(devices=[{**GOOD_DEVICE, "requestNames": "npu"}]), "requestNames is not a list of strings"),
+        (claims_with(devices=[{**GOOD_DEVICE, "cdiDeviceIds": [1]}]), "cdiDeviceIds is not a list of strings"),
+        (claims_with(devices=[{**GOOD_DEVICE, "poolName": None}]), "poolName is not a string"),
+        (claims_with(name=3), "malformed claim entry"),
+        (claims_with(namespace=None), "malformed claim entry"),
+    ],
+)
+def test_anything_else_is_refused(data: bytes, reason: str) -> None:
+    with pytest.raises(CheckpointError) as raised:
+        Checkpoint.from_bytes(data)
+    assert reason in str(raised.value)
+
+
+def test_holder_of() -> None:
+    assert CHECKPOINT.holder_of("npu-2") == "u1"
+    assert CHECKPOINT.holder_of("npu-3") is None
+
+
+def test_store_saves_atomically_and_loads(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "boot-1")
+    assert store.load() == Checkpoint("boot-1")
+    store.save(CHECKPOINT)
+    assert store.load() == CHECKPOINT
+    assert {p.name for p in tmp_path.iterdir()} == {"checkpoint.json"}
+    assert store.path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_checkpoint_of_an_earlier_boot_keeps_its_claims(tmp_path: Path) -> None:
+    CheckpointStore(tmp_path, "boot-0").save(CHECKPOINT)
+    loaded = CheckpointStore(tmp_path, "boot-1").load()
+    assert loaded.boot_id == "boot-1" and loaded.claims == CHECKPOINT.claims
+
+
+def test_a_corrupt_checkpoint_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = CheckpointStore(tmp_path, "boot-1")
+    store.path.write_bytes(b"garbage")
+    assert store.load() == Checkpoint("boot-1")
+    [aside] = tmp_path.glob("checkpoint.json.corrupt-*")
+    assert aside.read_bytes() == b"garbage" and not store.path.exists()
+    assert "is corrupt" in caplog.text
+
+
+def test_boot_id(tmp_path: Path) -> None:
+    (tmp_path / "boot_id").write_text("abc\n")
+    assert read_boot_id(tmp_path / "boot_id") == "abc"
+    assert read_boot_id(tmp_path / "missing") == "unknown"
