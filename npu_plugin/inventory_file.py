@@ -158,7 +158,7 @@ def device_record(device: Device) -> dict[str, Any]:
         "pciBusId": device.pci_bus_id, "topologyGroup": device.topology_group,
         "driverVersion": device.driver_version, "health": device.health.value,
     }
-    return {key: value for key, value in record.items() if value is not None}
+    return {key: value for key, value in record.items() if value is not None and value != ""}
 
 
 def inventory_document(devices: Sequence[Device]) -> dict[str, Any]:

@@ -120,9 +120,11 @@ class Preparer:
             except NpuPluginError as error:
                 results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
         with self.locked() as checkpoint:
-            # PrepareStarted entries stay in memory: under the lock nobody else reads them, and after a crash
-            # collect_garbage would drop them anyway, so writing them would only cost an fsync per batch.
             started = self._start(refs, fetched, checkpoint, results)
+            # PrepareStarted reaches the disk before any CDI file does (SPEC §5.3): after a crash the record
+            # says which claims were in flight, and start-up drops them together with their files.
+            if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
+                self.store.save(checkpoint)
             for ref in started:
                 results[ref.uid] = self._complete(ref, checkpoint)
             if started:

@@ -83,11 +83,12 @@ def test_kill_9_during_prepare_then_restart_converges(workspace: Workspace, fake
 
 
 async def async_retry_prepare(kubelet: DraKubeletSimulator, claim: Any) -> Any:
-    """The kubelet retries a failed Prepare; the first tries may reach the dead daemon's socket."""
+    """The kubelet retries a failed Prepare; the first tries may reach the dead daemon's socket, or find
+    no plugin while the new one is still registering."""
     for _ in range(100):
         try:
             return (await kubelet.prepare([claim]))[claim.uid]
-        except grpc.aio.AioRpcError:
+        except (grpc.aio.AioRpcError, LookupError):
             await asyncio.sleep(0.05)
     raise AssertionError("Prepare never succeeded after the restart")
 
