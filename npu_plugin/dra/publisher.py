@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -16,6 +17,7 @@ from npu_plugin.dra.slices import SliceSettings, build_slices, slice_specs
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Owner, Snapshot
 from npu_plugin.kube import KubeClient
+from npu_plugin.tasks import until_closed
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,14 +108,13 @@ class SlicePublisher:
         self._trigger.set()
 
     async def _follow_inventory(self, stop: asyncio.Event) -> None:
-        from npu_plugin.tasks import until_closed
-
         last: tuple[Any, ...] | None = None
-        async for snapshot in until_closed(self._inventory.watch(), stop):
-            current = self._published_view(snapshot)
-            if current != last:
-                last = current
-                self.trigger()
+        async with contextlib.aclosing(until_closed(self._inventory.watch(), stop)) as snapshots:
+            async for snapshot in snapshots:
+                current = self._published_view(snapshot)
+                if current != last:
+                    last = current
+                    self.trigger()
 
     @staticmethod
     def _published_view(snapshot: Snapshot) -> tuple[Any, ...]:
@@ -212,14 +213,14 @@ class SlicePublisher:
             try:
                 listing = self._client.list_slices(self._settings.node_name, self._settings.driver)
                 version = str(listing.get("metadata", {}).get("resourceVersion", ""))
-                loop.call_soon_threadsafe(self.trigger)  # whatever happened while we were not watching
+                self._trigger_from(loop)  # whatever happened while we were not watching
                 for kind, _obj in self._client.watch_slices(
                     self._settings.node_name, self._settings.driver, version, WATCH_SECONDS
                 ):
                     if stop.is_set():
                         return
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        loop.call_soon_threadsafe(self.trigger)
+                        self._trigger_from(loop)
                     elif kind == "ERROR":
                         break
                 delay = 0.2
@@ -227,3 +228,8 @@ class SlicePublisher:
                 log.warning("watching ResourceSlices failed, retrying in %.1fs: %s", delay, error)
                 threading.Event().wait(delay)
                 delay = min(delay * 2, 10.0)
+
+    def _trigger_from(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Trigger a reconcile from the watch thread; after shutdown the loop is gone and nothing is due."""
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self.trigger)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -94,8 +95,9 @@ class ResourceHealth(health_grpc.DRAResourceHealthServicer):
     async def NodeWatchResources(
         self, request: health_pb.NodeWatchResourcesRequest, context: Context
     ) -> AsyncIterator[health_pb.NodeWatchResourcesResponse]:
-        async for snapshot in until_closed(self._inventory.watch(), self._closing):
-            yield health_response(snapshot, self._pool, self._timeout)
+        async with contextlib.aclosing(until_closed(self._inventory.watch(), self._closing)) as snapshots:
+            async for snapshot in snapshots:
+                yield health_response(snapshot, self._pool, self._timeout)
 
 
 class Registration(reg_grpc.RegistrationServicer):
