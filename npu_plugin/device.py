@@ -84,6 +84,7 @@ class Device:
     topology_group: str = ""
     driver_version: str | None = None
     health: Health = Health.OK
+    pcie_root: str | None = None  # e.g. `pci0000:00`, from sysfs; not part of the inventory file
 
     @property
     def dp_id(self) -> str:

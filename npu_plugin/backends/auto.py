@@ -56,10 +56,12 @@ def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
     if not devices:
         raise BackendError(f"the {backend.name} backend found no NPUs")
     groups = groups_from_peers(backend.hccs_peers())
-    return sorted((_complete(d, sys_root, groups) for d in devices), key=lambda d: d.physical_id)
+    # Fake devices are not this host's: their bus ids must not pick up a real device's sysfs facts.
+    sysfs = None if backend.name == "fake" else sys_root
+    return sorted((_complete(d, sysfs, groups) for d in devices), key=lambda d: d.physical_id)
 
 
-def _complete(device: Device, sys_root: Path, groups: dict[int, str]) -> Device:
+def _complete(device: Device, sys_root: Path | None, groups: dict[int, str]) -> Device:
     """Fill what the backend left out: NUMA node from sysfs; HCCS group from the measured peer graph
     when the backend reported one, else from the family's known layout (SPEC §3.5)."""
     numa = device.numa_node if device.numa_node is not None else numa_from_sysfs(device.pci_bus_id, sys_root)
@@ -68,15 +70,27 @@ def _complete(device: Device, sys_root: Path, groups: dict[int, str]) -> Device:
         or groups.get(device.physical_id)
         or derive_topology_group(device.device_type, device.physical_id, device.card_id)
     )
-    return replace(device, numa_node=numa, topology_group=group)
+    root = device.pcie_root or pcie_root_from_sysfs(device.pci_bus_id, sys_root)
+    return replace(device, numa_node=numa, topology_group=group, pcie_root=root)
 
 
-def numa_from_sysfs(pci_bus_id: str | None, sys_root: Path) -> int | None:
+def numa_from_sysfs(pci_bus_id: str | None, sys_root: Path | None) -> int | None:
     """`/sys/bus/pci/devices/<bus id>/numa_node`; -1 (unknown) and unreadable read as None."""
-    if pci_bus_id is None:
+    if pci_bus_id is None or sys_root is None:
         return None
     try:
         value = int((sys_root / "bus/pci/devices" / pci_bus_id / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return value if value >= 0 else None
+
+
+def pcie_root_from_sysfs(pci_bus_id: str | None, sys_root: Path | None) -> str | None:
+    """The PCIe root complex (`pci0000:00`) a device hangs off, from where its sysfs entry links to."""
+    if pci_bus_id is None or sys_root is None:
+        return None
+    try:
+        target = (sys_root / "bus/pci/devices" / pci_bus_id).resolve(strict=True)
+    except OSError:
+        return None
+    return next((part for part in target.parts if part.startswith("pci")), None)

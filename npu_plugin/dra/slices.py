@@ -42,6 +42,8 @@ def device_entry(driver: str, device: Device, healthy: bool, policy: str) -> dic
         attributes["driverVersion"] = {"string": device.driver_version}
     if device.pci_bus_id:
         attributes["resource.kubernetes.io/pciBusID"] = {"string": device.pci_bus_id}
+    if device.pcie_root:
+        attributes["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
     capacity: dict[str, dict[str, str]] = {"memCapacity": {"value": format_bytes(device.memory)}}
     if device.ai_core is not None:
         capacity["aiCore"] = {"value": str(device.ai_core)}
