@@ -1,11 +1,11 @@
 """Device-plugin benchmarks: Allocate latency against a trivial gRPC floor, idle RSS, time to register,
 and what --metrics-port costs Allocate.
 
-Run through scripts/bench. Nothing here asserts on time: it prints a table and writes JSON, and the
-reader compares with the targets (Allocate p50 <= 1.5x floor, p99 <= 2x; idle RSS <= 45 MiB;
-registered <= 1 s after start; Allocate with --metrics-port 0 within 1.1x (p50) and 1.25x (p99, noisier)
-of the same daemon without it — two daemons served side by side and called interleaved, in the same
-run — plus the noise-free cost of recording one Allocate in the metrics).
+`run(results)` adds a "device_plugin" entry to `results`; scripts/bench prints it with the rest. Nothing
+here asserts on time. Targets: Allocate p50 <= 1.5x floor, p99 <= 2x; idle RSS <= 45 MiB; registered
+<= 1 s after start; Allocate with --metrics-port 0 within 1.1x (p50) and 1.25x (p99, noisier) of the same
+daemon without it — two daemons served side by side and called interleaved, in the same run — plus the
+noise-free cost of recording one Allocate in the metrics.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import re
 import shutil
 import signal
@@ -25,7 +23,7 @@ import tempfile
 import time
 import timeit
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -33,17 +31,30 @@ from typing import Any
 
 import grpc
 
+from benchmarks.common import (
+    FULL,
+    RESOURCE,
+    Budget,
+    dev_root,
+    kubelet_at,
+    percentile,
+    process,
+    rss_mib,
+    serve_argv,
+    timed,
+    wait_for,
+)
+from benchmarks.report import Row, at_most
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from npu_plugin.edits import COMMON_NODES
 from npu_plugin.sim.kubelet import KubeletSimulator
 
-RESOURCE = "huawei.com/Ascend910"
 ECHO_METHOD = "/bench.Echo/Echo"
 TARGETS = {"allocate_p50_ratio": 1.5, "allocate_p99_ratio": 2.0, "idle_rss_mib": 45.0, "registered_s": 1.0,
            "metrics_p50_ratio": 1.1, "metrics_p99_ratio": 1.25}
 # The daemon measured against the floor, and its twin with Prometheus metrics on.
 PLAIN, METRICS, FLOOR = "plain", "metrics", "floor"
+PROFILE = ("--fake-profile", "atlas-800t-a2")
 
 
 @dataclass
@@ -89,60 +100,6 @@ def serve_echo(socket_path: str) -> None:
     asyncio.run(main())
 
 
-@contextlib.contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own process group, stopped by its pid when the block ends."""
-    with log.open("wb") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-    try:
-        yield child
-    finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout}s")
-        await asyncio.sleep(0.005)
-
-
-async def timed(call: Callable[[], Awaitable[Any]]) -> float:
-    started = time.perf_counter()
-    await call()
-    return time.perf_counter() - started
-
-
-@contextlib.asynccontextmanager
-async def kubelet_at(directory: Path) -> AsyncIterator[KubeletSimulator]:
-    kubelet = KubeletSimulator(directory)
-    await kubelet.start()
-    try:
-        yield kubelet
-    finally:
-        await kubelet.stop()
-
-
 async def interleaved(
     daemon_sockets: dict[str, Path], echo_socket: Path, calls: int, warmup: int
 ) -> dict[str, list[float]]:
@@ -186,16 +143,24 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served(work: Path, name: str, *extra: str) -> AsyncIterator[Served]:
+async def served(work: Path, name: str, *extra: str, source: Sequence[str] = PROFILE) -> AsyncIterator[Served]:
+    """A device-plugin daemon on `source` (fake backend flags) registered with its own kubelet simulator."""
     plugin_dir = work / name
-    argv = [sys.executable, "-m", "npu_plugin", "serve", "--mode", "device-plugin", "--backend", "fake",
-            "--fake-profile", "atlas-800t-a2", "--dev-root", str(work / "dev"), "--device-plugin-path",
-            str(plugin_dir), "--log-level", "warning", *extra]
+    argv = serve_argv("--mode", "device-plugin", *source, "--dev-root", str(work / "dev"),
+                      "--device-plugin-path", str(plugin_dir), *extra)
     async with kubelet_at(plugin_dir) as kubelet:
         with process(argv, work / f"{name}.log") as daemon:
             started = time.monotonic()
             await wait_for(lambda: bool(kubelet.registrations), 30, f"registration of the {name} daemon")
             yield Served(daemon, kubelet, kubelet.registrations[0][1] - started)
+
+
+@contextlib.contextmanager
+def echo_server(work: Path) -> Iterator[Path]:
+    """The floor's server, in a process of its own like the daemon; its socket."""
+    socket_path = work / "echo.sock"
+    with process([sys.executable, "-m", "benchmarks.bench", "--serve-echo", str(socket_path)], work / "echo.log"):
+        yield socket_path
 
 
 def free_port() -> int:
@@ -217,16 +182,12 @@ def allocations_counted(port: int) -> int:
 
 
 async def measure(work: Path, calls: int, warmup: int, settle: float) -> Results:
-    (work / "dev").mkdir()
-    for name in [f"davinci{i}" for i in range(8)] + list(COMMON_NODES):
-        (work / "dev" / name).touch()
-    echo_socket = work / "echo.sock"
+    dev_root(work)
     port = free_port()
     # One after the other, so neither start competes with the other for the CPU.
     async with served(work, PLAIN) as plain, \
             served(work, METRICS, "--metrics-port", str(port), "--bind-address", "127.0.0.1") as metrics:
-        with process([sys.executable, "-m", "benchmarks.bench", "--serve-echo", str(echo_socket)],
-                     work / "echo.log"):
+        with echo_server(work) as echo_socket:
             await wait_for(echo_socket.exists, 30, "echo server")
             await asyncio.sleep(settle)
             idle = {PLAIN: plain.rss(), METRICS: metrics.rss()}
@@ -261,49 +222,47 @@ def record_cost_us(rounds: int = 100_000) -> float:
     return timeit.timeit(lambda: metrics.record_allocate(0.0003, 1), number=rounds) / rounds * 1e6
 
 
-def table(results: Results) -> str:
-    rows = [
-        ("Allocate p50", f"{results.allocate_p50_us:.0f} us", f"floor {results.floor_p50_us:.0f} us",
-         f"{results.allocate_p50_ratio:.2f}x (target <= {TARGETS['allocate_p50_ratio']}x)"),
-        ("Allocate p99", f"{results.allocate_p99_us:.0f} us", f"floor {results.floor_p99_us:.0f} us",
-         f"{results.allocate_p99_ratio:.2f}x (target <= {TARGETS['allocate_p99_ratio']}x)"),
-        ("idle RSS", f"{results.idle_rss_mib:.1f} MiB", f"after load {results.rss_after_load_mib:.1f} MiB",
-         f"target <= {TARGETS['idle_rss_mib']:.0f} MiB"),
-        ("start -> registered", f"{results.registered_s:.3f} s", "", f"target <= {TARGETS['registered_s']:.0f} s"),
-        ("Allocate p50, metrics on", f"{results.metrics_allocate_p50_us:.0f} us",
-         f"off {results.allocate_p50_us:.0f} us",
-         f"{results.metrics_p50_ratio:.2f}x (target <= {TARGETS['metrics_p50_ratio']}x)"),
-        ("Allocate p99, metrics on", f"{results.metrics_allocate_p99_us:.0f} us",
-         f"off {results.allocate_p99_us:.0f} us",
-         f"{results.metrics_p99_ratio:.2f}x (target <= {TARGETS['metrics_p99_ratio']}x)"),
-        ("idle RSS, metrics on", f"{results.metrics_idle_rss_mib:.1f} MiB",
-         f"{results.metrics_allocations_counted} allocations counted", ""),
-        ("recording one Allocate", f"{results.metrics_record_us:.2f} us",
-         f"{results.metrics_record_us / results.allocate_p50_us:.2%} of Allocate p50", ""),
+def rows(section: dict[str, Any]) -> list[Row]:
+    r, t = section["results"], section["targets"]
+    return [
+        Row("Allocate p50", f"{r['allocate_p50_us']:.0f} us", f"floor {r['floor_p50_us']:.0f} us, "
+            f"{r['allocate_p50_ratio']:.2f}x", f"<= {t['allocate_p50_ratio']}x floor",
+            at_most(r["allocate_p50_ratio"], t["allocate_p50_ratio"])),
+        Row("Allocate p99", f"{r['allocate_p99_us']:.0f} us", f"floor {r['floor_p99_us']:.0f} us, "
+            f"{r['allocate_p99_ratio']:.2f}x", f"<= {t['allocate_p99_ratio']}x floor",
+            at_most(r["allocate_p99_ratio"], t["allocate_p99_ratio"])),
+        Row("start -> registered", f"{r['registered_s']:.3f} s", "", f"<= {t['registered_s']:g} s",
+            at_most(r["registered_s"], t["registered_s"])),
+        Row("idle RSS", f"{r['idle_rss_mib']:.1f} MiB", f"after load {r['rss_after_load_mib']:.1f} MiB",
+            f"<= {t['idle_rss_mib']:g} MiB", at_most(r["idle_rss_mib"], t["idle_rss_mib"])),
+        Row("Allocate p50, --metrics-port on", f"{r['metrics_allocate_p50_us']:.0f} us",
+            f"off {r['allocate_p50_us']:.0f} us, {r['metrics_p50_ratio']:.2f}x", f"<= {t['metrics_p50_ratio']}x off",
+            at_most(r["metrics_p50_ratio"], t["metrics_p50_ratio"])),
+        Row("Allocate p99, --metrics-port on", f"{r['metrics_allocate_p99_us']:.0f} us",
+            f"off {r['allocate_p99_us']:.0f} us, {r['metrics_p99_ratio']:.2f}x", f"<= {t['metrics_p99_ratio']}x off",
+            at_most(r["metrics_p99_ratio"], t["metrics_p99_ratio"])),
+        Row("idle RSS, --metrics-port on", f"{r['metrics_idle_rss_mib']:.1f} MiB",
+            f"{r['metrics_allocations_counted']} allocations counted"),
+        Row("recording one Allocate in metrics", f"{r['metrics_record_us']:.2f} us",
+            f"{r['metrics_record_us'] / r['allocate_p50_us']:.2%} of Allocate p50"),
     ]
-    width = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, width, strict=True)).rstrip() for row in rows)
+
+
+def run(results: dict[str, Any], budget: Budget = FULL) -> None:
+    """Measure device-plugin mode and store the numbers and targets under results["device_plugin"]."""
+    work = Path(tempfile.mkdtemp(prefix="npu-bench-", dir="/tmp"))
+    try:
+        measured = asyncio.run(measure(work, budget.calls, budget.warmup, budget.settle))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["device_plugin"] = {"results": asdict(measured), "targets": TARGETS}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
-    parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
-    parser.add_argument("--calls", type=int, default=2000, help="measured calls of each kind")
-    parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--settle", type=float, default=2.0, help="seconds between registration and the RSS read")
-    parser.add_argument("--serve-echo", metavar="SOCKET", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve_echo:
-        serve_echo(args.serve_echo)
-        return 0
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-", dir="/tmp"))
-    try:
-        results = asyncio.run(measure(work, args.calls, args.warmup, args.settle))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(table(results))
-    args.json.write_text(json.dumps({"results": asdict(results), "targets": TARGETS}, indent=2) + "\n")
-    print(f"results written to {args.json}")
+    """Only the floor's echo server starts here; scripts/bench runs everything (benchmarks.run)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench")
+    parser.add_argument("--serve-echo", metavar="SOCKET", required=True)
+    serve_echo(parser.parse_args(argv).serve_echo)
     return 0
 
 

@@ -1,6 +1,6 @@
 """DRA benchmarks: Prepare/Unprepare latency against a floor, start to registered + first slice, idle RSS.
 
-`run(results)` adds a "dra" entry to `results`; `python -m benchmarks.bench_dra` prints it. The floor is
+`run(results)` adds a "dra" entry to `results`; scripts/bench prints it with the rest. The floor is
 what one Prepare cannot avoid — one GET of the claim from the same API server plus one fsync'd file
 write — measured interleaved with the Prepares, in the same run. Nothing here asserts on time.
 Targets: Prepare p99 <= 50 ms and <= 3x the floor; idle RSS <= 75 MiB; registered and first slice <= 2 s.
@@ -12,58 +12,39 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import urllib3
 
-from benchmarks.bench import percentile, process, rss_mib
+from benchmarks.common import (
+    DRIVER,
+    FULL,
+    NODE,
+    Budget,
+    dev_root,
+    dra_dirs,
+    fake_api,
+    percentile,
+    process,
+    rss_mib,
+    serve_argv,
+    timed,
+    wait_for,
+)
+from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient, claims_path
 from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
 
-DRIVER, NODE = "npu.huawei.com", "node-a"
 TARGETS = {"prepare_p99_ms": 50.0, "prepare_p99_ratio": 3.0, "idle_rss_mib": 75.0, "ready_s": 2.0}
 
 
-def fake_api_argv(work: Path) -> list[str]:
-    """The fake API server in its own process, so it does not share our GIL."""
-    return [sys.executable, "-m", "npu_plugin.sim.fakeapi", "--port", "0", "--node", NODE,
-            "--kubeconfig", str(work / "kubeconfig")]
-
-
-def first_line(log: Path, timeout: float = 30.0) -> str:
-    """The URL the fake API server prints once it is serving."""
-    deadline = time.monotonic() + timeout
-    while not (text := log.read_text()).startswith("http"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the fake API server did not start: {text}")
-        time.sleep(0.01)
-    return text.splitlines()[0]
-
-
 def daemon_argv(work: Path) -> list[str]:
-    dev = work / "dev"
-    dev.mkdir()
-    for i in range(8):
-        (dev / f"davinci{i}").touch()
-    return [sys.executable, "-m", "npu_plugin", "serve", "--mode", "dra", "--node-name", NODE, "--backend", "fake",
-            "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev),
-            "--kubelet-registrar-directory-path", str(work / "reg"),
-            "--kubelet-plugins-directory-path", str(work / "plugins"), "--cdi-root", str(work / "cdi"),
-            "--state-dir", str(work / "state"), "--kubeconfig", str(work / "kubeconfig"), "--log-level", "warning"]
-
-
-async def until(predicate: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout}s")
-        await asyncio.sleep(0.002)
+    return serve_argv("--mode", "dra", "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev_root(work)),
+                      *dra_dirs(work))
 
 
 def slices_published(rest: RestClient) -> bool:
@@ -86,12 +67,6 @@ class Floor:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-async def timed(call: Callable[[], Awaitable[Any]]) -> float:
-    started = time.perf_counter()
-    await call()
-    return time.perf_counter() - started
 
 
 async def cycles(kubelet: DraKubeletSimulator, claim: Claim, floor: Floor, count: int) -> dict[str, list[float]]:
@@ -128,9 +103,9 @@ async def measure(work: Path, url: str, calls: int, warmup: int, settle: float) 
     async with DraKubeletSimulator(work / "reg", node_name=NODE, api_url=url, scan_interval=0.002) as kubelet:
         with process(daemon_argv(work), work / "daemon.log") as daemon:
             started = time.monotonic()
-            await until(lambda: kubelet.plugins.get(DRIVER), 30, "registration")
+            await wait_for(lambda: kubelet.plugins.get(DRIVER), 30, "registration")
             registered = time.monotonic() - started
-            await until(lambda: slices_published(rest), 30, "ResourceSlice")
+            await wait_for(lambda: slices_published(rest), 30, "ResourceSlice")
             first_slice = time.monotonic() - started
             await asyncio.sleep(settle)
             idle = rss_mib(daemon.pid)
@@ -143,12 +118,30 @@ async def measure(work: Path, url: str, calls: int, warmup: int, settle: float) 
             "rss_after_load_mib": round(loaded, 1)}
 
 
-def run(results: dict[str, Any], calls: int = 500, warmup: int = 50, settle: float = 2.0) -> None:
+def rows(section: dict[str, Any]) -> list[Row]:
+    r, t = section["results"], section["targets"]
+    ready = r["first_slice_s"]
+    return [
+        Row("Prepare p50", f"{r['prepare_p50_ms']:.2f} ms", f"floor {r['floor_p50_ms']:.2f} ms, "
+            f"{r['prepare_p50_ratio']:.2f}x"),
+        Row("Prepare p99", f"{r['prepare_p99_ms']:.2f} ms", f"floor {r['floor_p99_ms']:.2f} ms, "
+            f"{r['prepare_p99_ratio']:.2f}x", f"<= {t['prepare_p99_ms']:g} ms, <= {t['prepare_p99_ratio']:g}x floor",
+            at_most(r["prepare_p99_ms"], t["prepare_p99_ms"])
+            and at_most(r["prepare_p99_ratio"], t["prepare_p99_ratio"])),
+        Row("Unprepare p50 / p99", f"{r['unprepare_p50_ms']:.2f} / {r['unprepare_p99_ms']:.2f} ms"),
+        Row("start -> registered + first slice", f"{ready:.3f} s", f"registered at {r['registered_s']:.3f} s",
+            f"<= {t['ready_s']:g} s", at_most(ready, t["ready_s"])),
+        Row("idle RSS", f"{r['idle_rss_mib']:.1f} MiB", f"after load {r['rss_after_load_mib']:.1f} MiB",
+            f"<= {t['idle_rss_mib']:g} MiB", at_most(r["idle_rss_mib"], t["idle_rss_mib"])),
+    ]
+
+
+def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure DRA mode and store the numbers and targets under results["dra"]."""
     work = Path(tempfile.mkdtemp(prefix="npu-bench-dra-", dir="/tmp"))
     try:
-        with process(fake_api_argv(work), work / "fakeapi.log"):
-            measured = asyncio.run(measure(work, first_line(work / "fakeapi.log"), calls, warmup, settle))
+        with fake_api(work) as url:
+            measured = asyncio.run(measure(work, url, budget.prepares, budget.warmup // 4, budget.settle))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["dra"] = {"results": measured, "targets": TARGETS}

@@ -1,4 +1,4 @@
-"""Crash-safe file replacement: temp file, fsync, rename, fsync the directory."""
+"""Crash-safe file replacement (temp file, fsync, rename, fsync the directory) and directories of exact modes."""
 
 from __future__ import annotations
 
@@ -24,6 +24,32 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(temp)
         raise
     fsync_directory(directory)
+
+
+def make_directories(directory: Path, mode: int) -> None:
+    """Create `directory` and its missing parents with exactly `mode`; existing ones keep theirs.
+
+    The mode is set after mkdir, not left to the umask: binding a socket narrows the process-wide umask
+    for a moment (`sockets.start_unix_server`), and a directory made by another thread then would lack
+    its x bits.
+    """
+    for folder in reversed([d for d in (directory, *directory.parents) if not d.exists()]):
+        try:
+            folder.mkdir(mode=mode)
+        except FileExistsError:  # an old and a new pod starting together (rolling update) race to create it
+            continue
+        os.chmod(folder, mode)
+
+
+def remove_leftovers(directory: Path, pattern: str) -> list[Path]:
+    """Remove the temporary files a crash inside `write_atomic` left for targets named like `pattern`
+    (a glob); callers make sure no write of such a target is in progress. Returns what was removed."""
+    removed = []
+    for temp in directory.glob(f".{pattern}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+            removed.append(temp)
+    return removed
 
 
 def remove_durably(path: Path) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 from npu_plugin.edits import ContainerEdits
 
 CDI_CLASS = "npu"
+CDI_DIR_MODE = 0o755  # a --cdi-root we create: every container runtime, rootless ones too, reads it
 
 
 @dataclass(frozen=True, slots=True)

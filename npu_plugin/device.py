@@ -100,17 +100,20 @@ class Device:
         return f"davinci{self.physical_id}"
 
 
-_DP_ID = re.compile(r"^(Ascend910|Ascend310P|Ascend310)-(\d{1,6})$")
-_DRA_NAME = re.compile(r"^npu-(\d{1,6})$")
+# Only the exact form we print: `\d` and `$` would also take `npu-03`, `npu-٣` or `npu-3\n`, other names for
+# device 3 that a checkpoint compares as different strings, so one device could go to two claims.
+_ID = "(0|[1-9][0-9]{0,5})"
+_DP_ID = re.compile(f"(Ascend910|Ascend310P|Ascend310)-{_ID}")
+_DRA_NAME = re.compile(f"npu-{_ID}")
 
 
 def parse_dp_id(device_id: str) -> tuple[str, int] | None:
     """`Ascend910-3` → ("Ascend910", 3); None when the id is not of our form."""
-    match = _DP_ID.match(device_id)
+    match = _DP_ID.fullmatch(device_id)
     return (match.group(1), int(match.group(2))) if match else None
 
 
 def parse_dra_name(name: str) -> int | None:
     """`npu-3` → 3; None when the name is not of our form."""
-    match = _DRA_NAME.match(name)
+    match = _DRA_NAME.fullmatch(name)
     return int(match.group(1)) if match else None

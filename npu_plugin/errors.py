@@ -14,6 +14,20 @@
 """
 
 
+ERROR_QUOTE_LIMIT = 100
+
+
+def clipped(text: str) -> str:
+    """`text` for an error message, cut short: what we quote comes from outside (a gRPC string, an API
+    object, a file) and can be megabytes, more than a gRPC status or a log line should carry."""
+    return text if len(text) <= ERROR_QUOTE_LIMIT else f"{text[:ERROR_QUOTE_LIMIT]}... ({len(text)} characters)"
+
+
+def quoted(value: object) -> str:
+    """`repr(value)`, clipped."""
+    return clipped(repr(value))
+
+
 class NpuPluginError(Exception):
     """An expected failure, reported as one clear line."""
 

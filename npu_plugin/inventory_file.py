@@ -27,12 +27,18 @@ class _Entry:
         self.source, self.index, self.line = source, index, node.start_mark.line + 1
         self.values: dict[str, tuple[Any, int]] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = self._construct(loader, key_node, "key")
             if key not in _FIELDS:
                 self.fail(key_node.start_mark.line + 1, str(key), f"unknown field (allowed: {', '.join(_FIELDS)})")
             if key in self.values:
                 self.fail(key_node.start_mark.line + 1, key, "given twice")
-            self.values[key] = (loader.construct_object(value_node, deep=True), value_node.start_mark.line + 1)
+            self.values[key] = (self._construct(loader, value_node, key), value_node.start_mark.line + 1)
+
+    def _construct(self, loader: yaml.SafeLoader, node: yaml.Node, field: str) -> Any:
+        try:
+            return loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError) as error:  # a bad tag, a date like 2024-13-45
+            self.fail(node.start_mark.line + 1, field, f"cannot read the value: {_problem(error)}")
 
     def fail(self, line: int, field: str, problem: str) -> None:
         raise InventoryFileError(f"{self.source}:{line}: devices[{self.index}].{field}: {problem}")
@@ -115,18 +121,31 @@ def _device(entry: _Entry) -> Device:
     )
 
 
+def _problem(error: Exception) -> str:
+    """What went wrong, on one line (PyYAML's messages span several, with their own position)."""
+    return " ".join(str(getattr(error, "problem", None) or error).split())
+
+
+def _compose(text: str) -> yaml.Node | None:
+    loader = yaml.SafeLoader(text)  # this already reads the text: it refuses control characters
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
 def parse_inventory(text: str, source: str) -> list[Device]:
     """Devices of an inventory file; InventoryFileError names `source`, the line and the field."""
-    loader = yaml.SafeLoader(text)
     try:
-        root = loader.get_single_node()
+        root = _compose(text)
+    except yaml.reader.ReaderError as error:  # raised before any mark exists
+        line = text.count("\n", 0, error.position) + 1
+        raise InventoryFileError(f"{source}:{line}: not valid YAML: character #x{error.character:04x} is not "
+                                 "allowed") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
-        problem = getattr(error, "problem", None) or str(error)
-        raise InventoryFileError(f"{source}:{line}: not valid YAML: {problem}") from None
-    finally:
-        loader.dispose()
+        raise InventoryFileError(f"{source}:{line}: not valid YAML: {_problem(error)}") from None
     if not isinstance(root, yaml.MappingNode):
         raise InventoryFileError(f"{source}:1: expected a mapping with a `devices` list")
     devices_node = next((v for k, v in root.value if k.value == "devices"), None)

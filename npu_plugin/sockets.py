@@ -9,13 +9,14 @@ from pathlib import Path
 
 import grpc
 
+from npu_plugin.atomic import make_directories
 from npu_plugin.errors import ConfigError
 
 
 def prepare_socket_dir(directory: Path) -> None:
-    """Create the directory (0750) when missing; an existing kubelet directory keeps its mode."""
-    # exist_ok: an old and a new pod starting together (rolling update) race to create it.
-    directory.mkdir(parents=True, mode=0o750, exist_ok=True)
+    """Create the directory and its missing parents 0750, as the kubelet creates its own; an existing
+    directory (the kubelet's) keeps its mode."""
+    make_directories(directory, 0o750)
 
 
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -79,24 +79,36 @@ class DaemonProcess:
 Launcher = Callable[..., DaemonProcess]
 
 
-@pytest.fixture
-def launch_daemon(tmp_path: Path) -> Iterator[Launcher]:
-    """Start `npu-plugin serve ARGS...`; every daemon still running at teardown is killed by its pid."""
-    started: list[DaemonProcess] = []
+class Daemons:
+    """Starts `npu-plugin serve ARGS...` with its output in `log_dir`; `kill_all` kills each one by its pid."""
 
-    def launch(*args: str, python_args: Sequence[str] = ()) -> DaemonProcess:
-        log_path = tmp_path / f"daemon-{len(started)}.log"
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[DaemonProcess] = []
+
+    def __call__(self, *args: str, python_args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> DaemonProcess:
+        log_path = self.log_dir / f"daemon-{len(self.started)}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, *python_args, "-m", "npu_plugin", "serve", *args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                env=None if env is None else {**os.environ, **env},
             )
-        started.append(DaemonProcess(process, log_path))
-        return started[-1]
+        self.started.append(DaemonProcess(process, log_path))
+        return self.started[-1]
 
-    yield launch
-    for daemon in started:
-        daemon.kill()
+    def kill_all(self) -> None:
+        for daemon in self.started:
+            daemon.kill()
+
+
+@pytest.fixture
+def launch_daemon(tmp_path: Path) -> Iterator[Launcher]:
+    """Start `npu-plugin serve ARGS...`; every daemon still running at teardown is killed by its pid."""
+    daemons = Daemons(tmp_path)
+    yield daemons
+    daemons.kill_all()
 
 
 @pytest.fixture

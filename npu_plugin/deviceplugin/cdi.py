@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from npu_plugin.atomic import write_atomic
-from npu_plugin.cdi import CdiDevice, render_spec, spec_bytes
+from npu_plugin.atomic import make_directories, write_atomic
+from npu_plugin.cdi import CDI_DIR_MODE, CdiDevice, render_spec, spec_bytes
 from npu_plugin.device import Device
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 
@@ -32,7 +32,7 @@ def static_devices(layout: HostLayout, devices: Sequence[Device]) -> tuple[list[
 
 
 def write_static_spec(cdi_root: Path, driver: str, layout: HostLayout, devices: Sequence[Device]) -> Path:
-    cdi_root.mkdir(parents=True, exist_ok=True)
+    make_directories(cdi_root, CDI_DIR_MODE)
     per_device, common = static_devices(layout, devices)
     path = static_spec_path(cdi_root, driver)
     write_atomic(path, spec_bytes(render_spec(driver, per_device, common)))

@@ -16,7 +16,7 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.cdi import qualified_name
 from npu_plugin.device import id_prefix, parse_dp_id
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
-from npu_plugin.errors import AllocationError
+from npu_plugin.errors import AllocationError, quoted
 from npu_plugin.inventory import DeviceView, Inventory, Owner, Snapshot
 from npu_plugin.logs import device_key
 from npu_plugin.tasks import until_closed
@@ -47,7 +47,7 @@ def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) 
         parsed = parse_dp_id(device_id)
         view = snapshot.get(parsed[1]) if parsed and parsed[0] == prefix else None
         if view is None:
-            raise AllocationError(f"unknown device id {device_id!r}")
+            raise AllocationError(f"unknown device id {quoted(device_id)}")
         if view.owner is not Owner.DEVICE_PLUGIN:
             raise AllocationError(f"device {device_id} is owned by {view.owner.value}, not the device plugin")
         if view.draining:
@@ -124,7 +124,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         for device_id in device_ids:
             parsed = parse_dp_id(device_id)
             if parsed is None or parsed[0] != self._prefix or snapshot.get(parsed[1]) is None:
-                raise AllocationError(f"unknown device id {device_id!r}")
+                raise AllocationError(f"unknown device id {quoted(device_id)}")
             ids.append(parsed[1])
         return ids
 

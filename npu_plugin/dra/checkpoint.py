@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_plugin.atomic import write_atomic
-from npu_plugin.errors import CheckpointError
+from npu_plugin.errors import CheckpointError, quoted
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -36,7 +36,7 @@ class PreparedDevice:
     @classmethod
     def from_json(cls, raw: Any) -> PreparedDevice:
         if not isinstance(raw, dict):
-            raise CheckpointError(f"malformed device entry {raw!r}")
+            raise CheckpointError(f"malformed device entry {quoted(raw)}")
         return cls(
             _strings(raw, "requestNames"), _string(raw, "poolName"), _string(raw, "deviceName"),
             _strings(raw, "cdiDeviceIds"),
@@ -46,14 +46,14 @@ class PreparedDevice:
 def _string(raw: dict[str, Any], key: str) -> str:
     value = raw.get(key)
     if not isinstance(value, str):
-        raise CheckpointError(f"malformed device entry {raw!r}: {key} is not a string")
+        raise CheckpointError(f"malformed device entry {quoted(raw)}: {key} is not a string")
     return value
 
 
 def _strings(raw: dict[str, Any], key: str) -> tuple[str, ...]:
     value = raw.get(key)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise CheckpointError(f"malformed device entry {raw!r}: {key} is not a list of strings")
+        raise CheckpointError(f"malformed device entry {quoted(raw)}: {key} is not a list of strings")
     return tuple(value)
 
 
@@ -79,10 +79,10 @@ class ClaimEntry:
             or raw.get("state") not in _STATES
             or not all(isinstance(raw.get(key), str) for key in ("namespace", "name"))
         ):
-            raise CheckpointError(f"malformed claim entry {raw!r}")
+            raise CheckpointError(f"malformed claim entry {quoted(raw)}")
         devices = raw.get("devices")
         if not isinstance(devices, list):
-            raise CheckpointError(f"claim entry without a devices list: {raw!r}")
+            raise CheckpointError(f"claim entry without a devices list: {quoted(raw)}")
         return cls(
             raw["namespace"],
             raw["name"],
@@ -112,7 +112,7 @@ class Checkpoint:
             raise CheckpointError(f"not JSON: {error}") from None
         if not isinstance(document, dict) or document.get("version") != VERSION:
             version = document.get("version") if isinstance(document, dict) else None
-            raise CheckpointError(f"unsupported checkpoint version {version!r} (this build reads {VERSION})")
+            raise CheckpointError(f"unsupported checkpoint version {quoted(version)} (this build reads {VERSION})")
         claims = document.get("claims")
         if not isinstance(claims, dict):
             raise CheckpointError("`claims` is not an object")
@@ -159,6 +159,15 @@ class CheckpointStore:
             )
             checkpoint.boot_id = self.boot_id
         return checkpoint
+
+    def completed_claims(self) -> set[str]:
+        """UIDs held as completed, read without the lock and without side effects (anything unreadable
+        reads as none): atomic writes mean a reader always sees a whole file."""
+        try:
+            checkpoint = Checkpoint.from_bytes(self.path.read_bytes())
+        except (OSError, CheckpointError):
+            return set()
+        return {uid for uid, entry in checkpoint.claims.items() if entry.state == PREPARE_COMPLETED}
 
     def save(self, checkpoint: Checkpoint) -> None:
         write_atomic(self.path, checkpoint.to_bytes(), mode=0o600)

@@ -14,6 +14,8 @@ import grpc
 from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
+from npu_plugin.atomic import make_directories
+from npu_plugin.cdi import CDI_DIR_MODE
 from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
@@ -111,7 +113,7 @@ class DraPlugin:
     def _prepare_dirs(self) -> None:
         for directory in (self.paths.dra_socket.parent, self.paths.registration_socket.parent, self.paths.state_dir):
             prepare_socket_dir(directory)
-        self.paths.cdi_root.mkdir(parents=True, exist_ok=True)
+        make_directories(self.paths.cdi_root, CDI_DIR_MODE)
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.to_thread(self._prepare_dirs)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_plugin.atomic import remove_durably, write_atomic
+from npu_plugin.atomic import remove_durably, remove_leftovers, write_atomic
 from npu_plugin.cdi import spec_bytes
 from npu_plugin.device import parse_dra_name
 from npu_plugin.dra.cdi_claims import claim_cdi_id, claim_spec, claim_spec_path
@@ -25,12 +25,13 @@ from npu_plugin.dra.checkpoint import (
 )
 from npu_plugin.dra.claims import ClaimDevice, claim_devices
 from npu_plugin.edits import HostLayout
-from npu_plugin.errors import ClaimError, NpuPluginError
+from npu_plugin.errors import ClaimError, NpuPluginError, clipped, quoted
 from npu_plugin.inventory import Owner, Snapshot
 
 log = logging.getLogger(__name__)
-_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,127}$")
-_DNS_LABELISH = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+_DNS_LABELISH = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,11 @@ class ClaimRef:
     namespace: str
     uid: str
     name: str
+
+    @property
+    def label(self) -> str:
+        """`namespace/name` for messages, clipped: a reference that fails validation can be huge."""
+        return f"{clipped(self.namespace)}/{clipped(self.name)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +57,10 @@ FetchClaim = Callable[[str, str], Mapping[str, Any]]
 
 def check_ref(ref: ClaimRef) -> None:
     """UIDs become file names and names become URL paths: nothing else may reach them."""
-    if not _UID.match(ref.uid):
-        raise ClaimError(f"invalid claim UID {ref.uid!r}")
-    if not _DNS_LABELISH.match(ref.namespace) or not _DNS_LABELISH.match(ref.name):
-        raise ClaimError(f"invalid claim namespace/name {ref.namespace!r}/{ref.name!r}")
+    if not _UID.fullmatch(ref.uid):
+        raise ClaimError(f"invalid claim UID {quoted(ref.uid)}")
+    if not _DNS_LABELISH.fullmatch(ref.namespace) or not _DNS_LABELISH.fullmatch(ref.name):
+        raise ClaimError(f"invalid claim namespace/name {quoted(ref.namespace)}/{quoted(ref.name)}")
 
 
 def prepared_devices(driver: str, uid: str, devices: Sequence[ClaimDevice]) -> tuple[PreparedDevice, ...]:
@@ -113,12 +119,16 @@ class Preparer:
     def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         fetched: dict[str, Mapping[str, Any]] = {}
+        # Claims prepared before are answered from the checkpoint, so they need no API (it may be down); the
+        # others are read before taking the lock, so a slow API holds up no other Prepare.
+        completed = self.store.completed_claims()
         for ref in refs:
             try:
                 check_ref(ref)
-                fetched[ref.uid] = self._fetch(ref.namespace, ref.name)
+                if ref.uid not in completed:
+                    fetched[ref.uid] = self._fetch(ref.namespace, ref.name)
             except NpuPluginError as error:
-                results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
+                results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {error}")
         with self.locked() as checkpoint:
             started = self._start(refs, fetched, checkpoint, results)
             # PrepareStarted reaches the disk before any CDI file does (SPEC §5.3): after a crash the record
@@ -145,10 +155,12 @@ class Preparer:
             entry = checkpoint.claims.get(ref.uid)
             if entry is None or entry.state != PREPARE_COMPLETED:
                 try:
-                    devices = self._resolve(ref, fetched[ref.uid], checkpoint)
-                except ClaimError as error:
-                    log.warning("prepare refused: %s", error, extra={"claim": f"{ref.namespace}/{ref.name}"})
-                    results[ref.uid] = PrepareResult(error=f"claim {ref.namespace}/{ref.name}: {error}")
+                    # Not read yet when the other daemon (rolling update) unprepared it since we looked.
+                    claim = fetched[ref.uid] if ref.uid in fetched else self._fetch(ref.namespace, ref.name)
+                    devices = self._resolve(ref, claim, checkpoint)
+                except NpuPluginError as error:
+                    log.warning("prepare refused: %s", error, extra={"claim": ref.label})
+                    results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {error}")
                     continue
                 checkpoint.claims[ref.uid] = ClaimEntry(ref.namespace, ref.name, PREPARE_STARTED, devices)
             started.append(ref)
@@ -182,15 +194,15 @@ class Preparer:
         except OSError as error:
             if entry.state == PREPARE_STARTED:
                 del checkpoint.claims[ref.uid]
-            log.error("cannot write CDI spec %s: %s", path, error, extra={"claim": f"{ref.namespace}/{ref.name}"})  # noqa: TRY400
-            return PrepareResult(error=f"claim {ref.namespace}/{ref.name}: cannot write {path}: {error.strerror}")
+            log.error("cannot write CDI spec %s: %s", path, error, extra={"claim": ref.label})  # noqa: TRY400
+            return PrepareResult(error=f"claim {ref.label}: cannot write {path}: {error.strerror}")
         checkpoint.claims[ref.uid] = ClaimEntry(entry.namespace, entry.name, PREPARE_COMPLETED, entry.devices)
         log.info(
             "prepared claim %s/%s: %s",
             ref.namespace,
             ref.name,
             ", ".join(d.device_name for d in entry.devices),
-            extra={"claim": f"{ref.namespace}/{ref.name}"},
+            extra={"claim": ref.label},
         )
         return PrepareResult(devices=entry.devices)
 
@@ -214,7 +226,7 @@ class Preparer:
                         "unprepared claim %s/%s",
                         ref.namespace,
                         ref.name,
-                        extra={"claim": f"{ref.namespace}/{ref.name}"},
+                        extra={"claim": ref.label},
                     )
                 errors[ref.uid] = ""
             if forgotten:
@@ -237,6 +249,10 @@ class Preparer:
                 if path.name.removeprefix(prefix).removesuffix(".json") not in checkpoint.claims:
                     log.info("removing orphaned CDI spec %s", path)
                     remove_durably(path)
+            # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
+            for path in [*remove_leftovers(self.cdi_root, f"{prefix}*.json"),
+                         *remove_leftovers(self.store.path.parent, self.store.path.name)]:
+                log.info("removed %s, left half-written by a crash", path)
 
     def held_devices(self) -> set[int]:
         """Physical ids that checkpointed claims hold (prepared or being prepared)."""

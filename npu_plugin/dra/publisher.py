@@ -137,7 +137,7 @@ class SlicePublisher:
             if stop.is_set():
                 return
             self._trigger.clear()
-            await retry_forever(
+            wrote = await retry_forever(
                 lambda: self._blocking(self._reconcile_once),
                 what="publishing ResourceSlices",
                 log=log,
@@ -146,29 +146,32 @@ class SlicePublisher:
                 maximum=10.0,
             )
             self.published.set()
-            # Coalescing: changes during this pause are written together in the next burst.
-            await asyncio.sleep(COALESCE_SECONDS)
+            if wrote:
+                # Coalescing: changes during this pause are written together in the next burst. Only after a
+                # write: a reconcile that found nothing to do (our own write coming back through the watch)
+                # must not hold up the next real change.
+                await asyncio.sleep(COALESCE_SECONDS)
 
-    def _reconcile_once(self) -> None:
+    def _reconcile_once(self) -> bool:
         try:
-            self._write_until_no_conflict()
+            return self._write_until_no_conflict()
         except KubeApiError:
             self._on_publish("error")
             raise
 
-    def _write_until_no_conflict(self) -> None:
+    def _write_until_no_conflict(self) -> bool:
         """A conflict only means our read was stale: read again at once, like client-go's RetryOnConflict;
-        other errors (and a conflict storm) go to the caller's back-off."""
+        other errors (and a conflict storm) go to the caller's back-off. True when something was written."""
         for attempt in range(1, CONFLICT_RETRIES + 1):
             try:
-                self._write_slices()
-                return
+                return self._write_slices()
             except KubeApiError as error:
                 if error.status != HTTPStatus.CONFLICT or attempt == CONFLICT_RETRIES:
                     raise
                 log.info("ResourceSlice update conflicted, reading again: %s", error)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _write_slices(self) -> None:
+    def _write_slices(self) -> bool:
         snapshot = self._inventory.snapshot()
         devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
         desired = slice_specs(self._settings, devices)
@@ -177,7 +180,7 @@ class SlicePublisher:
             key=lambda s: s["metadata"]["name"],
         )
         if slices_match(existing, desired, self._settings):
-            return
+            return False
         stored = [s["spec"]["pool"].get("generation") or 0 for s in existing]
         generation = max([self._generation, *stored]) + 1
         bodies = build_slices(self._settings, devices, generation)
@@ -199,6 +202,7 @@ class SlicePublisher:
             generation,
             sum(len(b["spec"]["devices"]) for b in bodies),
         )
+        return True
 
     def _start_watch_thread(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import stat
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
 from npu_plugin.device import Device, Health
+from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.edits import COMMON_NODES
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
@@ -115,6 +120,27 @@ def make_workspace(root: Path, devices: Sequence[Device] | None = None) -> Works
     return workspace
 
 
+@contextlib.contextmanager
+def fake_api_with_node() -> Iterator[FakeKubeAPI]:
+    """The fake API server on 127.0.0.1 with this node's Node object."""
+    with FakeKubeAPI() as api:
+        api.add_node(NODE)
+        yield api
+
+
+@contextlib.contextmanager
+def temporary_workspace(api: FakeKubeAPI) -> Iterator[Workspace]:
+    """A workspace under a short root in /tmp (Unix socket paths must stay under 108 bytes) whose kubeconfig
+    points at `api`, with the atlas-800t-a2 inventory; removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    try:
+        workspace = make_workspace(root)
+        api.write_kubeconfig(workspace.kubeconfig)
+        yield workspace
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def dra_args(workspace: Workspace, *extra: str, pod_uid: str | None = None) -> list[str]:
     """`serve` arguments of a DRA daemon living in `workspace` (fast health settings)."""
     return [
@@ -136,6 +162,34 @@ async def async_wait_until(condition: Callable[[], Any], timeout: float = 10.0, 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def retry_prepare(kubelet: DraKubeletSimulator, claims: Sequence[Claim],
+                        **options: Any) -> dict[str, PrepareResult]:
+    """Prepare as the kubelet retries it after a plugin restart: the first tries may reach the dead daemon's
+    socket, or find no plugin while the new one is still registering."""
+    for _ in range(200):
+        try:
+            return await kubelet.prepare(claims, **options)
+        except (grpc.aio.AioRpcError, LookupError):
+            await asyncio.sleep(0.05)
+    raise AssertionError("Prepare never succeeded after the restart")
+
+
+def claims_in_checkpoint(workspace: Workspace) -> dict[str, Any]:
+    claims: dict[str, Any] = json.loads(workspace.checkpoint.read_text())["claims"]
+    return claims
+
+
+def checked_state(workspace: Workspace) -> Checkpoint:
+    """What is on disk, checked the way a crash must leave it: the checkpoint parses, every spec a runtime
+    would read from --cdi-root (`*.json`) is valid CDI, and no device is held by two claims."""
+    stored = Checkpoint.from_bytes(workspace.checkpoint.read_bytes()) if workspace.checkpoint.exists() else None
+    for path in workspace.cdi.glob("*.json"):
+        assert_valid_cdi(json.loads(path.read_bytes()))
+    held = [d.device_name for entry in (stored.claims.values() if stored else ()) for d in entry.devices]
+    assert len(held) == len(set(held)), f"a device is held by two claims: {sorted(held)}"
+    return stored or Checkpoint("none")
 
 
 def node_slices(api: FakeKubeAPI) -> list[dict[str, Any]]:

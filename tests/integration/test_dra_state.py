@@ -19,16 +19,13 @@ from tests.integration.dra_support import (
     Workspace,
     allocate,
     async_wait_until,
+    claims_in_checkpoint,
     dra_args,
+    retry_prepare,
     run_with_kubelet,
 )
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
-
-
-def claims_in_checkpoint(workspace: Workspace) -> dict[str, Any]:
-    claims: dict[str, Any] = json.loads(workspace.checkpoint.read_text())["claims"]
-    return claims
 
 
 def test_a_corrupt_checkpoint_is_moved_aside_and_the_daemon_starts_empty(
@@ -73,24 +70,13 @@ def test_kill_9_during_prepare_then_restart_converges(workspace: Workspace, fake
         fake_api.set_latency(0)
         launch_daemon(*args)
         await async_wait_until(lambda: workspace.registration_socket().exists(), what="the new daemon's socket")
-        answer = await async_retry_prepare(kubelet, claim)
+        answer = (await retry_prepare(kubelet, [claim]))[claim.uid]
         assert answer.error == "" and workspace.cdi_file(claim.uid).exists()
         assert await kubelet.unprepare([claim]) == {claim.uid: ""}
         assert not workspace.cdi_file(claim.uid).exists()
         assert claims_in_checkpoint(workspace) == {}
 
     run_with_kubelet(workspace, fake_api, scenario)
-
-
-async def async_retry_prepare(kubelet: DraKubeletSimulator, claim: Any) -> Any:
-    """The kubelet retries a failed Prepare; the first tries may reach the dead daemon's socket, or find
-    no plugin while the new one is still registering."""
-    for _ in range(100):
-        try:
-            return (await kubelet.prepare([claim]))[claim.uid]
-        except (grpc.aio.AioRpcError, LookupError):
-            await asyncio.sleep(0.05)
-    raise AssertionError("Prepare never succeeded after the restart")
 
 
 def test_a_crash_between_steps_is_cleaned_up_at_start(workspace: Workspace, fake_api: FakeKubeAPI,

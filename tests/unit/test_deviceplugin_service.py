@@ -33,9 +33,16 @@ def test_allocatable_ids_in_request_order() -> None:
 @pytest.mark.parametrize(
     ("device_id", "problem"),
     [("Ascend910-6", "owned by dra"), ("Ascend910-2", "unhealthy"), ("Ascend910-9", "unknown"),
-     ("Ascend310P-1", "unknown"), ("npu-1", "unknown"), ("", "unknown")],
+     ("Ascend310P-1", "unknown"), ("npu-1", "unknown"), ("", "unknown"),
+     ("Ascend910-01", "unknown"), ("Ascend910-1\n", "unknown"), ("Ascend910-\u0661", "unknown")],
 )
 def test_refused_ids_are_named(device_id: str, problem: str) -> None:
     with pytest.raises(AllocationError, match=problem) as raised:
         allocatable_ids(inventory().snapshot(), ["Ascend910-0", device_id], "Ascend910")
     assert repr(device_id) in str(raised.value) or device_id in str(raised.value)
+
+
+def test_a_huge_id_is_named_without_repeating_it() -> None:
+    with pytest.raises(AllocationError, match=r"unknown device id 'xxxx.*\.\.\. \(1048578 characters\)") as raised:
+        allocatable_ids(inventory().snapshot(), ["x" * 2**20], "Ascend910")
+    assert len(str(raised.value)) < 200

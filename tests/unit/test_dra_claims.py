@@ -64,6 +64,15 @@ def test_our_results_become_claim_devices(raw: dict[str, Any], expected: list[Cl
         (claim({"request": "", "driver": DRIVER, "pool": POOL, "device": "npu-1"}), "request and device"),
         (claim({"request": "npu", "driver": DRIVER, "pool": POOL, "device": 1}), "request and device"),
         (claim(ours("npu-1"), ours("npu-7")), "device npu-7: already prepared"),
+        # Other spellings of device 7 must not slip past the holder check, which compares names.
+        (claim(ours("npu-07")), "unknown device 'npu-07'"),
+        (claim(ours("npu-7\n")), "unknown device"),
+        (claim(ours("npu-\u0667")), "unknown device"),
+        # The base request name becomes part of a CDI device name.
+        (claim(ours("npu-1", "Big NPU")), "request name 'Big NPU' is not a DNS label"),
+        (claim(ours("npu-1", "npu/../x")), "is not a DNS label"),
+        (claim(ours("npu-1", "n" * 64)), "is not a DNS label"),
+        (claim(ours("npu-1"), ours("npu-2"), ours("npu-1", "other")), "device(s) npu-1 allocated more than once"),
     ],
 )
 def test_refusals(raw: dict[str, Any], reason: str) -> None:

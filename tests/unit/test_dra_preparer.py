@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ class Claims:
 
     def __init__(self) -> None:
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
+        self.before_fetch: Callable[[str], object] = lambda _name: None
 
     def add(self, name: str, uid: str, results: list[dict[str, str]] | None, namespace: str = "ns") -> ClaimRef:
         status = {"allocation": {"devices": {"results": results}}} if results is not None else {}
@@ -34,6 +35,7 @@ class Claims:
         return ClaimRef(namespace, uid, name)
 
     def fetch(self, namespace: str, name: str) -> Mapping[str, Any]:
+        self.before_fetch(name)
         try:
             return self.stored[(namespace, name)]
         except KeyError:
@@ -84,6 +86,10 @@ REFUSALS: dict[str, tuple[Any, str]] = {
     "bad-uid": (lambda c: ClaimRef("ns", "../../etc/x", "x"), "invalid claim UID '../../etc/x'"),
     "bad-name": (lambda c: ClaimRef("ns", "u-bn", "a/b"), "invalid claim namespace/name 'ns'/'a/b'"),
     "bad-namespace": (lambda c: ClaimRef("..", "u-bns", "x"), "invalid claim namespace/name '..'/'x'"),
+    "uid-with-newline": (lambda c: ClaimRef("ns", "u-nl\n", "x"), "invalid claim UID 'u-nl\\n'"),
+    "name-with-newline": (lambda c: ClaimRef("ns", "u-nn", "x\n"), "invalid claim namespace/name 'ns'/'x\\n'"),
+    # A megabyte of input is named, not repeated: the message ends up in a gRPC response and a log line.
+    "huge-name": (lambda c: ClaimRef("ns", "u-huge", "x" * 2**20), "xxxx... (1048578 characters)"),
 }
 
 
@@ -95,6 +101,7 @@ def test_a_refused_claim_fails_alone(case: str, preparer: Preparer, claims: Clai
     results = preparer.prepare([good, refused])
     assert results[good.uid].error == "" and [d.device_name for d in results[good.uid].devices] == ["npu-0"]
     assert reason in results[refused.uid].error and results[refused.uid].devices == ()
+    assert len(results[refused.uid].error) < 1000
     assert set(checkpoint_claims(preparer)) == {good.uid}
     assert [p.name for p in (tmp_path / "cdi").iterdir()] == [f"{DRIVER}-claim_u-good.json"]
 
@@ -112,6 +119,23 @@ def test_prepare_is_idempotent_and_rewrites_the_spec(preparer: Preparer, claims:
         (("a",), (f"{DRIVER}/npu=u1-a",)), (("a",), ()), (("b",), (f"{DRIVER}/npu=u1-b",)),
     ]
     assert preparer.prepared_claims == 1 and preparer.held_devices() == {1, 2, 3}
+
+
+def test_a_prepared_claim_is_answered_without_the_api(preparer: Preparer, claims: Claims) -> None:
+    ref = claims.add("c", "u1", [ours("npu-1")])
+    first = preparer.prepare([ref])
+    claims.stored.clear()  # the API is down, or the claim is already gone from it
+    assert preparer.prepare([ref]) == first
+
+
+def test_a_claim_the_other_daemon_unprepares_meanwhile_is_read_under_the_lock(tmp_path: Path, claims: Claims) -> None:
+    mine, other = make_preparer(tmp_path, claims), make_preparer(tmp_path, claims)  # a rolling update's two pods
+    ref, fresh = claims.add("c", "u1", [ours("npu-1")]), claims.add("f", "u2", [ours("npu-2")])
+    mine.prepare([ref])
+    # After `mine` saw u1 completed and while it reads u2 from the API, the other daemon unprepares u1.
+    claims.before_fetch = lambda name: name == "f" and other.unprepare([ref])
+    assert [r.error for r in mine.prepare([ref, fresh]).values()] == ["", ""]
+    assert set(checkpoint_claims(mine)) == {"u1", "u2"}
 
 
 def test_unprepare_forgets_the_claim_and_accepts_unknown_ones(preparer: Preparer, claims: Claims,
@@ -161,3 +185,13 @@ def test_garbage_collection_drops_interrupted_claims_and_orphaned_specs(preparer
     preparer.collect_garbage()
     assert set(checkpoint_claims(preparer)) == {"u-done"}
     assert {p.name for p in (tmp_path / "cdi").iterdir()} == {f"{DRIVER}-claim_u-done.json", "other-vendor.json"}
+
+
+def test_garbage_collection_removes_temporary_files_a_crash_left(preparer: Preparer, tmp_path: Path) -> None:
+    cdi, state = tmp_path / "cdi", tmp_path / "state"
+    leftovers = [cdi / f".{DRIVER}-claim_u1.json.k2j4x9qa.tmp", state / ".checkpoint.json.0a1b2c3d.tmp"]
+    kept = [cdi / ".other-vendor.json.k2j4x9qa.tmp", cdi / f"{DRIVER}-device-plugin.json", state / "notes.tmp"]
+    for path in leftovers + kept:
+        path.write_text("{")
+    preparer.collect_garbage()
+    assert [p.exists() for p in leftovers + kept] == [False] * len(leftovers) + [True] * len(kept)

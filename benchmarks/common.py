@@ -1,0 +1,169 @@
+"""What every benchmark needs: child processes stopped by pid, RSS, percentiles, polling, fake devices."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from npu_plugin.device import Device
+from npu_plugin.edits import COMMON_NODES
+from npu_plugin.inventory_file import inventory_document
+from npu_plugin.sim.kubelet import KubeletSimulator
+from npu_plugin.sim.rest import SLICES_PATH, RestClient
+
+NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long each benchmark measures: `FULL` for numbers worth recording, `QUICK` to try things out."""
+
+    calls: int  # Allocate calls of each kind
+    prepares: int  # Prepare/Unprepare cycles
+    warmup: int
+    settle: float  # seconds between registration and the idle RSS read
+    rounds: int  # health faults and recoveries
+
+
+FULL = Budget(calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5)
+QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2)
+
+
+@contextlib.contextmanager
+def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A child in its own process group, stopped by its pid when the block ends."""
+    with log.open("wb") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+
+
+def serve_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "npu_plugin", "serve", "--backend", "fake", "--log-level", "warning", *args]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.002) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {what} within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+@contextlib.asynccontextmanager
+async def kubelet_at(directory: Path) -> AsyncIterator[KubeletSimulator]:
+    kubelet = KubeletSimulator(directory)
+    await kubelet.start()
+    try:
+        yield kubelet
+    finally:
+        await kubelet.stop()
+
+
+def fake_api_argv(work: Path) -> list[str]:
+    """The fake API server in its own process, so it does not share the benchmark's GIL."""
+    return [sys.executable, "-m", "npu_plugin.sim.fakeapi", "--port", "0", "--node", NODE,
+            "--kubeconfig", str(work / "kubeconfig")]
+
+
+def first_line(log: Path, timeout: float = 30.0) -> str:
+    """The URL the fake API server prints once it is serving."""
+    deadline = time.monotonic() + timeout
+    while not (text := log.read_text()).startswith("http"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the fake API server did not start: {text}")
+        time.sleep(0.01)
+    return text.splitlines()[0]
+
+
+@contextlib.contextmanager
+def fake_api(work: Path) -> Iterator[str]:
+    """A fake API server process with this node; its URL (its kubeconfig is work/kubeconfig)."""
+    with process(fake_api_argv(work), work / "fakeapi.log"):
+        yield first_line(work / "fakeapi.log")
+
+
+def dev_root(work: Path, count: int = 8) -> Path:
+    """Plain files for /dev/davinci0..N-1 and the common nodes."""
+    dev = work / "dev"
+    dev.mkdir(exist_ok=True)
+    for name in [f"davinci{i}" for i in range(count)] + list(COMMON_NODES):
+        (dev / name).touch()
+    return dev
+
+
+def fake_devices(count: int) -> list[Device]:
+    """`count` 910B3 dies, eight per NUMA node and per HCCS group (a large node, as far as the fake goes)."""
+    return [
+        Device(physical_id=i, chip_name="910B3", device_type="Ascend910B", logic_id=i, card_id=i // 2,
+               chip_id=i % 2, memory=64 * 2**30, ai_core=20, numa_node=i // 8,
+               pci_bus_id=f"0000:{i // 256:02x}:{i % 256 // 8:02x}.{i % 8}", topology_group=f"ring-{i // 8}",
+               driver_version="24.1.rc1")
+        for i in range(count)
+    ]
+
+
+def write_inventory(path: Path, devices: list[Device]) -> Path:
+    """Replace the inventory file in one rename, so the daemon never reads half of it."""
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(yaml.safe_dump(inventory_document(devices), sort_keys=False), encoding="utf-8")
+    os.replace(temp, path)
+    return path
+
+
+def dra_dirs(work: Path) -> list[str]:
+    """The directory flags of a DRA daemon living in `work`."""
+    return ["--node-name", NODE, "--kubelet-registrar-directory-path", str(work / "reg"),
+            "--kubelet-plugins-directory-path", str(work / "plugins"), "--cdi-root", str(work / "cdi"),
+            "--state-dir", str(work / "state"), "--kubeconfig", str(work / "kubeconfig")]
+
+
+def published(rest: RestClient) -> list[str] | None:
+    """This node's published device names when the pool is complete (one generation, every slice there)."""
+    items = rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"]
+    pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
+    if len(pools) != 1 or next(iter(pools))[1] != len(items):
+        return None
+    return sorted((d["name"] for s in items for d in s["spec"]["devices"]), key=lambda n: int(n.split("-")[1]))
+
+
+def slice_count(rest: RestClient) -> int:
+    return len(rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"])

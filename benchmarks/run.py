@@ -1,0 +1,62 @@
+"""scripts/bench: every benchmark, one table, one JSON file. Benchmarks never fail the build: a missed
+target is marked in the table and the JSON, and the exit code stays 0 (it is 1 only when a benchmark
+could not run at all)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from benchmarks import bench, bench_both, bench_dra, bench_scale
+from benchmarks.common import FULL, QUICK, Budget
+from benchmarks.report import render
+
+# (title, module, key in the results): each module has run(results, budget) and rows(results[key]).
+SECTIONS: list[tuple[str, ModuleType, str]] = [
+    ("device-plugin mode", bench, "device_plugin"),
+    ("DRA mode", bench_dra, "dra"),
+    ("both mode (health propagation with --health-interval 0.2)", bench_both, "both"),
+    ("scale: 1,024 fake devices", bench_scale, "scale"),
+]
+
+
+def environment(budget: Budget) -> dict[str, Any]:
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "budget": budget.__dict__, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def measure_all(budget: Budget, say: Callable[[str], None]) -> dict[str, Any]:
+    results: dict[str, Any] = {"environment": environment(budget)}
+    for title, module, _key in SECTIONS:
+        say(f"bench: {title} ...")
+        started = time.monotonic()
+        module.run(results, budget)
+        say(f"bench: {title} done in {time.monotonic() - started:.0f} s")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
+    parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
+    parser.add_argument("--quick", action="store_true", help="fewer calls and rounds: a rough table, sooner")
+    args = parser.parse_args(argv)
+    budget = QUICK if args.quick else FULL
+    results = measure_all(budget, lambda line: print(line, file=sys.stderr, flush=True))
+    sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
+    print(render(sections))
+    results["missed"] = [f"{title}: {row.metric}" for title, rows in sections for row in rows if row.met is False]
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

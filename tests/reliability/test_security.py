@@ -1,0 +1,235 @@
+"""What the daemon may touch: 0600 sockets in 0750 directories, claim references that never become paths
+outside --cdi-root, and no file written anywhere but the directories it was given."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc
+from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from npu_plugin.sim.fakeapi import FakeKubeAPI
+from tests.conftest import DaemonProcess, Launcher, wait_until
+from tests.integration.both_support import RESOURCE, both_args, node, registered
+from tests.integration.dra_support import (
+    DRIVER,
+    NODE,
+    Workspace,
+    allocate,
+    dra_args,
+    plant_claim,
+    result,
+    run_with_kubelet,
+)
+from tests.reliability.serving import DP_SOCKET, pod_resources
+
+pytest_plugins = ["tests.integration.dra_fixtures"]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+# ---- permissions
+
+
+@pytest.mark.parametrize("kubelet_dirs", ["present", "absent"])
+def test_sockets_are_0600_in_0750_directories_and_kubelet_directories_keep_their_mode(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, kubelet_dirs: str
+) -> None:
+    dp = workspace.root / "dp"
+    kubelet_owned = [workspace.reg, workspace.plugins, dp]
+    shutil.rmtree(workspace.state)  # --state-dir is always the daemon's to create
+    for folder in kubelet_owned:
+        shutil.rmtree(folder, ignore_errors=True)
+        if kubelet_dirs == "present":
+            folder.mkdir(mode=0o755)
+            folder.chmod(0o755)
+    sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]
+    with pod_resources(workspace.root / "pr" / "kubelet.sock"):
+        daemon = launch_daemon(*both_args(workspace))
+        wait_until(lambda: all(s.exists() for s in sockets), 20, "the three sockets")
+        claim = plant_claim(fake_api, "c", None, [result("npu-4")])
+        wait_until(lambda: prepared(workspace, claim), 20, "a prepared claim")
+
+    assert {s.name: mode(s) for s in sockets} == {s.name: 0o600 for s in sockets}
+    created = [workspace.plugins / DRIVER, workspace.state] + ([] if kubelet_dirs == "present" else kubelet_owned)
+    assert {str(d): mode(d) for d in created} == {str(d): 0o750 for d in created}, "0750 whatever the umask"
+    if kubelet_dirs == "present":
+        assert {str(d): mode(d) for d in kubelet_owned} == {str(d): 0o755 for d in kubelet_owned}
+    assert mode(workspace.checkpoint) == 0o600
+    assert mode(workspace.cdi_file(claim.uid)) == 0o644, "the container runtime reads CDI specs"
+    assert daemon.process.poll() is None
+
+
+def prepared(workspace: Workspace, claim: Claim) -> bool:
+    """Prepare through the DRA socket (both mode settles its partition first, so the first tries may fail)."""
+    with grpc.insecure_channel(f"unix://{workspace.dra_socket()}") as channel:
+        request = dra_v1_pb2.NodePrepareResourcesRequest(
+            claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)])
+        answer = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(request, timeout=10)
+    return answer.claims[claim.uid].error == ""
+
+
+# ---- claim references
+
+
+UID = "0badc0de-0000-4000-8000-000000000000"
+TRAVERSALS = [
+    Claim("default", "x", "../../../victim"), Claim("default", "x", "a/b"), Claim("default", "x", ".."),
+    Claim("default", "x", f"{UID}\n"), Claim("default", "x", f"{UID}/../../../victim"),
+    Claim("default", "../../../victim", UID), Claim("../kube-system", "x", UID), Claim("default", "x/../y", UID),
+    Claim("default", "x\n", UID), Claim("default", "%2e%2e", UID),
+]
+
+
+def test_claim_references_never_become_paths_or_urls(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                     launch_daemon: Launcher) -> None:
+    # Were a UID used unchecked, `npu.huawei.com-claim_../../../victim.json` would resolve through this folder
+    # to <root>/victim.json: the folder is there so that a missing check shows as a written or deleted file.
+    (workspace.cdi / f"{DRIVER}-claim_..").mkdir()
+    victim = workspace.root / "victim.json"
+    victim.write_text("keep")
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        before = tree(workspace.root)
+        for version in ("v1", "v1beta1"):
+            prepared = await kubelet.prepare(TRAVERSALS, version=version)
+            unprepared = await kubelet.unprepare(TRAVERSALS, version=version)
+            for claim in TRAVERSALS:
+                assert "invalid claim" in prepared[claim.uid].error and not prepared[claim.uid].devices, claim
+                assert "invalid claim" in unprepared[claim.uid], claim
+        assert tree(workspace.root) == before
+        assert victim.read_text() == "keep"
+        assert not [r.path for r in fake_api.requests if "/resourceclaims" in r.path], "no reference reached a URL"
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
+
+
+# ---- the whole file system
+
+
+# Left out of the walk, and why. Everything else on the root file system must be unchanged.
+PSEUDO = ("/proc", "/sys", "/dev", "/run")  # the kernel's and the running services' views, not files we write
+CACHES = ("__pycache__", ".pytest_cache", ".hypothesis")  # CPython's bytecode (written next to any module whose
+# cache is missing or stale when it is imported: the daemon's, the venv's, the standard library's), and the
+# test runner's own caches in the checkout.
+
+
+def excluded(own: tuple[Path, ...]) -> Callable[[str], bool]:
+    """Paths the walk skips: the list above, and this test's own directories (checked on their own)."""
+    own_dirs = tuple(str(p) for p in own)
+
+    def skip(path: str) -> bool:
+        return (path in PSEUDO or path.rsplit(os.sep, 1)[-1] in CACHES
+                or any(path == d or path.startswith(d + os.sep) for d in own_dirs))
+
+    return skip
+
+
+def walk(skip: Callable[[str], bool]) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every path on the root file system; other mounts (tmpfs, overlays of other tools)
+    are recorded but not entered: nothing of ours lives on them in this test."""
+    device = os.lstat("/").st_dev
+    found: dict[str, tuple[int, int]] = {}
+    folders = ["/"]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:  # unreadable, or gone since it was listed
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if skip(entry.path):
+                continue
+            found[entry.path] = (info.st_size, info.st_mtime_ns)
+            if stat.S_ISDIR(info.st_mode) and info.st_dev == device:
+                folders.append(entry.path)
+    return found
+
+
+def changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+def on_their_own(noise: list[str]) -> Callable[[str], bool]:
+    """Paths that change on their own (a CI runner's logs, a journal): those that changed between two walks
+    before the daemon started, and what appears in their directories. They are named on failure."""
+    moving = set(noise)
+
+    def moved(path: str) -> bool:
+        return path in moving or path.rsplit(os.sep, 1)[0] in moving
+
+    return moved
+
+
+async def dra_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess]) -> DaemonProcess:
+    async with DraKubeletSimulator(workspace.reg, node_name=NODE, api_url=api.url) as kubelet:
+        daemon = launch()
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = allocate(api, "everything")
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        assert await kubelet.unprepare([claim]) == {claim.uid: ""}
+    return daemon
+
+
+async def both_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess]) -> DaemonProcess:
+    async with node(workspace, api) as sim:
+        daemon = launch()
+        await registered(sim, daemon)
+        assert (await sim.kubelet.allocate(RESOURCE, ["Ascend910-1"])).envs["ASCEND_VISIBLE_DEVICES"] == "1"
+        claim = allocate(api, "everything")
+        assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
+        assert await sim.dra.unprepare([claim]) == {claim.uid: ""}
+    return daemon
+
+
+CYCLES = {"dra": (dra_args, dra_cycle), "both": (both_args, both_cycle)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("served", CYCLES, ids=CYCLES.keys())
+def test_no_file_is_written_outside_the_given_directories(workspace: Workspace, fake_api: FakeKubeAPI,
+                                                          launch_daemon: Launcher, tmp_path: Path,
+                                                          served: str) -> None:
+    """A whole life — start, register, publish, Allocate, Prepare, Unprepare, stop — changes nothing on the
+    root file system outside this test's directories, and inside them nothing outside the daemon's flags."""
+    args, cycle = CYCLES[served]
+    scratch = workspace.root / "tmp"  # the daemon's TMPDIR: Python's tempfile (and so libraries) write here
+    scratch.mkdir()
+    skip = excluded((workspace.root, tmp_path))
+    control = walk(skip)
+    everywhere, own = walk(skip), tree(workspace.root)
+    moved = on_their_own(changed(control, everywhere))
+
+    def launch() -> DaemonProcess:
+        return launch_daemon(*args(workspace), env={"TMPDIR": str(scratch)})
+
+    daemon = asyncio.run(cycle(workspace, fake_api, launch))
+    assert daemon.signal(signal.SIGTERM, timeout=10)[0] == 0
+
+    written = changed(everywhere, walk(skip))
+    assert [p for p in written if not moved(p)] == [], f"changing on their own: {list(filter(moved, written))}"
+    flags = [workspace.reg, workspace.plugins, workspace.cdi, workspace.state, workspace.root / "dp"]
+    simulators = [workspace.root / "pr"]  # the PodResources socket the test serves
+    outside = [p for p in changed(own, tree(workspace.root))
+               if not any(Path(p).is_relative_to(d) for d in flags + simulators)]
+    assert outside == []
+    assert list(scratch.iterdir()) == []
