@@ -8,8 +8,12 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data` so a reader sees the old or the new content, never a half."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace `path` with `data` so a reader sees the old or the new content, never a half.
+
+    `durable=False` skips the fsyncs: for files derived from a durable record and rewritten on demand
+    (CDI specs, which the checkpoint and the kubelet's next Prepare restore), the rename alone is enough.
+    """
     directory = path.parent
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
@@ -17,13 +21,15 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    fsync_directory(directory)
+    if durable:
+        fsync_directory(directory)
 
 
 def make_directories(directory: Path, mode: int) -> None:
@@ -52,13 +58,14 @@ def remove_leftovers(directory: Path, pattern: str) -> list[Path]:
     return removed
 
 
-def remove_durably(path: Path) -> bool:
-    """Remove `path` if present and make the removal durable; True when something was removed."""
+def remove_file(path: Path, *, durable: bool = True) -> bool:
+    """Remove `path` if present (durably unless told otherwise); True when something was removed."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
     return True
 
 

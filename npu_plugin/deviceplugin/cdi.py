@@ -35,5 +35,5 @@ def write_static_spec(cdi_root: Path, driver: str, layout: HostLayout, devices: 
     make_directories(cdi_root, CDI_DIR_MODE)
     per_device, common = static_devices(layout, devices)
     path = static_spec_path(cdi_root, driver)
-    write_atomic(path, spec_bytes(render_spec(driver, per_device, common)))
+    write_atomic(path, spec_bytes(render_spec(driver, per_device, common)), durable=False)  # rewritten at every start
     return path

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_plugin.atomic import remove_durably, remove_leftovers, write_atomic
+from npu_plugin.atomic import remove_file, remove_leftovers, write_atomic
 from npu_plugin.cdi import spec_bytes
 from npu_plugin.device import parse_dra_name
 from npu_plugin.dra.cdi_claims import claim_cdi_id, claim_spec, claim_spec_path
@@ -29,6 +29,10 @@ from npu_plugin.errors import ClaimError, NpuPluginError, clipped, quoted
 from npu_plugin.inventory import Owner, Snapshot
 
 log = logging.getLogger(__name__)
+# The checkpoint is the durable record (fsync'd); CDI files are derived from it: written atomically but not
+# fsync'd. After a power loss, start-up removes files without a completed entry and the kubelet's next
+# Prepare rewrites the others, so an fsync there would only buy latency.
+CDI_DURABLE = False
 # Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 _DNS_LABELISH = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -190,7 +194,7 @@ class Preparer:
         spec = claim_spec(self.driver, ref.uid, requests_of(entry.devices), self.layout)
         path = claim_spec_path(self.cdi_root, self.driver, ref.uid)
         try:
-            write_atomic(path, spec_bytes(spec))
+            write_atomic(path, spec_bytes(spec), durable=CDI_DURABLE)
         except OSError as error:
             if entry.state == PREPARE_STARTED:
                 del checkpoint.claims[ref.uid]
@@ -219,7 +223,7 @@ class Preparer:
         with self.locked() as checkpoint:
             forgotten = False
             for ref in valid:
-                remove_durably(claim_spec_path(self.cdi_root, self.driver, ref.uid))
+                remove_file(claim_spec_path(self.cdi_root, self.driver, ref.uid), durable=CDI_DURABLE)
                 if checkpoint.claims.pop(ref.uid, None) is not None:
                     forgotten = True
                     log.info(
@@ -248,7 +252,7 @@ class Preparer:
             for path in self.cdi_root.glob(f"{prefix}*.json"):
                 if path.name.removeprefix(prefix).removesuffix(".json") not in checkpoint.claims:
                     log.info("removing orphaned CDI spec %s", path)
-                    remove_durably(path)
+                    remove_file(path, durable=CDI_DURABLE)
             # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
             for path in [*remove_leftovers(self.cdi_root, f"{prefix}*.json"),
                          *remove_leftovers(self.store.path.parent, self.store.path.name)]:
