@@ -180,22 +180,24 @@ def on_their_own(noise: list[str]) -> Callable[[str], bool]:
     return moved
 
 
-async def dra_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess]) -> DaemonProcess:
+async def dra_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess],
+                    name: str) -> DaemonProcess:
     async with DraKubeletSimulator(workspace.reg, node_name=NODE, api_url=api.url) as kubelet:
         daemon = launch()
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(api, "everything")
+        claim = allocate(api, name)
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         assert await kubelet.unprepare([claim]) == {claim.uid: ""}
     return daemon
 
 
-async def both_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess]) -> DaemonProcess:
+async def both_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess],
+                     name: str) -> DaemonProcess:
     async with node(workspace, api) as sim:
         daemon = launch()
         await registered(sim, daemon)
         assert (await sim.kubelet.allocate(RESOURCE, ["Ascend910-1"])).envs["ASCEND_VISIBLE_DEVICES"] == "1"
-        claim = allocate(api, "everything")
+        claim = allocate(api, name)
         assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
         assert await sim.dra.unprepare([claim]) == {claim.uid: ""}
     return daemon
@@ -215,18 +217,24 @@ def test_no_file_is_written_outside_the_given_directories(workspace: Workspace, 
     scratch = workspace.root / "tmp"  # the daemon's TMPDIR: Python's tempfile (and so libraries) write here
     scratch.mkdir()
     skip = excluded((workspace.root, tmp_path))
-    control = walk(skip)
-    everywhere, own = walk(skip), tree(workspace.root)
-    moved = on_their_own(changed(control, everywhere))
+    own = tree(workspace.root)
 
     def launch() -> DaemonProcess:
         return launch_daemon(*args(workspace), env={"TMPDIR": str(scratch)})
 
-    daemon = asyncio.run(cycle(workspace, fake_api, launch))
-    assert daemon.signal(signal.SIGTERM, timeout=10)[0] == 0
+    def one_life(name: str) -> list[str]:
+        control = walk(skip)
+        everywhere = walk(skip)
+        moved = on_their_own(changed(control, everywhere))
+        daemon = asyncio.run(cycle(workspace, fake_api, launch, name))
+        assert daemon.signal(signal.SIGTERM, timeout=10)[0] == 0
+        return [p for p in changed(everywhere, walk(skip)) if not moved(p)]
 
-    written = changed(everywhere, walk(skip))
-    assert [p for p in written if not moved(p)] == [], f"changing on their own: {list(filter(moved, written))}"
+    written = one_life("first")
+    if written:
+        # Another process on the machine may have written once meanwhile; the daemon writes in every life.
+        written = sorted(set(written) & set(one_life("second")))
+    assert written == []
     flags = [workspace.reg, workspace.plugins, workspace.cdi, workspace.state, workspace.root / "dp"]
     simulators = [workspace.root / "pr"]  # the PodResources socket the test serves
     outside = [p for p in changed(own, tree(workspace.root))
