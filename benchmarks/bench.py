@@ -50,8 +50,14 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.sim.kubelet import KubeletSimulator
 
 ECHO_METHOD = "/bench.Echo/Echo"
-TARGETS = {"allocate_p50_ratio": 1.5, "allocate_p99_ratio": 2.0, "idle_rss_mib": 45.0, "registered_s": 1.0,
-           "metrics_p50_ratio": 1.1, "metrics_p99_ratio": 1.25}
+TARGETS = {
+    "allocate_p50_ratio": 1.5,
+    "allocate_p99_ratio": 2.0,
+    "idle_rss_mib": 45.0,
+    "registered_s": 1.0,
+    "metrics_p50_ratio": 1.1,
+    "metrics_p99_ratio": 1.25,
+}
 # The daemon measured against the floor, and its twin with Prometheus metrics on.
 PLAIN, METRICS, FLOOR = "plain", "metrics", "floor"
 PROFILE = ("--fake-profile", "atlas-800t-a2")
@@ -86,7 +92,8 @@ def serve_echo(socket_path: str) -> None:
             return request
 
         handler = grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+        )
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((handler,))
         server.add_insecure_port(f"unix://{socket_path}")
@@ -105,8 +112,9 @@ async def interleaved(
 ) -> dict[str, list[float]]:
     """Allocate on every daemon and echo on the floor, rotating which goes first, each over its own
     channel like the kubelet's; the measured seconds by name (daemon names and FLOOR)."""
-    request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(
-        devices_ids=["Ascend910-2", "Ascend910-3"])])
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devices_ids=["Ascend910-2", "Ascend910-3"])]
+    )
     async with contextlib.AsyncExitStack() as stack:
         call: dict[str, Callable[[], Awaitable[Any]]] = {}
         for name, path in daemon_sockets.items():
@@ -146,8 +154,16 @@ class Served:
 async def served(work: Path, name: str, *extra: str, source: Sequence[str] = PROFILE) -> AsyncIterator[Served]:
     """A device-plugin daemon on `source` (fake backend flags) registered with its own kubelet simulator."""
     plugin_dir = work / name
-    argv = serve_argv("--mode", "device-plugin", *source, "--dev-root", str(work / "dev"),
-                      "--device-plugin-path", str(plugin_dir), *extra)
+    argv = serve_argv(
+        "--mode",
+        "device-plugin",
+        *source,
+        "--dev-root",
+        str(work / "dev"),
+        "--device-plugin-path",
+        str(plugin_dir),
+        *extra,
+    )
     async with kubelet_at(plugin_dir) as kubelet:
         with process(argv, work / f"{name}.log") as daemon:
             started = time.monotonic()
@@ -185,8 +201,10 @@ async def measure(work: Path, calls: int, warmup: int, settle: float) -> Results
     dev_root(work)
     port = free_port()
     # One after the other, so neither start competes with the other for the CPU.
-    async with served(work, PLAIN) as plain, \
-            served(work, METRICS, "--metrics-port", str(port), "--bind-address", "127.0.0.1") as metrics:
+    async with (
+        served(work, PLAIN) as plain,
+        served(work, METRICS, "--metrics-port", str(port), "--bind-address", "127.0.0.1") as metrics,
+    ):
         with echo_server(work) as echo_socket:
             await wait_for(echo_socket.exists, 30, "echo server")
             await asyncio.sleep(settle)
@@ -203,13 +221,22 @@ def results(
     p50 = {name: percentile(values, 0.5) * 1e6 for name, values in samples.items()}
     p99 = {name: percentile(values, 0.99) * 1e6 for name, values in samples.items()}
     return Results(
-        calls=len(samples[PLAIN]), allocate_p50_us=round(p50[PLAIN], 1), allocate_p99_us=round(p99[PLAIN], 1),
-        floor_p50_us=round(p50[FLOOR], 1), floor_p99_us=round(p99[FLOOR], 1),
-        allocate_p50_ratio=round(p50[PLAIN] / p50[FLOOR], 2), allocate_p99_ratio=round(p99[PLAIN] / p99[FLOOR], 2),
-        registered_s=round(registered, 3), idle_rss_mib=round(idle[PLAIN], 1), rss_after_load_mib=round(loaded, 1),
-        metrics_allocate_p50_us=round(p50[METRICS], 1), metrics_allocate_p99_us=round(p99[METRICS], 1),
-        metrics_p50_ratio=round(p50[METRICS] / p50[PLAIN], 2), metrics_p99_ratio=round(p99[METRICS] / p99[PLAIN], 2),
-        metrics_idle_rss_mib=round(idle[METRICS], 1), metrics_allocations_counted=counted,
+        calls=len(samples[PLAIN]),
+        allocate_p50_us=round(p50[PLAIN], 1),
+        allocate_p99_us=round(p99[PLAIN], 1),
+        floor_p50_us=round(p50[FLOOR], 1),
+        floor_p99_us=round(p99[FLOOR], 1),
+        allocate_p50_ratio=round(p50[PLAIN] / p50[FLOOR], 2),
+        allocate_p99_ratio=round(p99[PLAIN] / p99[FLOOR], 2),
+        registered_s=round(registered, 3),
+        idle_rss_mib=round(idle[PLAIN], 1),
+        rss_after_load_mib=round(loaded, 1),
+        metrics_allocate_p50_us=round(p50[METRICS], 1),
+        metrics_allocate_p99_us=round(p99[METRICS], 1),
+        metrics_p50_ratio=round(p50[METRICS] / p50[PLAIN], 2),
+        metrics_p99_ratio=round(p99[METRICS] / p99[PLAIN], 2),
+        metrics_idle_rss_mib=round(idle[METRICS], 1),
+        metrics_allocations_counted=counted,
         metrics_record_us=round(record_cost_us(), 2),
     )
 
@@ -225,26 +252,58 @@ def record_cost_us(rounds: int = 100_000) -> float:
 def rows(section: dict[str, Any]) -> list[Row]:
     r, t = section["results"], section["targets"]
     return [
-        Row("Allocate p50", f"{r['allocate_p50_us']:.0f} us", f"floor {r['floor_p50_us']:.0f} us, "
-            f"{r['allocate_p50_ratio']:.2f}x", f"<= {t['allocate_p50_ratio']}x floor",
-            at_most(r["allocate_p50_ratio"], t["allocate_p50_ratio"])),
-        Row("Allocate p99", f"{r['allocate_p99_us']:.0f} us", f"floor {r['floor_p99_us']:.0f} us, "
-            f"{r['allocate_p99_ratio']:.2f}x", f"<= {t['allocate_p99_ratio']}x floor",
-            at_most(r["allocate_p99_ratio"], t["allocate_p99_ratio"])),
-        Row("start -> registered", f"{r['registered_s']:.3f} s", "", f"<= {t['registered_s']:g} s",
-            at_most(r["registered_s"], t["registered_s"])),
-        Row("idle RSS", f"{r['idle_rss_mib']:.1f} MiB", f"after load {r['rss_after_load_mib']:.1f} MiB",
-            f"<= {t['idle_rss_mib']:g} MiB", at_most(r["idle_rss_mib"], t["idle_rss_mib"])),
-        Row("Allocate p50, --metrics-port on", f"{r['metrics_allocate_p50_us']:.0f} us",
-            f"off {r['allocate_p50_us']:.0f} us, {r['metrics_p50_ratio']:.2f}x", f"<= {t['metrics_p50_ratio']}x off",
-            at_most(r["metrics_p50_ratio"], t["metrics_p50_ratio"])),
-        Row("Allocate p99, --metrics-port on", f"{r['metrics_allocate_p99_us']:.0f} us",
-            f"off {r['allocate_p99_us']:.0f} us, {r['metrics_p99_ratio']:.2f}x", f"<= {t['metrics_p99_ratio']}x off",
-            at_most(r["metrics_p99_ratio"], t["metrics_p99_ratio"])),
-        Row("idle RSS, --metrics-port on", f"{r['metrics_idle_rss_mib']:.1f} MiB",
-            f"{r['metrics_allocations_counted']} allocations counted"),
-        Row("recording one Allocate in metrics", f"{r['metrics_record_us']:.2f} us",
-            f"{r['metrics_record_us'] / r['allocate_p50_us']:.2%} of Allocate p50"),
+        Row(
+            "Allocate p50",
+            f"{r['allocate_p50_us']:.0f} us",
+            f"floor {r['floor_p50_us']:.0f} us, {r['allocate_p50_ratio']:.2f}x",
+            f"<= {t['allocate_p50_ratio']}x floor",
+            at_most(r["allocate_p50_ratio"], t["allocate_p50_ratio"]),
+        ),
+        Row(
+            "Allocate p99",
+            f"{r['allocate_p99_us']:.0f} us",
+            f"floor {r['floor_p99_us']:.0f} us, {r['allocate_p99_ratio']:.2f}x",
+            f"<= {t['allocate_p99_ratio']}x floor",
+            at_most(r["allocate_p99_ratio"], t["allocate_p99_ratio"]),
+        ),
+        Row(
+            "start -> registered",
+            f"{r['registered_s']:.3f} s",
+            "",
+            f"<= {t['registered_s']:g} s",
+            at_most(r["registered_s"], t["registered_s"]),
+        ),
+        Row(
+            "idle RSS",
+            f"{r['idle_rss_mib']:.1f} MiB",
+            f"after load {r['rss_after_load_mib']:.1f} MiB",
+            f"<= {t['idle_rss_mib']:g} MiB",
+            at_most(r["idle_rss_mib"], t["idle_rss_mib"]),
+        ),
+        Row(
+            "Allocate p50, --metrics-port on",
+            f"{r['metrics_allocate_p50_us']:.0f} us",
+            f"off {r['allocate_p50_us']:.0f} us, {r['metrics_p50_ratio']:.2f}x",
+            f"<= {t['metrics_p50_ratio']}x off",
+            at_most(r["metrics_p50_ratio"], t["metrics_p50_ratio"]),
+        ),
+        Row(
+            "Allocate p99, --metrics-port on",
+            f"{r['metrics_allocate_p99_us']:.0f} us",
+            f"off {r['allocate_p99_us']:.0f} us, {r['metrics_p99_ratio']:.2f}x",
+            f"<= {t['metrics_p99_ratio']}x off",
+            at_most(r["metrics_p99_ratio"], t["metrics_p99_ratio"]),
+        ),
+        Row(
+            "idle RSS, --metrics-port on",
+            f"{r['metrics_idle_rss_mib']:.1f} MiB",
+            f"{r['metrics_allocations_counted']} allocations counted",
+        ),
+        Row(
+            "recording one Allocate in metrics",
+            f"{r['metrics_record_us']:.2f} us",
+            f"{r['metrics_record_us'] / r['allocate_p50_us']:.2%} of Allocate p50",
+        ),
     ]
 
 

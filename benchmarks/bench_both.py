@@ -77,10 +77,23 @@ async def kubelet_side(work: Path, url: str) -> AsyncIterator[Node]:
 
 
 def daemon_argv(work: Path, inventory: Path) -> list[str]:
-    return serve_argv("--mode", "both", "--dra-devices", "4-7", "--fake-inventory", str(inventory),
-                      "--dev-root", str(dev_root(work)), "--device-plugin-path", str(work / "dp"),
-                      "--pod-resources-socket", str(work / "pr" / "kubelet.sock"),
-                      "--health-interval", HEALTH_INTERVAL, *dra_dirs(work))
+    return serve_argv(
+        "--mode",
+        "both",
+        "--dra-devices",
+        "4-7",
+        "--fake-inventory",
+        str(inventory),
+        "--dev-root",
+        str(dev_root(work)),
+        "--device-plugin-path",
+        str(work / "dp"),
+        "--pod-resources-socket",
+        str(work / "pr" / "kubelet.sock"),
+        "--health-interval",
+        HEALTH_INTERVAL,
+        *dra_dirs(work),
+    )
 
 
 async def slice_shows(node: Node, present: bool) -> None:
@@ -126,11 +139,19 @@ async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
             await asyncio.sleep(budget.settle)
             idle = rss_mib(daemon.pid)
             samples = await propagations(node, inventory, budget.rounds)
-    return {"dp_registered_s": round(dp_registered, 3), "dra_registered_s": round(dra_registered, 3),
-            "ready_s": round(ready, 3), "idle_rss_mib": round(idle, 1), "health_interval_s": float(HEALTH_INTERVAL),
-            "rounds": budget.rounds,
-            **{f"{key}_{stat}_s": round(value, 3) for key, values in samples.items()
-               for stat, value in (("p50", percentile(values, 0.5)), ("max", max(values)))}}
+    return {
+        "dp_registered_s": round(dp_registered, 3),
+        "dra_registered_s": round(dra_registered, 3),
+        "ready_s": round(ready, 3),
+        "idle_rss_mib": round(idle, 1),
+        "health_interval_s": float(HEALTH_INTERVAL),
+        "rounds": budget.rounds,
+        **{
+            f"{key}_{stat}_s": round(value, 3)
+            for key, values in samples.items()
+            for stat, value in (("p50", percentile(values, 0.5)), ("max", max(values)))
+        },
+    }
 
 
 async def propagations(node: Node, inventory: Path, rounds: int) -> dict[str, list[float]]:
@@ -150,17 +171,31 @@ def rows(section: dict[str, Any]) -> list[Row]:
     # Two samples fail a device and three restore it (the default thresholds), each poll 0.2 s apart.
     settings = f"{r['rounds']} rounds, polls every {r['health_interval_s']:g} s"
     propagation = [
-        Row(f"health {change} -> {api}", f"max {r[f'{key}_{change}_max_s']:.3f} s",
-            f"p50 {r[f'{key}_{change}_p50_s']:.3f} s; {settings}", f"<= {t['propagation_s']:g} s",
-            at_most(r[f"{key}_{change}_max_s"], t["propagation_s"]))
-        for change in ("fault", "recovery") for key, api in (("law", "ListAndWatch"), ("slice", "ResourceSlice"))
+        Row(
+            f"health {change} -> {api}",
+            f"max {r[f'{key}_{change}_max_s']:.3f} s",
+            f"p50 {r[f'{key}_{change}_p50_s']:.3f} s; {settings}",
+            f"<= {t['propagation_s']:g} s",
+            at_most(r[f"{key}_{change}_max_s"], t["propagation_s"]),
+        )
+        for change in ("fault", "recovery")
+        for key, api in (("law", "ListAndWatch"), ("slice", "ResourceSlice"))
     ]
     return [
-        Row("start -> both registered + first slice", f"{r['ready_s']:.3f} s",
+        Row(
+            "start -> both registered + first slice",
+            f"{r['ready_s']:.3f} s",
             f"device plugin {r['dp_registered_s']:.3f} s, DRA {r['dra_registered_s']:.3f} s",
-            f"<= {t['ready_s']:g} s", at_most(r["ready_s"], t["ready_s"])),
-        Row("idle RSS", f"{r['idle_rss_mib']:.1f} MiB", "", f"<= {t['idle_rss_mib']:g} MiB",
-            at_most(r["idle_rss_mib"], t["idle_rss_mib"])),
+            f"<= {t['ready_s']:g} s",
+            at_most(r["ready_s"], t["ready_s"]),
+        ),
+        Row(
+            "idle RSS",
+            f"{r['idle_rss_mib']:.1f} MiB",
+            "",
+            f"<= {t['idle_rss_mib']:g} MiB",
+            at_most(r["idle_rss_mib"], t["idle_rss_mib"]),
+        ),
         *propagation,
     ]
 

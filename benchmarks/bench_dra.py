@@ -43,8 +43,9 @@ TARGETS = {"prepare_p99_ms": 50.0, "prepare_p99_ratio": 3.0, "idle_rss_mib": 75.
 
 
 def daemon_argv(work: Path) -> list[str]:
-    return serve_argv("--mode", "dra", "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev_root(work)),
-                      *dra_dirs(work))
+    return serve_argv(
+        "--mode", "dra", "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev_root(work)), *dra_dirs(work)
+    )
 
 
 def slices_published(rest: RestClient) -> bool:
@@ -113,26 +114,48 @@ async def measure(work: Path, url: str, calls: int, warmup: int, settle: float) 
             claim = Claim("default", "bench", stored["metadata"]["uid"])
             samples = await cycles(kubelet, claim, Floor(url, claim, work / "floor.json"), warmup + calls)
             loaded = rss_mib(daemon.pid)
-    return {"calls": calls, **summary(samples, warmup), "registered_s": round(registered, 3),
-            "first_slice_s": round(first_slice, 3), "idle_rss_mib": round(idle, 1),
-            "rss_after_load_mib": round(loaded, 1)}
+    return {
+        "calls": calls,
+        **summary(samples, warmup),
+        "registered_s": round(registered, 3),
+        "first_slice_s": round(first_slice, 3),
+        "idle_rss_mib": round(idle, 1),
+        "rss_after_load_mib": round(loaded, 1),
+    }
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
     r, t = section["results"], section["targets"]
     ready = r["first_slice_s"]
     return [
-        Row("Prepare p50", f"{r['prepare_p50_ms']:.2f} ms", f"floor {r['floor_p50_ms']:.2f} ms, "
-            f"{r['prepare_p50_ratio']:.2f}x"),
-        Row("Prepare p99", f"{r['prepare_p99_ms']:.2f} ms", f"floor {r['floor_p99_ms']:.2f} ms, "
-            f"{r['prepare_p99_ratio']:.2f}x", f"<= {t['prepare_p99_ms']:g} ms, <= {t['prepare_p99_ratio']:g}x floor",
+        Row(
+            "Prepare p50",
+            f"{r['prepare_p50_ms']:.2f} ms",
+            f"floor {r['floor_p50_ms']:.2f} ms, {r['prepare_p50_ratio']:.2f}x",
+        ),
+        Row(
+            "Prepare p99",
+            f"{r['prepare_p99_ms']:.2f} ms",
+            f"floor {r['floor_p99_ms']:.2f} ms, {r['prepare_p99_ratio']:.2f}x",
+            f"<= {t['prepare_p99_ms']:g} ms, <= {t['prepare_p99_ratio']:g}x floor",
             at_most(r["prepare_p99_ms"], t["prepare_p99_ms"])
-            and at_most(r["prepare_p99_ratio"], t["prepare_p99_ratio"])),
+            and at_most(r["prepare_p99_ratio"], t["prepare_p99_ratio"]),
+        ),
         Row("Unprepare p50 / p99", f"{r['unprepare_p50_ms']:.2f} / {r['unprepare_p99_ms']:.2f} ms"),
-        Row("start -> registered + first slice", f"{ready:.3f} s", f"registered at {r['registered_s']:.3f} s",
-            f"<= {t['ready_s']:g} s", at_most(ready, t["ready_s"])),
-        Row("idle RSS", f"{r['idle_rss_mib']:.1f} MiB", f"after load {r['rss_after_load_mib']:.1f} MiB",
-            f"<= {t['idle_rss_mib']:g} MiB", at_most(r["idle_rss_mib"], t["idle_rss_mib"])),
+        Row(
+            "start -> registered + first slice",
+            f"{ready:.3f} s",
+            f"registered at {r['registered_s']:.3f} s",
+            f"<= {t['ready_s']:g} s",
+            at_most(ready, t["ready_s"]),
+        ),
+        Row(
+            "idle RSS",
+            f"{r['idle_rss_mib']:.1f} MiB",
+            f"after load {r['rss_after_load_mib']:.1f} MiB",
+            f"<= {t['idle_rss_mib']:g} MiB",
+            at_most(r["idle_rss_mib"], t["idle_rss_mib"]),
+        ),
     ]
 
 

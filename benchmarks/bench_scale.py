@@ -51,8 +51,9 @@ QUIET = ("--health-interval", "60")
 async def publish_time(work: Path, url: str, inventory: Path) -> tuple[float, int]:
     """Seconds from start to the complete pool of 1,024 devices, and its number of slices."""
     rest = RestClient(url)
-    argv = serve_argv("--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev_root(work)),
-                      *dra_dirs(work))
+    argv = serve_argv(
+        "--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev_root(work)), *dra_dirs(work)
+    )
     expected = [f"npu-{i}" for i in range(DEVICES)]
     with process(argv, work / "dra.log"):
         started = time.monotonic()
@@ -68,46 +69,75 @@ def build_seconds(count: int, rounds: int = 50) -> float:
 
 async def device_plugin(work: Path, inventory: Path, budget: Budget) -> dict[str, Any]:
     small = write_inventory(work / "small.yaml", fake_devices(8))
-    async with served(work, BIG, *QUIET, source=("--fake-inventory", str(inventory))) as big, \
-            served(work, SMALL, *QUIET, source=("--fake-inventory", str(small))) as little:
+    async with (
+        served(work, BIG, *QUIET, source=("--fake-inventory", str(inventory))) as big,
+        served(work, SMALL, *QUIET, source=("--fake-inventory", str(small))) as little,
+    ):
         await wait_for(lambda: len(big.kubelet.plugin(RESOURCE).devices) == DEVICES, 30, "the 1,024-device list")
         message = pb.ListAndWatchResponse(devices=list(big.kubelet.plugin(RESOURCE).devices.values()))
         with echo_server(work) as echo:
             await wait_for(echo.exists, 30, "echo server")
-            samples = await interleaved({BIG: big.socket, SMALL: little.socket}, echo, budget.calls // 2,
-                                        budget.warmup)
+            samples = await interleaved({BIG: big.socket, SMALL: little.socket}, echo, budget.calls // 2, budget.warmup)
     p50 = {name: percentile(values, 0.5) * 1e6 for name, values in samples.items()}
     p99 = {name: percentile(values, 0.99) * 1e6 for name, values in samples.items()}
-    return {"list_bytes": message.ByteSize(), "list_build_ms": round(build_seconds(DEVICES) * 1e3, 3),
-            "list_build_8_ms": round(build_seconds(8) * 1e3, 3), "calls": budget.calls // 2,
-            "allocate_p50_us": round(p50[BIG], 1), "allocate_p99_us": round(p99[BIG], 1),
-            "allocate_8_p50_us": round(p50[SMALL], 1), "allocate_8_p99_us": round(p99[SMALL], 1),
-            "floor_p50_us": round(p50[FLOOR], 1), "allocate_p50_ratio": round(p50[BIG] / p50[SMALL], 2),
-            "allocate_p99_ratio": round(p99[BIG] / p99[SMALL], 2)}
+    return {
+        "list_bytes": message.ByteSize(),
+        "list_build_ms": round(build_seconds(DEVICES) * 1e3, 3),
+        "list_build_8_ms": round(build_seconds(8) * 1e3, 3),
+        "calls": budget.calls // 2,
+        "allocate_p50_us": round(p50[BIG], 1),
+        "allocate_p99_us": round(p99[BIG], 1),
+        "allocate_8_p50_us": round(p50[SMALL], 1),
+        "allocate_8_p99_us": round(p99[SMALL], 1),
+        "floor_p50_us": round(p50[FLOOR], 1),
+        "allocate_p50_ratio": round(p50[BIG] / p50[SMALL], 2),
+        "allocate_p99_ratio": round(p99[BIG] / p99[SMALL], 2),
+    }
 
 
 async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
     inventory = write_inventory(work / "inventory.yaml", fake_devices(DEVICES))
     seconds, slices = await publish_time(work, url, inventory)
-    return {"devices": DEVICES, "published_s": round(seconds, 3), "slices": slices,
-            **await device_plugin(work, inventory, budget)}
+    return {
+        "devices": DEVICES,
+        "published_s": round(seconds, 3),
+        "slices": slices,
+        **await device_plugin(work, inventory, budget),
+    }
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
     r, t = section["results"], section["targets"]
     return [
-        Row("start -> 1,024 devices published", f"{r['published_s']:.3f} s", "DRA mode, complete pool",
-            f"<= {t['published_s']:g} s", at_most(r["published_s"], t["published_s"])),
-        Row("slices for 1,024 devices", f"{r['slices']}", f"{r['devices'] // r['slices']} devices each",
-            f"{t['slices']} (128 per slice)", r["slices"] == t["slices"]),
+        Row(
+            "start -> 1,024 devices published",
+            f"{r['published_s']:.3f} s",
+            "DRA mode, complete pool",
+            f"<= {t['published_s']:g} s",
+            at_most(r["published_s"], t["published_s"]),
+        ),
+        Row(
+            "slices for 1,024 devices",
+            f"{r['slices']}",
+            f"{r['devices'] // r['slices']} devices each",
+            f"{t['slices']} (128 per slice)",
+            r["slices"] == t["slices"],
+        ),
         Row("ListAndWatch message", f"{r['list_bytes'] / 1024:.1f} KiB", f"{r['list_bytes']} bytes"),
         Row("ListAndWatch build", f"{r['list_build_ms']:.3f} ms", f"8 devices: {r['list_build_8_ms']:.3f} ms"),
-        Row("Allocate p50, 1,024 devices", f"{r['allocate_p50_us']:.0f} us",
+        Row(
+            "Allocate p50, 1,024 devices",
+            f"{r['allocate_p50_us']:.0f} us",
             f"8 devices {r['allocate_8_p50_us']:.0f} us, {r['allocate_p50_ratio']:.2f}x; floor "
-            f"{r['floor_p50_us']:.0f} us", f"<= {t['allocate_p50_ratio']}x 8 devices",
-            at_most(r["allocate_p50_ratio"], t["allocate_p50_ratio"])),
-        Row("Allocate p99, 1,024 devices", f"{r['allocate_p99_us']:.0f} us",
-            f"8 devices {r['allocate_8_p99_us']:.0f} us, {r['allocate_p99_ratio']:.2f}x"),
+            f"{r['floor_p50_us']:.0f} us",
+            f"<= {t['allocate_p50_ratio']}x 8 devices",
+            at_most(r["allocate_p50_ratio"], t["allocate_p50_ratio"]),
+        ),
+        Row(
+            "Allocate p99, 1,024 devices",
+            f"{r['allocate_p99_us']:.0f} us",
+            f"8 devices {r['allocate_8_p99_us']:.0f} us, {r['allocate_p99_ratio']:.2f}x",
+        ),
     ]
 
 

@@ -44,8 +44,9 @@ QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2)
 def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child in its own process group, stopped by its pid when the block ends."""
     with log.open("wb") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
+        child = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     try:
         yield child
     finally:
@@ -100,8 +101,17 @@ async def kubelet_at(directory: Path) -> AsyncIterator[KubeletSimulator]:
 
 def fake_api_argv(work: Path) -> list[str]:
     """The fake API server in its own process, so it does not share the benchmark's GIL."""
-    return [sys.executable, "-m", "npu_plugin.sim.fakeapi", "--port", "0", "--node", NODE,
-            "--kubeconfig", str(work / "kubeconfig")]
+    return [
+        sys.executable,
+        "-m",
+        "npu_plugin.sim.fakeapi",
+        "--port",
+        "0",
+        "--node",
+        NODE,
+        "--kubeconfig",
+        str(work / "kubeconfig"),
+    ]
 
 
 def first_line(log: Path, timeout: float = 30.0) -> str:
@@ -133,10 +143,20 @@ def dev_root(work: Path, count: int = 8) -> Path:
 def fake_devices(count: int) -> list[Device]:
     """`count` 910B3 dies, eight per NUMA node and per HCCS group (a large node, as far as the fake goes)."""
     return [
-        Device(physical_id=i, chip_name="910B3", device_type="Ascend910B", logic_id=i, card_id=i // 2,
-               chip_id=i % 2, memory=64 * 2**30, ai_core=20, numa_node=i // 8,
-               pci_bus_id=f"0000:{i // 256:02x}:{i % 256 // 8:02x}.{i % 8}", topology_group=f"ring-{i // 8}",
-               driver_version="24.1.rc1")
+        Device(
+            physical_id=i,
+            chip_name="910B3",
+            device_type="Ascend910B",
+            logic_id=i,
+            card_id=i // 2,
+            chip_id=i % 2,
+            memory=64 * 2**30,
+            ai_core=20,
+            numa_node=i // 8,
+            pci_bus_id=f"0000:{i // 256:02x}:{i % 256 // 8:02x}.{i % 8}",
+            topology_group=f"ring-{i // 8}",
+            driver_version="24.1.rc1",
+        )
         for i in range(count)
     ]
 
@@ -151,9 +171,20 @@ def write_inventory(path: Path, devices: list[Device]) -> Path:
 
 def dra_dirs(work: Path) -> list[str]:
     """The directory flags of a DRA daemon living in `work`."""
-    return ["--node-name", NODE, "--kubelet-registrar-directory-path", str(work / "reg"),
-            "--kubelet-plugins-directory-path", str(work / "plugins"), "--cdi-root", str(work / "cdi"),
-            "--state-dir", str(work / "state"), "--kubeconfig", str(work / "kubeconfig")]
+    return [
+        "--node-name",
+        NODE,
+        "--kubelet-registrar-directory-path",
+        str(work / "reg"),
+        "--kubelet-plugins-directory-path",
+        str(work / "plugins"),
+        "--cdi-root",
+        str(work / "cdi"),
+        "--state-dir",
+        str(work / "state"),
+        "--kubeconfig",
+        str(work / "kubeconfig"),
+    ]
 
 
 def published(rest: RestClient) -> list[str] | None:

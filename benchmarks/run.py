@@ -29,8 +29,13 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
 
 
 def environment(budget: Budget) -> dict[str, Any]:
-    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "budget": budget.__dict__, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "budget": budget.__dict__,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def measure_all(budget: Budget, say: Callable[[str], None]) -> dict[str, Any]:

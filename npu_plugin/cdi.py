@@ -41,8 +41,12 @@ def render_edits(edits: ContainerEdits) -> dict[str, Any]:
         ]
     if edits.mounts:
         rendered["mounts"] = [
-            {"hostPath": m.host_path, "containerPath": m.container_path, "type": "bind",
-             "options": ["ro" if m.read_only else "rw", "nosuid", "nodev", "rbind"]}
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "type": "bind",
+                "options": ["ro" if m.read_only else "rw", "nosuid", "nodev", "rbind"],
+            }
             for m in edits.mounts
         ]
     return rendered

@@ -94,7 +94,7 @@ def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> ar
     sub = _subparser(parser, command)
     if sub is not None:
         try:
-            extra = env_arguments(sub, argv[argv.index(command) + 1:], environ)  # type: ignore[arg-type]
+            extra = env_arguments(sub, argv[argv.index(command) + 1 :], environ)  # type: ignore[arg-type]
         except ConfigError as error:
             parser.exit(EXIT_USAGE, f"npu-plugin {command}: error: {error}\n")
         argv += extra
@@ -126,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception:
         # A bug, not a user error: the traceback goes through the log format, one line like every event.
-        logging.getLogger(__name__).critical("npu-plugin %s stopped on an unexpected error", args.command,
-                                             exc_info=True)
+        logging.getLogger(__name__).critical(
+            "npu-plugin %s stopped on an unexpected error", args.command, exc_info=True
+        )
         return EXIT_FAILURE
 
 

@@ -31,10 +31,12 @@ def env_name(flag: str) -> str:
 # Value checkers: raise argparse.ArgumentTypeError with what is allowed.
 def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     """An argparse type that accepts values of `pattern` (at most 253 characters), naming `what` otherwise."""
+
     def check(value: str) -> str:
         if len(value) > 253 or not pattern.match(value):
             raise argparse.ArgumentTypeError(f"{value!r} is not {what}")
         return value
+
     return check
 
 
@@ -47,6 +49,7 @@ def _number(kind: Callable[[str], Any], low: float, high: float | None, what: st
         if number < low or (high is not None and number > high) or math.isnan(number):
             raise argparse.ArgumentTypeError(f"{value!r} is not {what}")
         return number
+
     return check
 
 
@@ -82,13 +85,12 @@ def add_backend_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_log_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
-                        type=str.lower)
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", type=str.lower)
     parser.add_argument("--log-format", choices=("text", "json"), default="text")
 
 
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:
-    """Every `serve` flag of SPEC §2.1, defaults included."""
+    """Every `serve` flag, defaults included."""
     add = parser.add_argument
     add("--mode", choices=MODES, default="device-plugin")
     add("--node-name", type=dns_subdomain)
@@ -206,8 +208,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def check_backend_args(args: argparse.Namespace) -> None:
     if args.backend == "fake" and args.fake_inventory is None and args.fake_profile is None:
-        raise ConfigError("--backend fake needs --fake-inventory PATH or --fake-profile NAME "
-                          f"(profiles: {', '.join(sorted(PROFILES))})")
+        raise ConfigError(
+            "--backend fake needs --fake-inventory PATH or --fake-profile NAME "
+            f"(profiles: {', '.join(sorted(PROFILES))})"
+        )
     if args.backend not in ("fake", "auto") and (args.fake_inventory or args.fake_profile):
         raise ConfigError(f"--fake-inventory/--fake-profile only apply to --backend fake, not {args.backend}")
 
@@ -218,9 +222,11 @@ def check_directories(config: Config) -> None:
     if config.serves_device_plugin:
         flags["device-plugin-path"] = config.device_plugin_path
     if config.serves_dra:
-        flags |= {"kubelet-registrar-directory-path": config.kubelet_registrar_directory_path,
-                  "kubelet-plugins-directory-path": config.kubelet_plugins_directory_path,
-                  "state-dir": config.state_dir}
+        flags |= {
+            "kubelet-registrar-directory-path": config.kubelet_registrar_directory_path,
+            "kubelet-plugins-directory-path": config.kubelet_plugins_directory_path,
+            "state-dir": config.state_dir,
+        }
     if config.serves_dra or config.cdi_enabled:
         flags["cdi-root"] = config.cdi_root
     for flag, path in flags.items():

@@ -38,8 +38,12 @@ HANDOVER_POLL_SECONDS = 2.0
 def run_daemon(config: Config) -> int:
     check_directories(config)
     backend = open_backend(
-        config.backend, fake_inventory=config.fake_inventory, fake_profile=config.fake_profile,
-        npu_smi=config.npu_smi, dcmi_library=config.dcmi_library, dev_root=config.dev_root,
+        config.backend,
+        fake_inventory=config.fake_inventory,
+        fake_profile=config.fake_profile,
+        npu_smi=config.npu_smi,
+        dcmi_library=config.dcmi_library,
+        dev_root=config.dev_root,
     )
     try:
         devices = discover(backend)
@@ -71,8 +75,11 @@ class Daemon:
             log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
         self.desired = partition(devices, config.mode, dra_devices)
         self.inventory = Inventory(
-            devices, failure_threshold=config.health_failure_threshold,
-            recovery_threshold=config.health_recovery_threshold, owners=self.desired, desired=self.desired,
+            devices,
+            failure_threshold=config.health_failure_threshold,
+            recovery_threshold=config.health_recovery_threshold,
+            owners=self.desired,
+            desired=self.desired,
         )
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
@@ -89,8 +96,11 @@ class Daemon:
             await self._take_ownership()
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
         monitor.start_watching()
-        apis = [api for api, on in (("device-plugin", self.config.serves_device_plugin),
-                                    ("dra", self.config.serves_dra)) if on]
+        apis = [
+            api
+            for api, on in (("device-plugin", self.config.serves_device_plugin), ("dra", self.config.serves_dra))
+            if on
+        ]
         await self.telemetry.start(apis, lambda: self.inventory.last_sample, self.config.health_interval)
         tasks = [
             self._task(monitor.run(self.stop), "health-poller"),
@@ -111,10 +121,17 @@ class Daemon:
         return 0
 
     def _log_start(self) -> None:
-        facts = {"version": __version__, "mode": self.config.mode, "backend": self.backend.name,
-                 "device_count": len(self.devices)}
-        log.info("npu-plugin %(version)s starting: mode=%(mode)s backend=%(backend)s devices=%(device_count)d",
-                 facts, extra=facts)
+        facts = {
+            "version": __version__,
+            "mode": self.config.mode,
+            "backend": self.backend.name,
+            "device_count": len(self.devices),
+        }
+        log.info(
+            "npu-plugin %(version)s starting: mode=%(mode)s backend=%(backend)s devices=%(device_count)d",
+            facts,
+            extra=facts,
+        )
 
     # ---- ownership (dra and both modes) ----
 
@@ -127,9 +144,13 @@ class Daemon:
             return Holders(device_plugin=frozenset(listed[0]), dra=frozenset(dra_held | listed[1]))
         if not self._podresources_warned:
             self._podresources_warned = True
-            log.warning("cannot read the kubelet PodResources API at %s: %s", self.config.pod_resources_socket,
-                        "devices stay with the device plugin until it can be read" if self.config.mode == "both"
-                        else "devices that device-plugin pods still hold cannot be detected")
+            log.warning(
+                "cannot read the kubelet PodResources API at %s: %s",
+                self.config.pod_resources_socket,
+                "devices stay with the device plugin until it can be read"
+                if self.config.mode == "both"
+                else "devices that device-plugin pods still hold cannot be detected",
+            )
         # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe side);
         # dra mode has no device-plugin side to keep them on, and the seed manifests do not mount the socket.
         return Holders(device_plugin=None if self.config.mode == "both" else frozenset(), dra=frozenset(dra_held))
@@ -137,8 +158,13 @@ class Daemon:
     async def _take_ownership(self) -> None:
         for pid, owner in initial_owners(self.desired, await self._holders()).items():
             if owner is not self.desired[pid]:
-                log.info("device %d stays with %s until released (the partition gives it to %s)", pid, owner.value,
-                         self.desired[pid].value, extra={"device": device_key([pid])})
+                log.info(
+                    "device %d stays with %s until released (the partition gives it to %s)",
+                    pid,
+                    owner.value,
+                    self.desired[pid].value,
+                    extra={"device": device_key([pid])},
+                )
             self.inventory.set_owner(pid, owner)
 
     async def _hand_over(self) -> None:
@@ -151,8 +177,13 @@ class Daemon:
             current = {v.physical_id: v.owner for v in self.inventory.snapshot().devices}
             for pid, owner in next_owners(self.desired, current, await self._holders()).items():
                 if owner is not current[pid]:
-                    log.info("device %d released by %s, now served by %s", pid, current[pid].value, owner.value,
-                             extra={"device": device_key([pid])})
+                    log.info(
+                        "device %d released by %s, now served by %s",
+                        pid,
+                        current[pid].value,
+                        owner.value,
+                        extra={"device": device_key([pid])},
+                    )
                     self.inventory.set_owner(pid, owner)
                     self.telemetry.handed_over(owner)
 
@@ -171,11 +202,17 @@ class Daemon:
             log.info("static CDI spec for the device plugin written to %s", path)
 
         def make_service() -> DevicePluginService:
-            return DevicePluginService(self.inventory, self.layout, self.devices[0].device_type, driver,
-                                       on_allocate=self.telemetry.allocated)
+            return DevicePluginService(
+                self.inventory, self.layout, self.devices[0].device_type, driver, on_allocate=self.telemetry.allocated
+            )
 
-        return DevicePlugin(self.config.device_plugin_path, self.resource_name, self.config.pod_uid, make_service,
-                            on_registered=lambda up: self.telemetry.registered("device-plugin", up))
+        return DevicePlugin(
+            self.config.device_plugin_path,
+            self.resource_name,
+            self.config.pod_uid,
+            make_service,
+            on_registered=lambda up: self.telemetry.registered("device-plugin", up),
+        )
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
@@ -184,14 +221,24 @@ class Daemon:
         config = self.config
         assert config.node_name is not None
         paths = DraPaths.of(
-            registrar_dir=config.kubelet_registrar_directory_path, plugins_dir=config.kubelet_plugins_directory_path,
-            driver=config.driver_name, pod_uid=config.pod_uid, cdi_root=config.cdi_root, state_dir=config.state_dir,
+            registrar_dir=config.kubelet_registrar_directory_path,
+            plugins_dir=config.kubelet_plugins_directory_path,
+            driver=config.driver_name,
+            pod_uid=config.pod_uid,
+            cdi_root=config.cdi_root,
+            state_dir=config.state_dir,
         )
         plugin = DraPlugin(
-            paths=paths, driver=config.driver_name, node_name=config.node_name, inventory=self.inventory,
-            layout=self.layout, client=KubeClient(config.kubeconfig), unhealthy_policy=config.unhealthy_policy,
+            paths=paths,
+            driver=config.driver_name,
+            node_name=config.node_name,
+            inventory=self.inventory,
+            layout=self.layout,
+            client=KubeClient(config.kubeconfig),
+            unhealthy_policy=config.unhealthy_policy,
             health_timeout_seconds=max(30, int(config.health_interval * 3)),
-            observe=self.telemetry.dra_call, on_publish=self.telemetry.published,
+            observe=self.telemetry.dra_call,
+            on_publish=self.telemetry.published,
             on_registered=lambda up: self.telemetry.registered("dra", up),
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)

@@ -1,4 +1,4 @@
-"""What a container gets for a set of devices — the one source both modes render (SPEC §7)."""
+"""What a container gets for a set of devices — the one source both modes render."""
 
 from __future__ import annotations
 

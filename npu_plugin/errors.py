@@ -1,18 +1,17 @@
 """The project's exception hierarchy; exit codes are decided only in the CLI.
 
-    NpuPluginError                 anything this program reports to a user without a traceback
-    ├── ConfigError                a bad flag or environment value (exit 2)
-    ├── InventoryFileError         a malformed inventory file (names file, line and field)
-    ├── BackendError               a discovery backend failed or found nothing usable
-    │   ├── NpuSmiParseError       npu-smi printed something we cannot read
-    │   └── DcmiError              a DCMI call returned an error code
-    ├── AllocationError            a request names a device we must not hand out
-    ├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
-    ├── CheckpointError            the checkpoint file cannot be read or written
-    ├── KubeApiError               the Kubernetes API answered with an error or could not be reached
-    └── MigrateError               a manifest cannot be rewritten (names document and container)
+NpuPluginError                 anything this program reports to a user without a traceback
+├── ConfigError                a bad flag or environment value (exit 2)
+├── InventoryFileError         a malformed inventory file (names file, line and field)
+├── BackendError               a discovery backend failed or found nothing usable
+│   ├── NpuSmiParseError       npu-smi printed something we cannot read
+│   └── DcmiError              a DCMI call returned an error code
+├── AllocationError            a request names a device we must not hand out
+├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
+├── CheckpointError            the checkpoint file cannot be read or written
+├── KubeApiError               the Kubernetes API answered with an error or could not be reached
+└── MigrateError               a manifest cannot be rewritten (names document and container)
 """
-
 
 ERROR_QUOTE_LIMIT = 100
 

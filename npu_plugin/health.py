@@ -51,12 +51,15 @@ class HealthMonitor:
         self._dev_root, self._interval = dev_root, interval
         self._observer: Observer | None = None  # type: ignore[valid-type]
         self._watched_nodes = {
-            v.physical_id for v in inventory.snapshot().devices
-            if (dev_root / v.device.device_node).exists()
+            v.physical_id for v in inventory.snapshot().devices if (dev_root / v.device.device_node).exists()
         }
         if missing := sorted({v.physical_id for v in inventory.snapshot().devices} - self._watched_nodes):
-            log.warning("no device node under %s for devices %s; their presence is not watched", dev_root, missing,
-                        extra={"device": device_key(missing)})
+            log.warning(
+                "no device node under %s for devices %s; their presence is not watched",
+                dev_root,
+                missing,
+                extra={"device": device_key(missing)},
+            )
         self._reload_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
 

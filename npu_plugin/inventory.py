@@ -90,8 +90,12 @@ def log_verdict_changes(before: Snapshot, after: Snapshot) -> None:
         if view.healthy:
             log.info("device %s is healthy again", view.device.dra_name, extra=key)
         else:
-            log.warning("device %s turned unhealthy (last health sample: %s)", view.device.dra_name,
-                        view.device.health.value, extra=key)
+            log.warning(
+                "device %s turned unhealthy (last health sample: %s)",
+                view.device.dra_name,
+                view.device.health.value,
+                extra=key,
+            )
 
 
 class Inventory:
@@ -101,8 +105,13 @@ class Inventory:
     """
 
     def __init__(
-        self, devices: Iterable[Device], *, failure_threshold: int, recovery_threshold: int,
-        owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN, desired: Mapping[int, Owner] | None = None,
+        self,
+        devices: Iterable[Device],
+        *,
+        failure_threshold: int,
+        recovery_threshold: int,
+        owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN,
+        desired: Mapping[int, Owner] | None = None,
     ) -> None:
         self._failures, self._recoveries = failure_threshold, recovery_threshold
         self._devices: dict[int, Device] = {}
@@ -123,9 +132,7 @@ class Inventory:
 
     def _add(self, device: Device) -> None:
         self._devices[device.physical_id] = device
-        self._trackers[device.physical_id] = HealthTracker(
-            self._failures, self._recoveries, device.health.healthy
-        )
+        self._trackers[device.physical_id] = HealthTracker(self._failures, self._recoveries, device.health.healthy)
         self._owners.setdefault(device.physical_id, self._default_owner)
 
     def snapshot(self) -> Snapshot:

@@ -22,9 +22,20 @@ _COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE",
 
 def render_table(devices: Sequence[Device]) -> str:
     rows = [_COLUMNS] + [
-        (str(d.physical_id), str(d.logic_id), str(d.card_id), str(d.chip_id), d.chip_name, d.device_type,
-         format_bytes(d.memory), _dash(d.ai_core), _dash(d.numa_node), _dash(d.pci_bus_id), d.topology_group,
-         d.health.value)
+        (
+            str(d.physical_id),
+            str(d.logic_id),
+            str(d.card_id),
+            str(d.chip_id),
+            d.chip_name,
+            d.device_type,
+            format_bytes(d.memory),
+            _dash(d.ai_core),
+            _dash(d.numa_node),
+            _dash(d.pci_bus_id),
+            d.topology_group,
+            d.health.value,
+        )
         for d in devices
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
@@ -40,16 +51,23 @@ def render_slices(args: argparse.Namespace, devices: Sequence[Device]) -> str:
 
     if not args.node_name:
         raise ConfigError("--output resourceslice needs --node-name (or NODE_NAME)")
-    settings = SliceSettings(driver=args.driver_name, node_name=args.node_name, node_uid=None,
-                             unhealthy_policy=args.unhealthy_policy)
+    settings = SliceSettings(
+        driver=args.driver_name, node_name=args.node_name, node_uid=None, unhealthy_policy=args.unhealthy_policy
+    )
     slices = build_slices(settings, [(d, d.health.healthy) for d in devices], generation=1)
     return yaml.safe_dump_all(slices, sort_keys=False)
 
 
 def run_inventory(args: argparse.Namespace) -> int:
     check_backend_args(args)
-    backend = open_backend(args.backend, fake_inventory=args.fake_inventory, fake_profile=args.fake_profile,
-                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library, dev_root=args.dev_root)
+    backend = open_backend(
+        args.backend,
+        fake_inventory=args.fake_inventory,
+        fake_profile=args.fake_profile,
+        npu_smi=args.npu_smi,
+        dcmi_library=args.dcmi_library,
+        dev_root=args.dev_root,
+    )
     try:
         devices = discover(backend)
     finally:

@@ -1,4 +1,4 @@
-"""The inventory file format of SPEC §3.3: parse with line-precise errors, and render (pure)."""
+"""The inventory file format (fake backend, `inventory -o yaml|json`): parse with line-precise errors; render."""
 
 from __future__ import annotations
 
@@ -15,8 +15,19 @@ from npu_plugin.topology import derive_topology_group
 
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _FIELDS = (
-    "physicalId", "logicId", "cardId", "chipId", "chipName", "deviceType", "memory", "aiCore",
-    "numaNode", "pciBusId", "topologyGroup", "driverVersion", "health",
+    "physicalId",
+    "logicId",
+    "cardId",
+    "chipId",
+    "chipName",
+    "deviceType",
+    "memory",
+    "aiCore",
+    "numaNode",
+    "pciBusId",
+    "topologyGroup",
+    "driverVersion",
+    "health",
 )
 
 
@@ -76,8 +87,9 @@ def _device_type(value: Any) -> str:
 
 def _pci_bus_id(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f'expected a quoted string like "0000:c1:00.0" (YAML reads some unquoted bus ids '
-                         f"as numbers), got {value!r}")
+        raise ValueError(
+            f'expected a quoted string like "0000:c1:00.0" (YAML reads some unquoted bus ids as numbers), got {value!r}'
+        )
     text = value.strip().lower()
     if not _PCI_BUS_ID.match(text):
         raise ValueError(f"expected a PCI address like 0000:c1:00.0, got {value!r}")
@@ -106,8 +118,11 @@ def _device(entry: _Entry) -> Device:
     device_type = entry.get("deviceType", _device_type, default=derived_type)
     card_id = entry.get("cardId", _non_negative_int, default=physical_id)
     return Device(
-        physical_id=physical_id, chip_name=chip_name, device_type=device_type,
-        logic_id=entry.get("logicId", _non_negative_int, default=physical_id), card_id=card_id,
+        physical_id=physical_id,
+        chip_name=chip_name,
+        device_type=device_type,
+        logic_id=entry.get("logicId", _non_negative_int, default=physical_id),
+        card_id=card_id,
         chip_id=entry.get("chipId", _non_negative_int, default=0),
         memory=entry.get("memory", parse_bytes, default=0),
         ai_core=entry.get("aiCore", _non_negative_int),
@@ -140,8 +155,9 @@ def parse_inventory(text: str, source: str) -> list[Device]:
         root = _compose(text)
     except yaml.reader.ReaderError as error:  # raised before any mark exists
         line = text.count("\n", 0, error.position) + 1
-        raise InventoryFileError(f"{source}:{line}: not valid YAML: character #x{error.character:04x} is not "
-                                 "allowed") from None
+        raise InventoryFileError(
+            f"{source}:{line}: not valid YAML: character #x{error.character:04x} is not allowed"
+        ) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -159,8 +175,11 @@ def parse_inventory(text: str, source: str) -> list[Device]:
         entry = _Entry(source, index, node, yaml.SafeLoader(""))
         device = _device(entry)
         if device.physical_id in seen:
-            entry.fail(entry.values["physicalId"][1], "physicalId",
-                       f"{device.physical_id} already used by devices[{seen[device.physical_id]}]")
+            entry.fail(
+                entry.values["physicalId"][1],
+                "physicalId",
+                f"{device.physical_id} already used by devices[{seen[device.physical_id]}]",
+            )
         seen[device.physical_id] = index
         devices.append(device)
     if not devices:
@@ -171,11 +190,19 @@ def parse_inventory(text: str, source: str) -> list[Device]:
 def device_record(device: Device) -> dict[str, Any]:
     """A device as an inventory-file entry (absent optional fields are left out)."""
     record: dict[str, Any] = {
-        "physicalId": device.physical_id, "logicId": device.logic_id, "cardId": device.card_id,
-        "chipId": device.chip_id, "chipName": device.chip_name, "deviceType": device.device_type,
-        "memory": format_bytes(device.memory), "aiCore": device.ai_core, "numaNode": device.numa_node,
-        "pciBusId": device.pci_bus_id, "topologyGroup": device.topology_group,
-        "driverVersion": device.driver_version, "health": device.health.value,
+        "physicalId": device.physical_id,
+        "logicId": device.logic_id,
+        "cardId": device.card_id,
+        "chipId": device.chip_id,
+        "chipName": device.chip_name,
+        "deviceType": device.device_type,
+        "memory": format_bytes(device.memory),
+        "aiCore": device.ai_core,
+        "numaNode": device.numa_node,
+        "pciBusId": device.pci_bus_id,
+        "topologyGroup": device.topology_group,
+        "driverVersion": device.driver_version,
+        "health": device.health.value,
     }
     return {key: value for key, value in record.items() if value is not None and value != ""}
 

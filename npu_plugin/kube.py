@@ -40,26 +40,39 @@ class KubeClient:
         except (config.ConfigException, OSError, ValueError) as error:
             if kubeconfig is not None:
                 raise ConfigError(f"--kubeconfig {kubeconfig}: {error}") from None
-            raise ConfigError(f"no in-cluster Kubernetes credentials ({error}); run in a pod with a service "
-                              "account or pass --kubeconfig") from None
+            raise ConfigError(
+                f"no in-cluster Kubernetes credentials ({error}); run in a pod with a service "
+                "account or pass --kubeconfig"
+            ) from None
         configuration.retries = False
         self._api: Any = kubernetes.client.ApiClient(configuration)
         self._transport_errors = (urllib3.exceptions.HTTPError, OSError)
 
     def _request(
-        self, action: str, method: str, path: str, *, params: Mapping[str, str] | None = None,
-        query: Mapping[str, str] | None = None, body: Mapping[str, Any] | None = None,
+        self,
+        action: str,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
         timeout: float = REQUEST_TIMEOUT,
     ) -> Any:
         """The raw response of one authenticated request; KubeApiError unless it is a 2xx."""
         method_, url, headers, data, post = self._api.param_serialize(
-            method=method, resource_path=path, path_params=dict(params or {}),
-            query_params=list((query or {}).items()), header_params=dict(_JSON), body=body,
+            method=method,
+            resource_path=path,
+            path_params=dict(params or {}),
+            query_params=list((query or {}).items()),
+            header_params=dict(_JSON),
+            body=body,
             auth_settings=["BearerToken"],
         )
         try:
-            response = self._api.call_api(method_, url, header_params=headers, body=data, post_params=post,
-                                          _request_timeout=timeout)
+            response = self._api.call_api(
+                method_, url, header_params=headers, body=data, post_params=post, _request_timeout=timeout
+            )
         except self._transport_errors as error:
             raise KubeApiError(action, 0, str(error)) from None
         if not 200 <= response.status < 300:
@@ -99,7 +112,9 @@ class KubeClient:
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) pairs until the server ends the watch after `timeout` seconds."""
         query = _selector(node, driver) | {
-            "watch": "true", "resourceVersion": resource_version, "timeoutSeconds": str(timeout),
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout),
         }
         response = self._request("watch resourceslices", "GET", SLICES, query=query, timeout=timeout + 5)
         try:
@@ -113,8 +128,9 @@ class KubeClient:
             response.response.release_conn()
 
     def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._json(f"get resourceclaim {namespace}/{name}", "GET", CLAIM,
-                          params={"namespace": namespace, "name": name})
+        return self._json(
+            f"get resourceclaim {namespace}/{name}", "GET", CLAIM, params={"namespace": namespace, "name": name}
+        )
 
     def close(self) -> None:
         self._api.close()

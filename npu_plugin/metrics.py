@@ -1,4 +1,4 @@
-"""Prometheus series of SPEC §9 on a private registry; every label set is pre-initialised to 0."""
+"""The product's Prometheus series on a private registry; every label set is pre-initialised to 0."""
 
 from __future__ import annotations
 
@@ -13,7 +13,22 @@ from npu_plugin.inventory import Owner, Snapshot
 log = logging.getLogger(__name__)
 # Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request timeout.
 LATENCY_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 HEALTH_LABELS = ("healthy", "unhealthy")
 APIS = ("device-plugin", "dra")
@@ -25,20 +40,25 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.devices = Gauge("npu_plugin_devices", "NPUs by health and serving API", ["health", "owner"], registry=r)
-        self.allocations = Counter("npu_plugin_allocations", "Device Plugin Allocate container requests served",
-                                   registry=r)
-        self.allocate_seconds = Histogram("npu_plugin_allocate_seconds", "Allocate latency",
-                                          buckets=LATENCY_BUCKETS, registry=r)
-        self.prepare_seconds = Histogram("npu_plugin_prepare_seconds", "NodePrepareResources latency",
-                                         buckets=LATENCY_BUCKETS, registry=r)
-        self.prepared_claims = Gauge("npu_plugin_prepared_claims", "ResourceClaims prepared on this node",
-                                     registry=r)
-        self.slice_publish = Counter("npu_plugin_slice_publish", "ResourceSlice publish attempts", ["result"],
-                                     registry=r)
-        self.registrations = Counter("npu_plugin_registrations", "Successful registrations with the kubelet",
-                                     ["api"], registry=r)
-        self.handovers = Counter("npu_plugin_device_handovers", "Devices moved between APIs after release",
-                                 ["to"], registry=r)
+        self.allocations = Counter(
+            "npu_plugin_allocations", "Device Plugin Allocate container requests served", registry=r
+        )
+        self.allocate_seconds = Histogram(
+            "npu_plugin_allocate_seconds", "Allocate latency", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.prepare_seconds = Histogram(
+            "npu_plugin_prepare_seconds", "NodePrepareResources latency", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.prepared_claims = Gauge("npu_plugin_prepared_claims", "ResourceClaims prepared on this node", registry=r)
+        self.slice_publish = Counter(
+            "npu_plugin_slice_publish", "ResourceSlice publish attempts", ["result"], registry=r
+        )
+        self.registrations = Counter(
+            "npu_plugin_registrations", "Successful registrations with the kubelet", ["api"], registry=r
+        )
+        self.handovers = Counter(
+            "npu_plugin_device_handovers", "Devices moved between APIs after release", ["to"], registry=r
+        )
         for health in HEALTH_LABELS:
             for owner in Owner:
                 self.devices.labels(health, owner.value)

@@ -39,7 +39,12 @@ async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
             response = await pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=TIMEOUT)
     except grpc.aio.AioRpcError as error:
-        log.warning("PodResources List on %s failed: %s %s", socket, error.code().name, error.details(),
-                    extra={"error": f"{error.code().name}: {error.details()}"})
+        log.warning(
+            "PodResources List on %s failed: %s %s",
+            socket,
+            error.code().name,
+            error.details(),
+            extra={"error": f"{error.code().name}: {error.details()}"},
+        )
         return None
     return held_devices(response, resource_name, driver)

@@ -25,8 +25,10 @@ MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes including the terminating NUL
 async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], None]) -> grpc.aio.Server:
     """Bind a fresh socket at `path` (a stale file is removed) readable by its owner only."""
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise ConfigError(f"socket path {path} is {len(os.fsencode(path))} bytes; Unix sockets allow "
-                          f"{MAX_SOCKET_PATH}: choose a shorter directory")
+        raise ConfigError(
+            f"socket path {path} is {len(os.fsencode(path))} bytes; Unix sockets allow "
+            f"{MAX_SOCKET_PATH}: choose a shorter directory"
+        )
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     server = grpc.aio.server()

@@ -7,7 +7,7 @@ from itertools import groupby
 
 from npu_plugin.device import Device
 
-# Devices per HCCS group by family (SPEC §3.5). 910A boxes: two rings of four; 910B: full-mesh groups
+# Devices per HCCS group by family. 910A boxes: two rings of four; 910B: full-mesh groups
 # of eight; 910C (A3): sixteen dies, two per card. The 310 family has no HCCS: a card is its group.
 _GROUP_SIZE = {"Ascend910": 4, "Ascend910B": 8, "Ascend910C": 16}
 
@@ -68,9 +68,7 @@ def preferred_allocation(
     if not required <= pool:
         raise ValueError(f"must_include ids {sorted(required - pool)} are not available")
     if not len(required) <= size <= len(pool):
-        raise ValueError(
-            f"cannot choose {size} of {len(pool)} available devices with {len(required)} required"
-        )
+        raise ValueError(f"cannot choose {size} of {len(pool)} available devices with {len(required)} required")
     chosen = _pick([by_id[i] for i in sorted(pool)], required, size, _LEVELS)
     return sorted(chosen)
 

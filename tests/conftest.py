@@ -86,13 +86,18 @@ class Daemons:
         self.log_dir = log_dir
         self.started: list[DaemonProcess] = []
 
-    def __call__(self, *args: str, python_args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> DaemonProcess:
+    def __call__(
+        self, *args: str, python_args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> DaemonProcess:
         log_path = self.log_dir / f"daemon-{len(self.started)}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, *python_args, "-m", "npu_plugin", "serve", *args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                start_new_session=True,
                 env=None if env is None else {**os.environ, **env},
             )
         self.started.append(DaemonProcess(process, log_path))

@@ -17,8 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def open_backend(
-    kind: str, *, fake_inventory: Path | None = None, fake_profile: str | None = None,
-    npu_smi: str = "npu-smi", dcmi_library: str | None = None, dev_root: Path = Path("/dev"),
+    kind: str,
+    *,
+    fake_inventory: Path | None = None,
+    fake_profile: str | None = None,
+    npu_smi: str = "npu-smi",
+    dcmi_library: str | None = None,
+    dev_root: Path = Path("/dev"),
 ) -> Backend:
     """The backend `kind` names; `auto` with fake flags given means the fake backend."""
     if kind == "fake" or (kind == "auto" and (fake_inventory or fake_profile)):
@@ -63,7 +68,7 @@ def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
 
 def _complete(device: Device, sys_root: Path | None, groups: dict[int, str]) -> Device:
     """Fill what the backend left out: NUMA node from sysfs; HCCS group from the measured peer graph
-    when the backend reported one, else from the family's known layout (SPEC §3.5)."""
+    when the backend reported one, else from the family's known layout."""
     numa = device.numa_node if device.numa_node is not None else numa_from_sysfs(device.pci_bus_id, sys_root)
     group = (
         device.topology_group

@@ -199,8 +199,12 @@ class DcmiBackend:
         if code != abi.DCMI_OK:
             self._failing[slot.physical_id] = code
             if code != previous:  # once per failure, not once per poll
-                log.warning("DCMI dcmi_get_device_health failed for %s with error code %d", slot, code,
-                            extra=_about(slot, f"error code {code}"))
+                log.warning(
+                    "DCMI dcmi_get_device_health failed for %s with error code %d",
+                    slot,
+                    code,
+                    extra=_about(slot, f"error code {code}"),
+                )
         elif previous != abi.DCMI_OK:
             log.info("DCMI dcmi_get_device_health answers again for %s", slot, extra=_about(slot))
         return health
@@ -280,8 +284,13 @@ def _known_chip(name: str) -> bool:
 
 
 def _warn_optional(call: str, slot: _Slot, code: int) -> None:
-    log.warning("DCMI %s failed for %s with error code %d; leaving it unset", call, slot, code,
-                extra=_about(slot, f"error code {code}"))
+    log.warning(
+        "DCMI %s failed for %s with error code %d; leaving it unset",
+        call,
+        slot,
+        code,
+        extra=_about(slot, f"error code {code}"),
+    )
 
 
 def _about(slot: _Slot, error: str | None = None) -> dict[str, str]:
@@ -308,8 +317,9 @@ def _settle_chip_names(probes: list[_Probe], driver: str | None) -> list[Device]
     devices = []
     for probe in sorted(probes, key=lambda p: p.slot.physical_id):
         if probe.chip_name is None:
-            log.warning("assuming chip %s for %s, like the other devices", fallback, probe.slot,
-                        extra=_about(probe.slot))
+            log.warning(
+                "assuming chip %s for %s, like the other devices", fallback, probe.slot, extra=_about(probe.slot)
+            )
         devices.append(_device(probe, probe.chip_name or fallback, driver))
     return devices
 

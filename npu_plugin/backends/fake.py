@@ -50,8 +50,11 @@ class FakeBackend:
                 raise
             if str(error) != self._rejected:  # once per bad rewrite, not once per poll
                 self._rejected = str(error)
-                log.warning("inventory file rewrite rejected, keeping the last good inventory: %s", error,
-                            extra={"error": str(error)})
+                log.warning(
+                    "inventory file rewrite rejected, keeping the last good inventory: %s",
+                    error,
+                    extra={"error": str(error)},
+                )
             return self._last_good
 
     def sample(self) -> dict[int, Health]:

@@ -78,8 +78,9 @@ class NpuSmiBackend:
             rows = parse_info(self._run("info"))
         except BackendError as error:
             if not self._sampling_fails:  # once per outage, not on every poll
-                log.warning("npu-smi health sample failed, every device reads Unknown: %s", error,
-                            extra={"error": str(error)})
+                log.warning(
+                    "npu-smi health sample failed, every device reads Unknown: %s", error, extra={"error": str(error)}
+                )
             self._sampling_fails = True
             return dict.fromkeys(known.values(), Health.UNKNOWN)
         if self._sampling_fails:
@@ -105,8 +106,9 @@ class NpuSmiBackend:
         try:
             names = [entry.name for entry in self.dev_root.iterdir()]
         except OSError as error:
-            log.warning("cannot list %s for davinci nodes: %s", self.dev_root, error.strerror,
-                        extra={"error": error.strerror})
+            log.warning(
+                "cannot list %s for davinci nodes: %s", self.dev_root, error.strerror, extra={"error": error.strerror}
+            )
             return None
         return [int(found.group(1)) for name in names if (found := _DEVICE_NODE.fullmatch(name))] or None
 

@@ -63,7 +63,10 @@ class DevicePlugin:
     """Serves v1beta1.DevicePlugin and keeps it registered for as long as `run` runs."""
 
     def __init__(
-        self, directory: Path, resource_name: str, pod_uid: str | None,
+        self,
+        directory: Path,
+        resource_name: str,
+        pod_uid: str | None,
         make_service: Callable[[], DevicePluginService],
         on_registered: Callable[[bool], None] = lambda _registered: None,
     ) -> None:
@@ -107,9 +110,7 @@ class DevicePlugin:
 
     async def _serve_once(self, stop: asyncio.Event) -> None:
         service = self._make_service()
-        server = await start_unix_server(
-            self.socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s)
-        )
+        server = await start_unix_server(self.socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s))
         self._serving = True
         self._restart.clear()
         log.info("device plugin serving on %s", self.socket)
@@ -129,7 +130,9 @@ class DevicePlugin:
 
     async def _register_until_done(self) -> None:
         await retry_forever(
-            self._register_once, what="registration with the kubelet", log=log,
+            self._register_once,
+            what="registration with the kubelet",
+            log=log,
             retry_on=(RegistrationError,),
         )
 
@@ -143,7 +146,9 @@ class DevicePlugin:
             self._restart.set()
             raise RegistrationError(f"our socket {self.socket} was deleted")
         request = pb.RegisterRequest(
-            version=API_VERSION, endpoint=self.socket.name, resource_name=self.resource_name,
+            version=API_VERSION,
+            endpoint=self.socket.name,
+            resource_name=self.resource_name,
             options=pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True),
         )
         async with grpc.aio.insecure_channel(f"unix://{kubelet}") as channel:
@@ -158,4 +163,3 @@ class DevicePlugin:
         if registered != self.registered:
             self.registered = registered
             self._on_registered(registered)
-

@@ -58,15 +58,17 @@ def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) 
     return ids
 
 
-def container_response(
-    edits: ContainerEdits, cdi_ids: Sequence[str]
-) -> pb.ContainerAllocateResponse:
+def container_response(edits: ContainerEdits, cdi_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
         envs=dict(edits.env),
-        devices=[pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path,
-                               permissions=n.permissions) for n in edits.device_nodes],
-        mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-                for m in edits.mounts],
+        devices=[
+            pb.DeviceSpec(container_path=n.container_path, host_path=n.host_path, permissions=n.permissions)
+            for n in edits.device_nodes
+        ],
+        mounts=[
+            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in edits.mounts
+        ],
         cdi_devices=[pb.CDIDevice(name=name) for name in cdi_ids],
     )
 
@@ -75,7 +77,11 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
     """Stateless over the inventory: every answer is computed from the current snapshot."""
 
     def __init__(
-        self, inventory: Inventory, layout: HostLayout, device_type: str, cdi_driver: str | None,
+        self,
+        inventory: Inventory,
+        layout: HostLayout,
+        device_type: str,
+        cdi_driver: str | None,
         on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
     ) -> None:
         self._inventory, self._layout = inventory, layout
@@ -114,9 +120,11 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                 chosen = preferred_allocation(devices, available, required, container.allocation_size)
             except (AllocationError, ValueError) as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {error}")
-            responses.append(pb.ContainerPreferredAllocationResponse(
-                deviceIDs=[snapshot.get(i).device.dp_id for i in chosen]  # type: ignore[union-attr]
-            ))
+            responses.append(
+                pb.ContainerPreferredAllocationResponse(
+                    deviceIDs=[snapshot.get(i).device.dp_id for i in chosen]  # type: ignore[union-attr]
+                )
+            )
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def _ids(self, snapshot: Snapshot, device_ids: Sequence[str]) -> list[int]:

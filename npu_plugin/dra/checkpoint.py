@@ -1,4 +1,4 @@
-"""The DRA checkpoint: versioned JSON of prepared claims, written atomically (SPEC §5.3)."""
+"""The DRA checkpoint: versioned JSON of prepared claims, written atomically."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ class PreparedDevice:
         if not isinstance(raw, dict):
             raise CheckpointError(f"malformed device entry {quoted(raw)}")
         return cls(
-            _strings(raw, "requestNames"), _string(raw, "poolName"), _string(raw, "deviceName"),
+            _strings(raw, "requestNames"),
+            _string(raw, "poolName"),
+            _string(raw, "deviceName"),
             _strings(raw, "cdiDeviceIds"),
         )
 

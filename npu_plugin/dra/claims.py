@@ -1,4 +1,4 @@
-"""From a ResourceClaim to the devices we must prepare, with every refusal SPEC §5.3 lists (pure)."""
+"""From a ResourceClaim to the devices we must prepare, refusing every claim we may not prepare (pure)."""
 
 from __future__ import annotations
 

@@ -135,7 +135,7 @@ class Preparer:
                 results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {error}")
         with self.locked() as checkpoint:
             started = self._start(refs, fetched, checkpoint, results)
-            # PrepareStarted reaches the disk before any CDI file does (SPEC §5.3): after a crash the record
+            # PrepareStarted reaches the disk before any CDI file does: after a crash the record
             # says which claims were in flight, and start-up drops them together with their files.
             if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
                 self.store.save(checkpoint)
@@ -254,8 +254,10 @@ class Preparer:
                     log.info("removing orphaned CDI spec %s", path)
                     remove_file(path, durable=CDI_DURABLE)
             # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
-            for path in [*remove_leftovers(self.cdi_root, f"{prefix}*.json"),
-                         *remove_leftovers(self.store.path.parent, self.store.path.name)]:
+            for path in [
+                *remove_leftovers(self.cdi_root, f"{prefix}*.json"),
+                *remove_leftovers(self.store.path.parent, self.store.path.name),
+            ]:
                 log.info("removed %s, left half-written by a crash", path)
 
     def held_devices(self) -> set[int]:

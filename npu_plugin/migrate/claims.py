@@ -123,7 +123,11 @@ def _check_claim_names(pod_spec: CommentedMap, planned: Sequence[ContainerClaim]
 
 
 def _names(
-    entries: Any, what: str, parent: CommentedMap, place: Place, container: Container | None = None,
+    entries: Any,
+    what: str,
+    parent: CommentedMap,
+    place: Place,
+    container: Container | None = None,
 ) -> Iterator[str]:
     if entries is None:
         return
@@ -161,7 +165,11 @@ def _after_containers(pod_spec: CommentedMap) -> int:
 
 
 def claim_template(
-    name: str, namespace: str | None, count: int, device_class: str, topology_attribute: str | None,
+    name: str,
+    namespace: str | None,
+    count: int,
+    device_class: str,
+    topology_attribute: str | None,
 ) -> CommentedMap:
     """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class`."""
     metadata = CommentedMap([("name", name)] + ([("namespace", namespace)] if namespace else []))
@@ -172,9 +180,11 @@ def claim_template(
         names.fa.set_flow_style()
         constraint = CommentedMap([("requests", names), ("matchAttribute", topology_attribute)])
         devices["constraints"] = CommentedSeq([constraint])
-    return CommentedMap([
-        ("apiVersion", "resource.k8s.io/v1"),
-        ("kind", "ResourceClaimTemplate"),
-        ("metadata", metadata),
-        ("spec", CommentedMap([("spec", CommentedMap([("devices", devices)]))])),
-    ])
+    return CommentedMap(
+        [
+            ("apiVersion", "resource.k8s.io/v1"),
+            ("kind", "ResourceClaimTemplate"),
+            ("metadata", metadata),
+            ("spec", CommentedMap([("spec", CommentedMap([("devices", devices)]))])),
+        ]
+    )

@@ -19,26 +19,44 @@ if TYPE_CHECKING:
 STDIO = "-"
 _PROG = "npu-plugin migrate"
 
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `migrate` with the flags of SPEC §8."""
+    """Register `migrate` and its flags."""
     parser = subparsers.add_parser(
-        "migrate", help="rewrite workloads from NPU extended-resource limits to DRA claims",
+        "migrate",
+        help="rewrite workloads from NPU extended-resource limits to DRA claims",
         description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
     )
-    parser.add_argument("-f", "--filename", default=STDIO, metavar="FILE",
-                        help="manifest stream to read; - for stdin (default)")
-    parser.add_argument("-o", "--output", default=STDIO, metavar="FILE",
-                        help="where to write the result, replaced atomically; - for stdout (default)")
-    parser.add_argument("--resource-name", default=DEFAULT_RESOURCE_NAME,
-                        type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
-                        help=f"extended resource to migrate (default {DEFAULT_RESOURCE_NAME})")
-    parser.add_argument("--device-class", default=DEFAULT_DEVICE_CLASS,
-                        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
-                        help=f"DeviceClass the generated claims ask for (default {DEFAULT_DEVICE_CLASS})")
-    parser.add_argument("--same-topology-group", action="store_true",
-                        help="claims for more than one NPU must come from one HCCS topology group")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; list what would change and exit 1 if anything would")
+    parser.add_argument(
+        "-f", "--filename", default=STDIO, metavar="FILE", help="manifest stream to read; - for stdin (default)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=STDIO,
+        metavar="FILE",
+        help="where to write the result, replaced atomically; - for stdout (default)",
+    )
+    parser.add_argument(
+        "--resource-name",
+        default=DEFAULT_RESOURCE_NAME,
+        type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
+        help=f"extended resource to migrate (default {DEFAULT_RESOURCE_NAME})",
+    )
+    parser.add_argument(
+        "--device-class",
+        default=DEFAULT_DEVICE_CLASS,
+        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
+        help=f"DeviceClass the generated claims ask for (default {DEFAULT_DEVICE_CLASS})",
+    )
+    parser.add_argument(
+        "--same-topology-group",
+        action="store_true",
+        help="claims for more than one NPU must come from one HCCS topology group",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; list what would change and exit 1 if anything would"
+    )
     parser.set_defaults(func=run)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 DEFAULT_RESOURCE_NAME = "huawei.com/Ascend910"
 DEFAULT_DEVICE_CLASS = "npu.huawei.com"
-# The DRA driver publishes topologyGroup under its own name (SPEC §5.2), whatever the class is called.
+# The DRA driver publishes topologyGroup under its own name, whatever the class is called.
 DEFAULT_DRIVER_NAME = "npu.huawei.com"
 
 

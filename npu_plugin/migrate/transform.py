@@ -35,8 +35,10 @@ class Change:
     template: str
 
     def __str__(self) -> str:
-        return (f"{self.source}:{self.line}: {self.workload}, {self.container}: {self.resource}: {self.count}"
-                f' -> claim "{self.claim}" from ResourceClaimTemplate {self.template}')
+        return (
+            f"{self.source}:{self.line}: {self.workload}, {self.container}: {self.resource}: {self.count}"
+            f' -> claim "{self.claim}" from ResourceClaimTemplate {self.template}'
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,19 +119,36 @@ class _Stream:
             key = (found.namespace, item.template)
             template = qualified(*key)
             if key in self.existing:
-                raise place.error(f"ResourceClaimTemplate {template} already exists at {self.existing[key]}",
-                                  item.line, item.container)
+                raise place.error(
+                    f"ResourceClaimTemplate {template} already exists at {self.existing[key]}",
+                    item.line,
+                    item.container,
+                )
             if key in self.generated:
-                raise place.error(f"ResourceClaimTemplate {template} would also be generated for {self.generated[key]}",
-                                  item.line, item.container)
+                raise place.error(
+                    f"ResourceClaimTemplate {template} would also be generated for {self.generated[key]}",
+                    item.line,
+                    item.container,
+                )
             self.generated[key] = f"document {number} ({found.label}), {item.container.label}"
-            self.changes.append(Change(self.source, doc.line + item.line, found.label, item.container.label,
-                                       self.options.resource_name, item.count, item.claim, template))
+            self.changes.append(
+                Change(
+                    self.source,
+                    doc.line + item.line,
+                    found.label,
+                    item.container.label,
+                    self.options.resource_name,
+                    item.count,
+                    item.claim,
+                    template,
+                )
+            )
 
     def _template(self, found: Workload, item: ContainerClaim, style: Style) -> str:
         options = self.options
-        template = claim_template(item.template, found.namespace, item.count, options.device_class,
-                                  options.topology_attribute)
+        template = claim_template(
+            item.template, found.namespace, item.count, options.device_class, options.topology_attribute
+        )
         return dump(template, style)
 
     def _warn_unmigrated(self, doc: Document, data: Any, number: int) -> None:
@@ -137,9 +156,11 @@ class _Stream:
         for obj in objects(data):
             if workload(obj) is None and _mentions(obj, resource):
                 kind = obj.get("kind") or "object"
-                self.warnings.append(f"{self.source}:{doc.line + obj.lc.line}: document {number} ({kind} "
-                                     f"{qualified(*_named(obj))}) mentions {resource} but is not a workload "
-                                     "kind migrate rewrites; left unchanged")
+                self.warnings.append(
+                    f"{self.source}:{doc.line + obj.lc.line}: document {number} ({kind} "
+                    f"{qualified(*_named(obj))}) mentions {resource} but is not a workload "
+                    "kind migrate rewrites; left unchanged"
+                )
 
 
 def _named(obj: Any) -> tuple[str | None, str]:

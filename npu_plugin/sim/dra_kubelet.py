@@ -186,8 +186,14 @@ class DraKubeletSimulator:
     def accept(self, info: reg_pb.PluginInfo, socket: Path) -> PluginConnection:
         taken = [p.endpoint for p in self.plugins.get(info.name, [])]
         endpoint, service = validate_info(info, socket, self.services, taken)
-        plugin = PluginConnection(info.name, endpoint, service, socket, tuple(info.supported_versions),
-                                  grpc.aio.insecure_channel(f"unix://{endpoint}"))
+        plugin = PluginConnection(
+            info.name,
+            endpoint,
+            service,
+            socket,
+            tuple(info.supported_versions),
+            grpc.aio.insecure_channel(f"unix://{endpoint}"),
+        )
         self.plugins.setdefault(info.name, []).append(plugin)
         if (wipe := self._wipes.pop(info.name, None)) is not None:
             wipe.cancel()
@@ -246,13 +252,16 @@ class DraKubeletSimulator:
     ) -> dict[str, PrepareResult]:
         """NodePrepareResources through `version` ("v1", "v1beta1"; default: the negotiated service)."""
         pb, stub = self._stub(plugin, version)
-        request = pb.NodePrepareResourcesRequest(claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid)
-                                                         for c in claims])
+        request = pb.NodePrepareResourcesRequest(
+            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+        )
         response = await stub.NodePrepareResources(request, timeout=CALL_TIMEOUT)
         return {
             uid: PrepareResult(
-                tuple(PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
-                      for d in result.devices),
+                tuple(
+                    PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                    for d in result.devices
+                ),
                 result.error,
             )
             for uid, result in response.claims.items()
@@ -263,8 +272,9 @@ class DraKubeletSimulator:
     ) -> dict[str, str]:
         """NodeUnprepareResources; the error text by claim UID ("" for success)."""
         pb, stub = self._stub(plugin, version)
-        request = pb.NodeUnprepareResourcesRequest(claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid)
-                                                           for c in claims])
+        request = pb.NodeUnprepareResourcesRequest(
+            claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
+        )
         response = await stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT)
         return {uid: result.error for uid, result in response.claims.items()}
 
@@ -275,8 +285,12 @@ class DraKubeletSimulator:
         try:
             async for response in call:
                 yield [
-                    DeviceHealth(d.device.pool_name, d.device.device_name, health_pb.HealthStatus.Name(d.health),
-                                 d.health_check_timeout_seconds)
+                    DeviceHealth(
+                        d.device.pool_name,
+                        d.device.device_name,
+                        health_pb.HealthStatus.Name(d.health),
+                        d.health_check_timeout_seconds,
+                    )
                     for d in response.devices
                 ]
         finally:

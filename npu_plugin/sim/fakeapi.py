@@ -106,7 +106,10 @@ class FakeKubeAPI:
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> None:
         """A kubeconfig (JSON, which is YAML) pointing at this server over plain http, without credentials."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake", "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
+            "preferences": {},
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fake", "user": {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}],

@@ -39,8 +39,11 @@ def is_extended_resource_name(name: str) -> bool:
     prefix, _, short = f"requests.{name}".partition("/")
     labels = prefix.split(".")
     return (
-        len(prefix) <= 253 and all(_DNS_LABEL.match(label) for label in labels)
-        and len(short) <= 63 and "/" not in short and bool(_QUALIFIED_NAME.match(short))
+        len(prefix) <= 253
+        and all(_DNS_LABEL.match(label) for label in labels)
+        and len(short) <= 63
+        and "/" not in short
+        and bool(_QUALIFIED_NAME.match(short))
     )
 
 
@@ -206,9 +209,15 @@ class KubeletSimulator:
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
         """GetPreferredAllocation for one container; the kubelet asks even when available == size."""
-        request = pb.PreferredAllocationRequest(container_requests=[pb.ContainerPreferredAllocationRequest(
-            available_deviceIDs=list(available), must_include_deviceIDs=list(must_include), allocation_size=size,
-        )])
+        request = pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=list(available),
+                    must_include_deviceIDs=list(must_include),
+                    allocation_size=size,
+                )
+            ]
+        )
         response = await self.plugin(resource).stub.GetPreferredAllocation(request, timeout=10)
         return list(response.container_responses[0].deviceIDs)
 

@@ -32,9 +32,7 @@ class RestClient:
     def __init__(self, base_url: str, timeout: float = 10.0) -> None:
         self.base_url, self.timeout = base_url.rstrip("/"), timeout
 
-    def request(
-        self, method: str, path: str, *, query: Mapping[str, str] | None = None, body: Any = None
-    ) -> Any:
+    def request(self, method: str, path: str, *, query: Mapping[str, str] | None = None, body: Any = None) -> Any:
         url = self.base_url + path + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})

@@ -129,14 +129,18 @@ def pick(
         if len(free) < request.count:
             raise UnschedulableError(f"request {request.name}: {len(free)} of {request.count} devices available")
         taken.update(d.key for d in free)
-        results += [{"request": request.result_name, "driver": d.driver, "pool": d.pool, "device": d.key[2]}
-                    for d in free]
+        results += [
+            {"request": request.result_name, "driver": d.driver, "pool": d.pool, "device": d.key[2]} for d in free
+        ]
     return results
 
 
 def allocated_keys(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
-    results = [r for c in claims for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {})
-               .get("results") or []]
+    results = [
+        r
+        for c in claims
+        for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    ]
     return {(r["driver"], r["pool"], r["device"]) for r in results}
 
 

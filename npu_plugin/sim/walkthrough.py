@@ -108,18 +108,27 @@ class Paths:
 def default_dra_devices(devices: list[Device]) -> str:
     """The upper half of the node (4-7 on an eight-NPU box), as the demo partition."""
     ids = sorted(d.physical_id for d in devices)
-    upper = ids[len(ids) // 2:] or ids
+    upper = ids[len(ids) // 2 :] or ids
     return ",".join(str(i) for i in upper)
 
 
 def _daemon_argv(mode: str, paths: Paths, dra_devices: str | None) -> list[str]:
     argv = [
-        "serve", f"--mode={mode}", f"--node-name={NODE}", "--backend=fake", f"--fake-inventory={paths.inventory_yaml}",
-        f"--dev-root={paths.dev}", f"--device-plugin-path={paths.device_plugins}",
+        "serve",
+        f"--mode={mode}",
+        f"--node-name={NODE}",
+        "--backend=fake",
+        f"--fake-inventory={paths.inventory_yaml}",
+        f"--dev-root={paths.dev}",
+        f"--device-plugin-path={paths.device_plugins}",
         f"--kubelet-registrar-directory-path={paths.plugins_registry}",
-        f"--kubelet-plugins-directory-path={paths.plugins}", f"--cdi-root={paths.cdi}",
-        f"--kubeconfig={paths.kubeconfig}", f"--pod-resources-socket={paths.pod_resources}/kubelet.sock",
-        "--health-interval=0.1", "--health-failure-threshold=1", "--health-recovery-threshold=1",
+        f"--kubelet-plugins-directory-path={paths.plugins}",
+        f"--cdi-root={paths.cdi}",
+        f"--kubeconfig={paths.kubeconfig}",
+        f"--pod-resources-socket={paths.pod_resources}/kubelet.sock",
+        "--health-interval=0.1",
+        "--health-failure-threshold=1",
+        "--health-recovery-threshold=1",
     ]
     return argv + ([f"--dra-devices={dra_devices}"] if mode == "both" and dra_devices else [])
 
@@ -215,11 +224,14 @@ class Walkthrough:
     async def _registration(self) -> None:
         with self.report.step("register with the kubelet"):
             if self.dp:
-                await self.kubelet.wait_until(lambda: self.resource in self.kubelet.plugins, STEP_TIMEOUT,
-                                              "device plugin registration")
+                await self.kubelet.wait_until(
+                    lambda: self.resource in self.kubelet.plugins, STEP_TIMEOUT, "device plugin registration"
+                )
                 plugin = self.kubelet.plugin(self.resource)
-                self.report.show(f"device plugin: {self.resource} at {plugin.endpoint.name} "
-                                 f"(preferred allocation: {plugin.options.get_preferred_allocation_available})")
+                self.report.show(
+                    f"device plugin: {self.resource} at {plugin.endpoint.name} "
+                    f"(preferred allocation: {plugin.options.get_preferred_allocation_available})"
+                )
             if self.dra:
                 driver = await self.dra_kubelet.wait_for_plugin(DRIVER, timeout=STEP_TIMEOUT)
                 self.report.show(f"DRA driver: {DRIVER} via {driver.service} at {driver.endpoint}")
@@ -264,13 +276,19 @@ class Walkthrough:
             self.report.show(_slice_summary(slices))
         with self.report.step("the scheduler allocates a claim for 1 NPU"):
             claim = await asyncio.to_thread(
-                allocate_claim, self.rest, namespace=NAMESPACE, name="inference-claim", node=NODE,
-                requests=[DeviceRequest("npu", count=1)], class_selectors=(),
+                allocate_claim,
+                self.rest,
+                namespace=NAMESPACE,
+                name="inference-claim",
+                node=NODE,
+                requests=[DeviceRequest("npu", count=1)],
+                class_selectors=(),
             )
             results = claim["status"]["allocation"]["devices"]["results"]
             for result in results:
-                self.report.show(f"request {result['request']}: {result['driver']} pool {result['pool']} "
-                                 f"device {result['device']}")
+                self.report.show(
+                    f"request {result['request']}: {result['driver']} pool {result['pool']} device {result['device']}"
+                )
         ref = Claim(NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"])
         with self.report.step("NodePrepareResources: the claim's CDI spec"):
             prepared = (await self.dra_kubelet.prepare([ref]))[ref.uid]
@@ -308,8 +326,9 @@ class Walkthrough:
         names = ", ".join(f"{d.dp_id}/{d.dra_name}" for d in victims)
         with self.report.step(f"health fault: {names} reported Critical"):
             broken = {d.physical_id for d in victims}
-            self._write_inventory([replace(d, health=Health.CRITICAL) if d.physical_id in broken else d
-                                   for d in self.devices])
+            self._write_inventory(
+                [replace(d, health=Health.CRITICAL) if d.physical_id in broken else d for d in self.devices]
+            )
             await self._observe_health(broken, healthy=False)
         with self.report.step("recovery: back to OK"):
             self._write_inventory(self.devices)
@@ -333,6 +352,7 @@ class Walkthrough:
             if view.owner.value == "device-plugin" and self.dp:
                 await self._listed_as(device, "Healthy" if healthy else "Unhealthy")
             elif self.dra:
+
                 async def listed(d: Device = device) -> bool | None:
                     names = {e["name"] for s in await self._slices() for e in s["spec"]["devices"]}
                     return True if (d.dra_name in names) == healthy else None
@@ -347,11 +367,13 @@ def _slice_summary(slices: list[dict[str, Any]]) -> str:
     for item in slices:
         spec = item["spec"]
         names = ", ".join(d["name"] for d in spec["devices"])
-        lines.append(f"{item['metadata']['name']}: pool {spec['pool']['name']} generation "
-                     f"{spec['pool']['generation']}, {len(spec['devices'])} devices: {names}")
+        lines.append(
+            f"{item['metadata']['name']}: pool {spec['pool']['name']} generation "
+            f"{spec['pool']['generation']}, {len(spec['devices'])} devices: {names}"
+        )
     first = next((d for s in slices for d in s["spec"]["devices"]), None)
     if first is not None:
-        lines.append(f"first device as the scheduler sees it (CEL: device.attributes[\"{DRIVER}\"].<name>):")
+        lines.append(f'first device as the scheduler sees it (CEL: device.attributes["{DRIVER}"].<name>):')
         lines += ["  " + line for line in yaml.safe_dump(first, sort_keys=False).splitlines()]
     return "\n".join(lines)
 
@@ -360,8 +382,14 @@ def _discover(args: argparse.Namespace) -> list[Device]:
     if args.backend == "fake" and args.fake_inventory is None and args.fake_profile is None:
         args.fake_profile = "atlas-800t-a2"
     check_backend_args(args)
-    backend = open_backend(args.backend, fake_inventory=args.fake_inventory, fake_profile=args.fake_profile,
-                           npu_smi=args.npu_smi, dcmi_library=args.dcmi_library, dev_root=args.dev_root)
+    backend = open_backend(
+        args.backend,
+        fake_inventory=args.fake_inventory,
+        fake_profile=args.fake_profile,
+        npu_smi=args.npu_smi,
+        dcmi_library=args.dcmi_library,
+        dev_root=args.dev_root,
+    )
     try:
         return discover(backend)
     finally:
@@ -379,8 +407,11 @@ def run_simulation(args: argparse.Namespace) -> int:
         try:
             asyncio.run(walkthrough.run())
         except (NpuPluginError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:
-            print(f"\nnpu-plugin simulate: step {walkthrough.report.number} "
-                  f"({walkthrough.report.current}) failed: {error}", file=sys.stderr)
+            print(
+                f"\nnpu-plugin simulate: step {walkthrough.report.number} "
+                f"({walkthrough.report.current}) failed: {error}",
+                file=sys.stderr,
+            )
             return 1
     print(f"\nsimulation complete in {time.monotonic() - started:.1f}s: every step succeeded")
     return 0

@@ -30,9 +30,17 @@ class Node:
 
 
 def both_args(workspace: Workspace, dra_devices: str = "4-7") -> list[str]:
-    return [*dra_args(workspace), "--mode", "both", "--dra-devices", dra_devices,
-            "--device-plugin-path", str(workspace.root / "dp"),
-            "--pod-resources-socket", str(workspace.root / "pr" / "kubelet.sock")]
+    return [
+        *dra_args(workspace),
+        "--mode",
+        "both",
+        "--dra-devices",
+        dra_devices,
+        "--device-plugin-path",
+        str(workspace.root / "dp"),
+        "--pod-resources-socket",
+        str(workspace.root / "pr" / "kubelet.sock"),
+    ]
 
 
 @asynccontextmanager

@@ -101,10 +101,20 @@ def with_health(devices: Sequence[Device], unhealthy: set[int]) -> list[Device]:
 def many_devices(count: int) -> list[Device]:
     """`count` 910B3 dies, eight per NUMA node and per HCCS group."""
     return [
-        Device(physical_id=i, chip_name="910B3", device_type="Ascend910B", logic_id=i, card_id=i // 2,
-               chip_id=i % 2, memory=64 * 2**30, ai_core=20, numa_node=i // 8,
-               pci_bus_id=f"0000:{i // 8:02x}:{i % 8:02x}.0", topology_group=f"ring-{i // 8}",
-               driver_version="24.1.rc1")
+        Device(
+            physical_id=i,
+            chip_name="910B3",
+            device_type="Ascend910B",
+            logic_id=i,
+            card_id=i // 2,
+            chip_id=i % 2,
+            memory=64 * 2**30,
+            ai_core=20,
+            numa_node=i // 8,
+            pci_bus_id=f"0000:{i // 8:02x}:{i % 8:02x}.0",
+            topology_group=f"ring-{i // 8}",
+            driver_version="24.1.rc1",
+        )
         for i in range(count)
     ]
 
@@ -144,12 +154,34 @@ def temporary_workspace(api: FakeKubeAPI) -> Iterator[Workspace]:
 def dra_args(workspace: Workspace, *extra: str, pod_uid: str | None = None) -> list[str]:
     """`serve` arguments of a DRA daemon living in `workspace` (fast health settings)."""
     return [
-        "--mode", "dra", "--node-name", NODE, "--backend", "fake", "--fake-inventory", str(workspace.inventory),
-        "--dev-root", str(workspace.dev), "--kubelet-registrar-directory-path", str(workspace.reg),
-        "--kubelet-plugins-directory-path", str(workspace.plugins), "--cdi-root", str(workspace.cdi),
-        "--state-dir", str(workspace.state), "--kubeconfig", str(workspace.kubeconfig),
-        "--health-interval", "0.1", "--health-failure-threshold", "1", "--health-recovery-threshold", "1",
-        *(["--pod-uid", pod_uid] if pod_uid else []), *extra,
+        "--mode",
+        "dra",
+        "--node-name",
+        NODE,
+        "--backend",
+        "fake",
+        "--fake-inventory",
+        str(workspace.inventory),
+        "--dev-root",
+        str(workspace.dev),
+        "--kubelet-registrar-directory-path",
+        str(workspace.reg),
+        "--kubelet-plugins-directory-path",
+        str(workspace.plugins),
+        "--cdi-root",
+        str(workspace.cdi),
+        "--state-dir",
+        str(workspace.state),
+        "--kubeconfig",
+        str(workspace.kubeconfig),
+        "--health-interval",
+        "0.1",
+        "--health-failure-threshold",
+        "1",
+        "--health-recovery-threshold",
+        "1",
+        *(["--pod-uid", pod_uid] if pod_uid else []),
+        *extra,
     ]
 
 
@@ -164,8 +196,9 @@ async def async_wait_until(condition: Callable[[], Any], timeout: float = 10.0, 
         await asyncio.sleep(0.02)
 
 
-async def retry_prepare(kubelet: DraKubeletSimulator, claims: Sequence[Claim],
-                        **options: Any) -> dict[str, PrepareResult]:
+async def retry_prepare(
+    kubelet: DraKubeletSimulator, claims: Sequence[Claim], **options: Any
+) -> dict[str, PrepareResult]:
     """Prepare as the kubelet retries it after a plugin restart: the first tries may reach the dead daemon's
     socket, or find no plugin while the new one is still registering."""
     for _ in range(200):
@@ -211,14 +244,20 @@ def pool_settled(api: FakeKubeAPI) -> list[dict[str, Any]] | None:
     return slices
 
 
-def allocate(api: FakeKubeAPI, name: str, *requests: DeviceRequest, namespace: str = "default",
-             timeout: float = 10.0) -> Claim:
+def allocate(
+    api: FakeKubeAPI, name: str, *requests: DeviceRequest, namespace: str = "default", timeout: float = 10.0
+) -> Claim:
     """Allocate like the scheduler, which retries until the node's slices offer the devices."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            claim = allocate_claim(RestClient(api.url), namespace=namespace, name=name, node=NODE,
-                                   requests=requests or (DeviceRequest("npu"),))
+            claim = allocate_claim(
+                RestClient(api.url),
+                namespace=namespace,
+                name=name,
+                node=NODE,
+                requests=requests or (DeviceRequest("npu"),),
+            )
             return Claim(namespace, name, claim["metadata"]["uid"])
         except UnschedulableError:
             if time.monotonic() > deadline:
@@ -226,8 +265,9 @@ def allocate(api: FakeKubeAPI, name: str, *requests: DeviceRequest, namespace: s
             time.sleep(0.05)
 
 
-def plant_claim(api: FakeKubeAPI, name: str, uid_of: str | None, results: list[dict[str, str]] | None,
-                namespace: str = "default") -> Claim:
+def plant_claim(
+    api: FakeKubeAPI, name: str, uid_of: str | None, results: list[dict[str, str]] | None, namespace: str = "default"
+) -> Claim:
     """A claim with any allocation status (None: not allocated) — states the scheduler would not write."""
     body: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}, "spec": {"devices": {}}}
     if results is not None:

@@ -32,14 +32,17 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(scenario())
 
 
-def test_each_device_is_served_by_exactly_one_side(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                   launch_daemon: Launcher) -> None:
+def test_each_device_is_served_by_exactly_one_side(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
             daemon = launch_daemon(*both_args(workspace))
             await registered(sim, daemon)
-            await async_wait_until(lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
-                                   what="the DRA share in the slice")
+            await async_wait_until(
+                lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
+                what="the DRA share in the slice",
+            )
             assert sim.listed() == {f"Ascend910-{i}": "Healthy" for i in range(4)}
 
             with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -56,15 +59,17 @@ def test_each_device_is_served_by_exactly_one_side(workspace: Workspace, fake_ap
     run(scenario)
 
 
-def test_a_device_a_container_holds_stays_until_the_pod_ends(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                              launch_daemon: Launcher) -> None:
+def test_a_device_a_container_holds_stays_until_the_pod_ends(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
             sim.pod_resources.hold_devices("default", "training", "main", ["Ascend910-5"])
             daemon = launch_daemon(*both_args(workspace))
             await registered(sim, daemon)
-            await async_wait_until(lambda: published_names(fake_api) == ["npu-4", "npu-6", "npu-7"],
-                                   what="slice without the held device")
+            await async_wait_until(
+                lambda: published_names(fake_api) == ["npu-4", "npu-6", "npu-7"], what="slice without the held device"
+            )
             # Still the device plugin's for the running pod, but offered to no new one.
             assert sim.listed()["Ascend910-5"] == "Unhealthy"
             daemon.wait_for_log("device 5 stays with device-plugin until released")
@@ -91,8 +96,10 @@ def test_without_pod_resources_every_device_stays_with_the_device_plugin(
             assert published_names(fake_api) == []
 
             await sim.pod_resources.start()
-            await async_wait_until(lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
-                                   what="handover once PodResources answers")
+            await async_wait_until(
+                lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
+                what="handover once PodResources answers",
+            )
 
     run(scenario)
 
@@ -111,23 +118,30 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
             second = launch_daemon(*both_args(workspace, "4-7"))
             await registered(sim, second)
             second.wait_for_log("device 2 stays with dra until released")
-            await async_wait_until(lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
-                                   what="slice without the draining device")
+            await async_wait_until(
+                lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
+                what="slice without the draining device",
+            )
             assert "Ascend910-2" not in sim.listed()
 
             assert await sim.dra.unprepare([Claim(claim.namespace, claim.name, claim.uid)]) == {claim.uid: ""}
-            await async_wait_until(lambda: sim.listed().get("Ascend910-2") == "Healthy", timeout=10,
-                                   what="device 2 handed to the device plugin")
+            await async_wait_until(
+                lambda: sim.listed().get("Ascend910-2") == "Healthy",
+                timeout=10,
+                what="device 2 handed to the device plugin",
+            )
             second.wait_for_log("device 2 released by dra, now served by device-plugin")
 
     run(scenario)
 
 
 def test_a_bad_partition_exits_2_before_serving(workspace: Workspace, launch_daemon: Launcher) -> None:
-    for bad, message in [("4-9", "no device with physical id [8, 9]"), ("4-7,5", "repeats device(s) [5]"),
-                         ("ring-7", "nor a topology group")]:
+    for bad, message in [
+        ("4-9", "no device with physical id [8, 9]"),
+        ("4-7,5", "repeats device(s) [5]"),
+        ("ring-7", "nor a topology group"),
+    ]:
         daemon = launch_daemon(*both_args(workspace, bad))
         assert daemon.process.wait(20) == 2
         assert message in daemon.log()
         assert not (workspace.root / "dp").exists() or not any((workspace.root / "dp").glob("*.sock"))
-

@@ -43,10 +43,25 @@ class Node:
 
     def args(self, *extra: str) -> list[str]:
         return [
-            "--mode", "device-plugin", "--backend", "fake", "--fake-inventory", str(self.inventory),
-            "--dev-root", str(self.dev_root), "--device-plugin-path", str(self.plugin_dir),
-            "--cdi-root", str(self.cdi_root), "--health-interval", "0.1",
-            "--health-failure-threshold", "2", "--health-recovery-threshold", "2", *extra,
+            "--mode",
+            "device-plugin",
+            "--backend",
+            "fake",
+            "--fake-inventory",
+            str(self.inventory),
+            "--dev-root",
+            str(self.dev_root),
+            "--device-plugin-path",
+            str(self.plugin_dir),
+            "--cdi-root",
+            str(self.cdi_root),
+            "--health-interval",
+            "0.1",
+            "--health-failure-threshold",
+            "2",
+            "--health-recovery-threshold",
+            "2",
+            *extra,
         ]
 
 
@@ -84,6 +99,7 @@ async def registered(kubelet: KubeletSimulator, daemon: DaemonProcess, timeout: 
     def listed() -> bool:
         connection = kubelet.plugins.get(RESOURCE)
         return connection is not None and connection.updates > 0
+
     await until(listed, timeout, "registration and device list", daemon)
     return kubelet.plugins[RESOURCE]
 
@@ -239,7 +255,8 @@ def test_health_fault_and_recovery_reach_every_stream(node: Node, launch_daemon:
 
             def everyone(state: str) -> bool:
                 return connection.devices["Ascend910-3"].health == state and all(
-                    w.health("Ascend910-3") == state for w in watchers)
+                    w.health("Ascend910-3") == state for w in watchers
+                )
 
             await until(lambda: everyone("Unhealthy"), 10, "Ascend910-3 unhealthy on every stream", daemon)
             assert sum(h == "Unhealthy" for h in health(connection).values()) == 1
@@ -259,8 +276,12 @@ def test_hot_removed_device_node_turns_unhealthy_and_recovers(node: Node, launch
             connection = await registered(kubelet, daemon)
             (node.dev_root / "davinci5").unlink()
             # The poller sleeps 30 s: only the file-system event can report this in time.
-            await until(lambda: connection.devices["Ascend910-5"].health == "Unhealthy", 5,
-                        "Ascend910-5 unhealthy after its node vanished", daemon)
+            await until(
+                lambda: connection.devices["Ascend910-5"].health == "Unhealthy",
+                5,
+                "Ascend910-5 unhealthy after its node vanished",
+                daemon,
+            )
             assert sum(h == "Unhealthy" for h in health(connection).values()) == 1
 
     run(scenario())
@@ -272,11 +293,19 @@ def test_device_dropped_from_the_inventory_is_unhealthy_until_it_returns(node: N
             daemon = launch_daemon(*node.args())
             connection = await registered(kubelet, daemon)
             write_inventory(node.inventory, [d for d in A2 if d.physical_id != 6])
-            await until(lambda: connection.devices["Ascend910-6"].health == "Unhealthy", 10,
-                        "Ascend910-6 unhealthy after it left the inventory", daemon)
+            await until(
+                lambda: connection.devices["Ascend910-6"].health == "Unhealthy",
+                10,
+                "Ascend910-6 unhealthy after it left the inventory",
+                daemon,
+            )
             write_inventory(node.inventory, A2)
-            await until(lambda: connection.devices["Ascend910-6"].health == "Healthy", 10,
-                        "Ascend910-6 healthy after it came back", daemon)
+            await until(
+                lambda: connection.devices["Ascend910-6"].health == "Healthy",
+                10,
+                "Ascend910-6 healthy after it came back",
+                daemon,
+            )
 
     run(scenario())
 
@@ -333,15 +362,20 @@ def test_allocate_answers_env_and_device_nodes(node: Node, launch_daemon: Launch
             assert specs(response) == expected_nodes(node.dev_root, [1, 3])
             assert list(response.mounts) == [], "no driver paths exist on this host"
             assert list(response.cdi_devices) == []
-            two = pb.AllocateRequest(container_requests=[
-                pb.ContainerAllocateRequest(devices_ids=["Ascend910-0"]),
-                pb.ContainerAllocateRequest(devices_ids=["Ascend910-7", "Ascend910-6"]),
-            ])
+            two = pb.AllocateRequest(
+                container_requests=[
+                    pb.ContainerAllocateRequest(devices_ids=["Ascend910-0"]),
+                    pb.ContainerAllocateRequest(devices_ids=["Ascend910-7", "Ascend910-6"]),
+                ]
+            )
             answer = await kubelet.plugin(RESOURCE).stub.Allocate(two)
             assert [dict(r.envs) for r in answer.container_responses] == [
-                {"ASCEND_VISIBLE_DEVICES": "0"}, {"ASCEND_VISIBLE_DEVICES": "6,7"}]
+                {"ASCEND_VISIBLE_DEVICES": "0"},
+                {"ASCEND_VISIBLE_DEVICES": "6,7"},
+            ]
             pre = await kubelet.plugin(RESOURCE).stub.PreStartContainer(
-                pb.PreStartContainerRequest(devices_ids=["Ascend910-0"]))
+                pb.PreStartContainerRequest(devices_ids=["Ascend910-0"])
+            )
             assert pre == pb.PreStartContainerResponse()
 
     run(scenario())
@@ -360,9 +394,15 @@ def test_runtime_injection_answers_env_only(node: Node, launch_daemon: Launcher)
 
 @pytest.mark.parametrize(
     ("ids", "named"),
-    [(["Ascend910-42"], "Ascend910-42"), (["Ascend910-0", "Ascend910-2"], "Ascend910-2"),
-     ([""], "''"), (["Ascend310P-1"], "Ascend310P-1"), (["npu-1"], "npu-1"), (["Ascend910-x"], "Ascend910-x"),
-     ([], "no devices")],
+    [
+        (["Ascend910-42"], "Ascend910-42"),
+        (["Ascend910-0", "Ascend910-2"], "Ascend910-2"),
+        ([""], "''"),
+        (["Ascend310P-1"], "Ascend310P-1"),
+        (["npu-1"], "npu-1"),
+        (["Ascend910-x"], "Ascend910-x"),
+        ([], "no devices"),
+    ],
     ids=["unknown", "unhealthy", "empty id", "wrong prefix", "dra name", "garbage", "no ids"],
 )
 def test_bad_allocate_requests_are_invalid_argument_naming_the_id(
@@ -394,7 +434,8 @@ def test_cdi_enabled_writes_a_valid_static_spec_and_names_its_devices(node: Node
             assert spec["kind"] == "npu.huawei.com/npu"
             assert [d["name"] for d in spec["devices"]] == [f"npu-{i}" for i in range(8)]
             assert spec["devices"][4]["containerEdits"]["deviceNodes"] == [
-                {"path": "/dev/davinci4", "hostPath": f"{node.dev_root}/davinci4", "permissions": "rw"}]
+                {"path": "/dev/davinci4", "hostPath": f"{node.dev_root}/davinci4", "permissions": "rw"}
+            ]
             common = [n["path"] for n in spec["containerEdits"]["deviceNodes"]]
             assert common == ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"]
             response = await kubelet.allocate(RESOURCE, ["Ascend910-5", "Ascend910-4"])

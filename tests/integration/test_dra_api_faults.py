@@ -39,8 +39,9 @@ def alive(daemon: DaemonProcess) -> None:
     assert daemon.process.poll() is None, f"the daemon exited:\n{daemon.log()}"
 
 
-def test_server_errors_at_start_are_retried(workspace: Workspace, fake_api: FakeKubeAPI,
-                                            launch_daemon: Launcher) -> None:
+def test_server_errors_at_start_are_retried(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     fake_api.fail_next(3, 500, path_contains="/nodes/")
     fake_api.fail_next(4, 500, path_contains="resourceslices")
     daemon = launch_daemon(*dra_args(workspace))
@@ -51,8 +52,9 @@ def test_server_errors_at_start_are_retried(workspace: Workspace, fake_api: Fake
     assert len(failed) == 7
 
 
-def test_a_conflict_storm_ends_in_the_right_slices(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                   launch_daemon: Launcher) -> None:
+def test_a_conflict_storm_ends_in_the_right_slices(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
     converged(fake_api, EVERYTHING)
     fake_api.force_conflicts(12)
@@ -63,8 +65,9 @@ def test_a_conflict_storm_ends_in_the_right_slices(workspace: Workspace, fake_ap
 
 
 @pytest.mark.parametrize("refuse", [True, False], ids=["refused", "503"])
-def test_an_outage_is_ridden_out(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher,
-                                 refuse: bool) -> None:
+def test_an_outage_is_ridden_out(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, refuse: bool
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
     converged(fake_api, EVERYTHING)
     fake_api.set_down(True, refuse=refuse)
@@ -75,8 +78,9 @@ def test_an_outage_is_ridden_out(workspace: Workspace, fake_api: FakeKubeAPI, la
     alive(daemon)
 
 
-def test_a_slow_api_still_serves_and_publishes(workspace: Workspace, fake_api: FakeKubeAPI,
-                                               launch_daemon: Launcher) -> None:
+def test_a_slow_api_still_serves_and_publishes(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     fake_api.set_latency(0.3)
     launch_daemon(*dra_args(workspace))
     converged(fake_api, EVERYTHING)

@@ -20,8 +20,17 @@ from tests.integration.dra_support import DRIVER, Workspace, allocate, dra_args,
 pytest_plugins = ["tests.integration.dra_fixtures"]
 pytestmark = pytest.mark.podman
 BUSYBOX = Path("/bin/busybox")
-PODMAN_OPTIONS = ["--runtime", "runc", "run", "--rm", "--network=none", "--ulimit", "nofile=20000:20000",
-                  "--ulimit", "nproc=32768:32768"]
+PODMAN_OPTIONS = [
+    "--runtime",
+    "runc",
+    "run",
+    "--rm",
+    "--network=none",
+    "--ulimit",
+    "nofile=20000:20000",
+    "--ulimit",
+    "nproc=32768:32768",
+]
 
 
 def make_rootfs(root: Path) -> Path:
@@ -36,8 +45,13 @@ def podman(cdi_dir: Path, rootfs: Path, *options: str, command: str) -> subproce
     """Run a container in a private mount namespace whose /etc/cdi is `cdi_dir` (options before --rootfs)."""
     Path("/etc/cdi").mkdir(parents=True, exist_ok=True)
     inner = " ".join(["podman", *PODMAN_OPTIONS, *options, "--rootfs", str(rootfs), "/bin/sh", "-c", f"'{command}'"])
-    return subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {cdi_dir} /etc/cdi && {inner}"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind {cdi_dir} /etc/cdi && {inner}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +66,9 @@ def podman_works(tmp_path_factory: pytest.TempPathFactory) -> None:
         pytest.skip(f"podman cannot run a container here: {probe.stderr.strip()[-400:]}")
 
 
-def test_podman_injects_the_prepared_claim(podman_works: None, workspace: Workspace, fake_api: FakeKubeAPI,
-                                           launch_daemon: Launcher, tmp_path: Path) -> None:
+def test_podman_injects_the_prepared_claim(
+    podman_works: None, workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, tmp_path: Path
+) -> None:
     assert stat.S_ISCHR((workspace.dev / "davinci0").stat().st_mode), "the fake /dev holds real char devices"
     launch_daemon(*dra_args(workspace))
 

@@ -38,8 +38,9 @@ def checkpoint(workspace: Workspace) -> dict[str, Any]:
     return document
 
 
-def test_prepare_writes_one_cdi_device_per_request(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                   launch_daemon: Launcher) -> None:
+def test_prepare_writes_one_cdi_device_per_request(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -69,8 +70,9 @@ def test_prepare_writes_one_cdi_device_per_request(workspace: Workspace, fake_ap
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_checkpoint_records_prepared_claims(workspace: Workspace, fake_api: FakeKubeAPI,
-                                            launch_daemon: Launcher) -> None:
+def test_checkpoint_records_prepared_claims(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -83,9 +85,17 @@ def test_checkpoint_records_prepared_claims(workspace: Workspace, fake_api: Fake
             "bootId": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
             "claims": {
                 claim.uid: {
-                    "namespace": "team-a", "name": "recorded", "state": "PrepareCompleted",
-                    "devices": [{"requestNames": ["npu"], "poolName": NODE, "deviceName": "npu-0",
-                                 "cdiDeviceIds": [f"{DRIVER}/npu={claim.uid}-npu"]}],
+                    "namespace": "team-a",
+                    "name": "recorded",
+                    "state": "PrepareCompleted",
+                    "devices": [
+                        {
+                            "requestNames": ["npu"],
+                            "poolName": NODE,
+                            "deviceName": "npu-0",
+                            "cdiDeviceIds": [f"{DRIVER}/npu={claim.uid}-npu"],
+                        }
+                    ],
                 }
             },
         }
@@ -109,20 +119,25 @@ def test_subrequest_names_are_stripped(workspace: Workspace, fake_api: FakeKubeA
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_refusals_are_per_claim_and_write_nothing(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                  launch_daemon: Launcher) -> None:
+def test_refusals_are_per_claim_and_write_nothing(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
     cases = {
-        "uid-mismatch": (plant_claim(fake_api, "uid-mismatch", "0badc0de-0000-4000-8000-000000000000",
-                                     [result("npu-4")]), "UID mismatch"),
+        "uid-mismatch": (
+            plant_claim(fake_api, "uid-mismatch", "0badc0de-0000-4000-8000-000000000000", [result("npu-4")]),
+            "UID mismatch",
+        ),
         "not-allocated": (plant_claim(fake_api, "not-allocated", None, None), "not allocated"),
         "other-pool": (plant_claim(fake_api, "other-pool", None, [result("npu-4", pool="node-b")]), "node-b"),
         "unknown-device": (plant_claim(fake_api, "unknown-device", None, [result("npu-99")]), "unknown device"),
         "foreign-name": (plant_claim(fake_api, "foreign-name", None, [result("gpu-0")]), "unknown device"),
         "gone": (Claim("default", "gone", "11111111-2222-4333-8444-555555555555"), "not found"),
         "uid-traversal": (Claim("default", "x", "../../etc/x"), "invalid claim UID"),
-        "name-traversal": (Claim("default", "../../etc/x", "22222222-2222-4333-8444-555555555555"),
-                           "invalid claim namespace/name"),
+        "name-traversal": (
+            Claim("default", "../../etc/x", "22222222-2222-4333-8444-555555555555"),
+            "invalid claim namespace/name",
+        ),
     }
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -142,8 +157,9 @@ def test_refusals_are_per_claim_and_write_nothing(workspace: Workspace, fake_api
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_a_device_prepared_for_another_claim_is_refused(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                        launch_daemon: Launcher) -> None:
+def test_a_device_prepared_for_another_claim_is_refused(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
     first = plant_claim(fake_api, "first", None, [result("npu-6")])
     second = plant_claim(fake_api, "second", None, [result("npu-6")])
@@ -159,13 +175,19 @@ def test_a_device_prepared_for_another_claim_is_refused(workspace: Workspace, fa
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_results_of_other_drivers_are_ignored(workspace: Workspace, fake_api: FakeKubeAPI,
-                                              launch_daemon: Launcher) -> None:
+def test_results_of_other_drivers_are_ignored(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
-    mixed = plant_claim(fake_api, "mixed", None, [
-        result("gpu-0", request="gpu", driver="gpu.example.com", pool="gpus"),
-        result("npu-1", request="npu"),
-    ])
+    mixed = plant_claim(
+        fake_api,
+        "mixed",
+        None,
+        [
+            result("gpu-0", request="gpu", driver="gpu.example.com", pool="gpus"),
+            result("npu-1", request="npu"),
+        ],
+    )
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
@@ -176,8 +198,9 @@ def test_results_of_other_drivers_are_ignored(workspace: Workspace, fake_api: Fa
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_prepare_and_unprepare_are_idempotent(workspace: Workspace, fake_api: FakeKubeAPI,
-                                              launch_daemon: Launcher) -> None:
+def test_prepare_and_unprepare_are_idempotent(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -204,21 +227,27 @@ def call_from_thread(workspace: Workspace, method: str, claim: Claim) -> Any:
     with grpc.insecure_channel(f"unix://{workspace.dra_socket()}") as channel:
         stub = dra_v1_pb2_grpc.DRAPluginStub(channel)
         request = getattr(dra_v1_pb2, f"{method}Request")(
-            claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)])
+            claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)]
+        )
         return getattr(stub, method)(request, timeout=30).claims[claim.uid]
 
 
-def test_prepares_from_several_threads_each_get_their_device_once(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                                  launch_daemon: Launcher) -> None:
+def test_prepares_from_several_threads_each_get_their_device_once(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
     claims = [allocate(fake_api, f"c{i}") for i in range(6)]
     rivals = [plant_claim(fake_api, f"rival{i}", None, [result("npu-7")]) for i in range(4)]
     everyone = claims + rivals
     wait_until(workspace.dra_socket().exists, 10, "the DRA socket")
     with ThreadPoolExecutor(len(everyone)) as pool:
-        answers = dict(zip([c.uid for c in everyone],
-                           pool.map(lambda c: call_from_thread(workspace, "NodePrepareResources", c), everyone),
-                           strict=True))
+        answers = dict(
+            zip(
+                [c.uid for c in everyone],
+                pool.map(lambda c: call_from_thread(workspace, "NodePrepareResources", c), everyone),
+                strict=True,
+            )
+        )
         assert all(answers[c.uid].error == "" for c in claims)
         assert sorted(answers[c.uid].devices[0].device_name for c in claims) == [f"npu-{i}" for i in range(6)]
         winners = [r for r in rivals if answers[r.uid].error == ""]

@@ -24,8 +24,9 @@ from tests.integration.dra_support import (
 pytest_plugins = ["tests.integration.dra_fixtures"]
 
 
-def test_registration_answers_like_the_seed_expects(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                     launch_daemon: Launcher) -> None:
+def test_registration_answers_like_the_seed_expects(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -42,8 +43,9 @@ def test_registration_answers_like_the_seed_expects(workspace: Workspace, fake_a
         assert stat.S_IMODE(socket.stat().st_mode) == 0o600
 
 
-def test_pod_uid_goes_into_both_socket_names(workspace: Workspace, fake_api: FakeKubeAPI,
-                                             launch_daemon: Launcher) -> None:
+def test_pod_uid_goes_into_both_socket_names(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace, pod_uid="0f1e2d3c"))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -54,8 +56,9 @@ def test_pod_uid_goes_into_both_socket_names(workspace: Workspace, fake_api: Fak
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_a_rejected_registration_leaves_the_daemon_serving(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                           launch_daemon: Launcher) -> None:
+def test_a_rejected_registration_leaves_the_daemon_serving(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -71,8 +74,9 @@ def test_a_rejected_registration_leaves_the_daemon_serving(workspace: Workspace,
     run_with_kubelet(workspace, fake_api, scenario, services=("v2.DRAPlugin",), retry_interval=0.1)
 
 
-def test_both_dra_service_versions_prepare_and_unprepare(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                         launch_daemon: Launcher) -> None:
+def test_both_dra_service_versions_prepare_and_unprepare(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -90,8 +94,9 @@ def test_both_dra_service_versions_prepare_and_unprepare(workspace: Workspace, f
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_health_stream_sends_every_device_and_then_changes(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                           launch_daemon: Launcher) -> None:
+def test_health_stream_sends_every_device_and_then_changes(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
     devices = profile_devices("atlas-800t-a2")
 
@@ -111,8 +116,9 @@ def test_health_stream_sends_every_device_and_then_changes(workspace: Workspace,
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_registration_socket_is_recreated_and_registered_again(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                               launch_daemon: Launcher) -> None:
+def test_registration_socket_is_recreated_and_registered_again(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
@@ -125,8 +131,9 @@ def test_registration_socket_is_recreated_and_registered_again(workspace: Worksp
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_kubelet_restart_wipes_slices_and_the_plugin_republishes(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                                 launch_daemon: Launcher) -> None:
+def test_kubelet_restart_wipes_slices_and_the_plugin_republishes(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:

@@ -46,8 +46,7 @@ def generation(slices: list[dict[str, Any]]) -> int:
     return int(generations.pop())
 
 
-def test_a_slice_has_the_contracted_shape(workspace: Workspace, fake_api: FakeKubeAPI,
-                                          launch_daemon: Launcher) -> None:
+def test_a_slice_has_the_contracted_shape(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
     launch_daemon(*dra_args(workspace))
     [published] = settled(fake_api, [f"npu-{i}" for i in range(8)])
     node_uid = fake_api.get_object("Node", NODE)["metadata"]["uid"]  # type: ignore[index]
@@ -61,23 +60,37 @@ def test_a_slice_has_the_contracted_shape(workspace: Workspace, fake_api: FakeKu
     assert spec["devices"][5] == {
         "name": "npu-5",
         "attributes": {
-            "chipName": {"string": "910B3"}, "deviceType": {"string": "Ascend910B"}, "physicalId": {"int": 5},
-            "logicId": {"int": 5}, "cardId": {"int": 5}, "chipId": {"int": 0}, "topologyGroup": {"string": "ring-0"},
-            "numaNode": {"int": 2}, "driverVersion": {"string": "24.1.rc1"},
+            "chipName": {"string": "910B3"},
+            "deviceType": {"string": "Ascend910B"},
+            "physicalId": {"int": 5},
+            "logicId": {"int": 5},
+            "cardId": {"int": 5},
+            "chipId": {"int": 0},
+            "topologyGroup": {"string": "ring-0"},
+            "numaNode": {"int": 2},
+            "driverVersion": {"string": "24.1.rc1"},
             "resource.kubernetes.io/pciBusID": {"string": "0000:02:00.0"},
         },
         "capacity": {"memCapacity": {"value": "64Gi"}, "aiCore": {"value": "20"}},
     }
 
 
-def test_optional_attributes_are_left_out_when_unknown(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                       launch_daemon: Launcher) -> None:
+def test_optional_attributes_are_left_out_when_unknown(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     entry = "{physicalId: 0, logicId: 3, cardId: 1, chipName: 910B3, memory: 32Gi}"
     workspace.inventory.write_text(f"devices:\n  - {entry}\n")
     launch_daemon(*dra_args(workspace))
     [device] = settled(fake_api, ["npu-0"])[0]["spec"]["devices"]
-    assert set(device["attributes"]) == {"chipName", "deviceType", "physicalId", "logicId", "cardId", "chipId",
-                                         "topologyGroup"}
+    assert set(device["attributes"]) == {
+        "chipName",
+        "deviceType",
+        "physicalId",
+        "logicId",
+        "cardId",
+        "chipId",
+        "topologyGroup",
+    }
     assert device["attributes"]["logicId"] == {"int": 3} and device["attributes"]["cardId"] == {"int": 1}
     assert device["capacity"] == {"memCapacity": {"value": "32Gi"}}
 
@@ -106,11 +119,16 @@ def test_taints_halve_the_chunk_size(workspace: Workspace, fake_api: FakeKubeAPI
 SEED_EXPECTATIONS = [
     ('device.driver == "npu.huawei.com"', range(300)),
     ('device.attributes["npu.huawei.com"].numaNode == 6', range(48, 56)),
-    ('has(device.attributes["npu.huawei.com"].numaNode) && device.attributes["npu.huawei.com"].numaNode == 6',
-     range(48, 56)),
+    (
+        'has(device.attributes["npu.huawei.com"].numaNode) && device.attributes["npu.huawei.com"].numaNode == 6',
+        range(48, 56),
+    ),
     ('device.attributes["npu.huawei.com"].chipName == "910B3"', range(300)),
-    ('device.attributes["npu.huawei.com"].chipName.startsWith("910B") && '
-     'device.attributes["npu.huawei.com"].cardId == 7', range(14, 16)),
+    (
+        'device.attributes["npu.huawei.com"].chipName.startsWith("910B") && '
+        'device.attributes["npu.huawei.com"].cardId == 7',
+        range(14, 16),
+    ),
     ('device.attributes["npu.huawei.com"].topologyGroup == "ring-3"', range(24, 32)),
     ('device.attributes["npu.huawei.com"].deviceType == "Ascend910B"', range(300)),
     ('device.attributes["npu.huawei.com"].physicalId >= 296', range(296, 300)),
@@ -199,8 +217,9 @@ def test_slices_deleted_by_someone_else_are_back_within_5s(
     settled(fake_api, names, timeout=5.0)
 
 
-def test_a_slice_edited_by_someone_else_is_restored(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                    launch_daemon: Launcher) -> None:
+def test_a_slice_edited_by_someone_else_is_restored(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     launch_daemon(*dra_args(workspace))
     everything = [f"npu-{i}" for i in range(8)]
     [published] = settled(fake_api, everything)
@@ -210,8 +229,9 @@ def test_a_slice_edited_by_someone_else_is_restored(workspace: Workspace, fake_a
     settled(fake_api, everything, timeout=5.0)
 
 
-def test_slices_stay_when_the_daemon_stops(workspace: Workspace, fake_api: FakeKubeAPI,
-                                           launch_daemon: Launcher) -> None:
+def test_slices_stay_when_the_daemon_stops(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
     settled(fake_api, [f"npu-{i}" for i in range(8)])
     code, _ = daemon.signal(signal.SIGTERM, timeout=10)
@@ -229,9 +249,25 @@ def test_inventory_command_prints_what_the_daemon_publishes(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "npu_plugin", "inventory", "--output", "resourceslice", "--node-name", NODE,
-         "--backend", "fake", "--fake-profile", "atlas-800t-a2"],
-        capture_output=True, text=True, timeout=60, check=True, cwd=Path(REPO),
+        [
+            sys.executable,
+            "-m",
+            "npu_plugin",
+            "inventory",
+            "--output",
+            "resourceslice",
+            "--node-name",
+            NODE,
+            "--backend",
+            "fake",
+            "--fake-profile",
+            "atlas-800t-a2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(REPO),
     ).stdout
     documents = list(yaml.safe_load_all(printed))
     for document in documents:
@@ -249,9 +285,26 @@ def test_inventory_command_honours_the_unhealthy_policy(tmp_path: Path, policy: 
     inventory = tmp_path / "inventory.yaml"
     write_inventory(inventory, with_health(A2, {2}))
     printed = subprocess.run(
-        [sys.executable, "-m", "npu_plugin", "inventory", "--output", "resourceslice", "--node-name", NODE,
-         "--backend", "fake", "--fake-inventory", str(inventory), "--unhealthy-policy", policy],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            sys.executable,
+            "-m",
+            "npu_plugin",
+            "inventory",
+            "--output",
+            "resourceslice",
+            "--node-name",
+            NODE,
+            "--backend",
+            "fake",
+            "--fake-inventory",
+            str(inventory),
+            "--unhealthy-policy",
+            policy,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     [document] = list(yaml.safe_load_all(printed))
     kubernetes_validate.validate(document, "1.34", strict=True)

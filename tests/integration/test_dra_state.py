@@ -46,15 +46,17 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_the_daemon_starts_empty(
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_a_checkpoint_of_another_version_is_moved_aside(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                        launch_daemon: Launcher) -> None:
+def test_a_checkpoint_of_another_version_is_moved_aside(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     workspace.checkpoint.write_text('{"version": 2, "bootId": "b", "claims": {}}')
     launch_daemon(*dra_args(workspace)).wait_for_log("unsupported checkpoint version 2")
     assert len(list(workspace.state.glob("checkpoint.json.corrupt-*"))) == 1
 
 
-def test_kill_9_during_prepare_then_restart_converges(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                      launch_daemon: Launcher) -> None:
+def test_kill_9_during_prepare_then_restart_converges(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     args = dra_args(workspace)
     first = launch_daemon(*args)
 
@@ -79,13 +81,23 @@ def test_kill_9_during_prepare_then_restart_converges(workspace: Workspace, fake
     run_with_kubelet(workspace, fake_api, scenario)
 
 
-def test_a_crash_between_steps_is_cleaned_up_at_start(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                      launch_daemon: Launcher) -> None:
+def test_a_crash_between_steps_is_cleaned_up_at_start(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     """State a kill -9 can leave: a PrepareStarted entry with its CDI file, and a CDI file nobody records."""
     started_uid, orphan_uid = "44444444-2222-4333-8444-555555555555", "55555555-2222-4333-8444-555555555555"
     device = {"requestNames": ["npu"], "poolName": "node-a", "deviceName": "npu-0", "cdiDeviceIds": []}
-    workspace.checkpoint.write_text(json.dumps({"version": 1, "bootId": "b", "claims": {
-        started_uid: {"namespace": "default", "name": "s", "state": "PrepareStarted", "devices": [device]}}}))
+    workspace.checkpoint.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "bootId": "b",
+                "claims": {
+                    started_uid: {"namespace": "default", "name": "s", "state": "PrepareStarted", "devices": [device]}
+                },
+            }
+        )
+    )
     for uid in (started_uid, orphan_uid):
         workspace.cdi_file(uid).write_text("{}")
     launch_daemon(*dra_args(workspace)).wait_for_log("DRA plugin serving")

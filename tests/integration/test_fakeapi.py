@@ -133,7 +133,8 @@ def test_create_accepts_a_client_model_as_well_as_a_dict(kube: Kube) -> None:
     model = client.V1ResourceSlice(
         metadata=client.V1ObjectMeta(name="from-model"),
         spec=client.V1ResourceSliceSpec(
-            driver=DRIVER, node_name=NODE,
+            driver=DRIVER,
+            node_name=NODE,
             pool=client.V1ResourcePool(name=NODE, generation=0, resource_slice_count=1),
             devices=[client.V1Device(name="npu-0", attributes={"physicalId": client.V1DeviceAttribute(int=0)})],
         ),
@@ -321,7 +322,8 @@ def test_unknown_fields_are_dropped_with_a_warning_by_default(api: FakeKubeAPI) 
     assert code == 201
     warnings = headers.get_all("Warning")
     assert sorted(warnings) == [
-        '299 - "unknown field \\"spec.bogus\\""', '299 - "unknown field \\"spec.devices[0].alsoBogus\\""'
+        '299 - "unknown field \\"spec.bogus\\""',
+        '299 - "unknown field \\"spec.devices[0].alsoBogus\\""',
     ]
     assert "bogus" not in created["spec"]
     assert "alsoBogus" not in created["spec"]["devices"][0]
@@ -388,77 +390,110 @@ INVALID_SLICES = {
     "129 devices": (_with(lambda b: None, devices=129), "spec.devices", "FieldValueTooMany"),
     "65 devices, one tainted": (
         _with(lambda b: b["spec"]["devices"][0].update(taints=[TAINT]), devices=65),
-        "spec.devices", "FieldValueTooMany",
+        "spec.devices",
+        "FieldValueTooMany",
     ),
     "device name not a DNS label": (
-        _with(lambda b: b["spec"]["devices"][0].update(name="NPU_0")), "spec.devices[0].name", "FieldValueInvalid"
+        _with(lambda b: b["spec"]["devices"][0].update(name="NPU_0")),
+        "spec.devices[0].name",
+        "FieldValueInvalid",
     ),
     "device name too long": (
-        _with(lambda b: b["spec"]["devices"][0].update(name="n" * 64)), "spec.devices[0].name", "FieldValueInvalid"
+        _with(lambda b: b["spec"]["devices"][0].update(name="n" * 64)),
+        "spec.devices[0].name",
+        "FieldValueInvalid",
     ),
     "duplicate device names": (
-        _with(lambda b: b["spec"]["devices"][1].update(name="npu-0")), "spec.devices[1]", "FieldValueDuplicate"
+        _with(lambda b: b["spec"]["devices"][1].update(name="npu-0")),
+        "spec.devices[1]",
+        "FieldValueDuplicate",
     ),
     "metadata.name": (_with(lambda b: b.update(metadata={"name": "Bad_Name"})), "metadata.name", "FieldValueInvalid"),
     "metadata.generateName": (
-        _with(lambda b: b.update(metadata={"generateName": "Bad_"})), "metadata.generateName", "FieldValueInvalid"
+        _with(lambda b: b.update(metadata={"generateName": "Bad_"})),
+        "metadata.generateName",
+        "FieldValueInvalid",
     ),
     "no name at all": (_with(lambda b: b.update(metadata={})), "metadata.name", "FieldValueRequired"),
     "33 attributes and capacities": (
-        _with(lambda b: _attrs(b, **{f"a{i}": {"int": i} for i in range(32)})), "spec.devices[0]", "FieldValueInvalid"
+        _with(lambda b: _attrs(b, **{f"a{i}": {"int": i} for i in range(32)})),
+        "spec.devices[0]",
+        "FieldValueInvalid",
     ),
     "attribute name not a C identifier": (
-        _with(lambda b: _attrs(b, **{"bad-name": {"int": 1}})), "spec.devices[0].attributes", "FieldValueInvalid"
+        _with(lambda b: _attrs(b, **{"bad-name": {"int": 1}})),
+        "spec.devices[0].attributes",
+        "FieldValueInvalid",
     ),
     "attribute name longer than 32": (
-        _with(lambda b: _attrs(b, **{"a" * 33: {"int": 1}})), "spec.devices[0].attributes", "FieldValueTooLong"
+        _with(lambda b: _attrs(b, **{"a" * 33: {"int": 1}})),
+        "spec.devices[0].attributes",
+        "FieldValueTooLong",
     ),
     "attribute domain not a DNS subdomain": (
-        _with(lambda b: _attrs(b, **{"Bad_Domain/x": {"int": 1}})), "spec.devices[0].attributes", "FieldValueInvalid"
+        _with(lambda b: _attrs(b, **{"Bad_Domain/x": {"int": 1}})),
+        "spec.devices[0].attributes",
+        "FieldValueInvalid",
     ),
     "attribute with two values": (
-        _with(lambda b: _attrs(b, x={"int": 1, "string": "a"})), "spec.devices[0].attributes[x]", "FieldValueInvalid"
+        _with(lambda b: _attrs(b, x={"int": 1, "string": "a"})),
+        "spec.devices[0].attributes[x]",
+        "FieldValueInvalid",
     ),
-    "attribute with no value": (
-        _with(lambda b: _attrs(b, x={})), "spec.devices[0].attributes[x]", "FieldValueInvalid"
-    ),
+    "attribute with no value": (_with(lambda b: _attrs(b, x={})), "spec.devices[0].attributes[x]", "FieldValueInvalid"),
     "string value longer than 64": (
-        _with(lambda b: _attrs(b, x={"string": "s" * 65})), "spec.devices[0].attributes[x].string", "FieldValueTooLong"
+        _with(lambda b: _attrs(b, x={"string": "s" * 65})),
+        "spec.devices[0].attributes[x].string",
+        "FieldValueTooLong",
     ),
     "version not semver": (
-        _with(lambda b: _attrs(b, x={"version": "1.2"})), "spec.devices[0].attributes[x].version", "FieldValueInvalid"
+        _with(lambda b: _attrs(b, x={"version": "1.2"})),
+        "spec.devices[0].attributes[x].version",
+        "FieldValueInvalid",
     ),
     "driver not a DNS subdomain": (
-        _with(lambda b: b["spec"].update(driver="Not_A_Domain")), "spec.driver", "FieldValueInvalid"
+        _with(lambda b: b["spec"].update(driver="Not_A_Domain")),
+        "spec.driver",
+        "FieldValueInvalid",
     ),
     "driver missing": (_with(lambda b: b["spec"].pop("driver")), "spec.driver", "FieldValueRequired"),
     "pool name missing": (_with(lambda b: b["spec"]["pool"].pop("name")), "spec.pool.name", "FieldValueRequired"),
     "pool generation negative": (
-        _with(lambda b: b["spec"]["pool"].update(generation=-1)), "spec.pool.generation", "FieldValueInvalid"
+        _with(lambda b: b["spec"]["pool"].update(generation=-1)),
+        "spec.pool.generation",
+        "FieldValueInvalid",
     ),
     "resourceSliceCount zero": (
-        _with(lambda b: b["spec"]["pool"].update(resourceSliceCount=0)), "spec.pool.resourceSliceCount",
+        _with(lambda b: b["spec"]["pool"].update(resourceSliceCount=0)),
+        "spec.pool.resourceSliceCount",
         "FieldValueInvalid",
     ),
     "no node selection": (_with(lambda b: b["spec"].pop("nodeName")), "spec", "FieldValueRequired"),
     "two node selections": (_with(lambda b: b["spec"].update(allNodes=True)), "spec", "FieldValueInvalid"),
     "allNodes false": (
-        _with(lambda b: (b["spec"].pop("nodeName"), b["spec"].update(allNodes=False))), "spec.allNodes",
+        _with(lambda b: (b["spec"].pop("nodeName"), b["spec"].update(allNodes=False))),
+        "spec.allNodes",
         "FieldValueInvalid",
     ),
     "taint key not a qualified name": (
-        _with(_taint(key="bad key", effect="NoSchedule")), "spec.devices[0].taints[0].key", "FieldValueInvalid"
+        _with(_taint(key="bad key", effect="NoSchedule")),
+        "spec.devices[0].taints[0].key",
+        "FieldValueInvalid",
     ),
     "taint effect unsupported": (
-        _with(_taint(key="k", effect="PreferNoSchedule")), "spec.devices[0].taints[0].effect",
+        _with(_taint(key="k", effect="PreferNoSchedule")),
+        "spec.devices[0].taints[0].effect",
         "FieldValueNotSupported",
     ),
     "taint effect missing": (_with(_taint(key="k")), "spec.devices[0].taints[0].effect", "FieldValueRequired"),
     "owner reference without uid": (
-        _with(lambda b: b["metadata"].update(
-            ownerReferences=[{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "", "controller": True}]
-        )),
-        "metadata.ownerReferences.uid", "FieldValueInvalid",
+        _with(
+            lambda b: b["metadata"].update(
+                ownerReferences=[{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "", "controller": True}]
+            )
+        ),
+        "metadata.ownerReferences.uid",
+        "FieldValueInvalid",
     ),
 }
 
@@ -490,9 +525,11 @@ def test_invalid_slice_is_422_with_field_cause(api: FakeKubeAPI, kube: Kube, cas
         slice_body(devices=128),
         _with(lambda b: b["spec"]["devices"][0].update(taints=[TAINT]), devices=64),
         _with(lambda b: _attrs(b, **{f"a{i}": {"int": i} for i in range(31)})),  # + 1 capacity = 32
-        _with(lambda b: _attrs(
-            b, **{"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "v": {"version": "1.2.3-rc.1"}}
-        )),
+        _with(
+            lambda b: _attrs(
+                b, **{"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "v": {"version": "1.2.3-rc.1"}}
+            )
+        ),
         _with(_taint(key="npu.huawei.com/unhealthy", value="hbm", effect="None")),
     ],
     ids=["128 devices", "64 tainted devices", "32 attributes and capacities", "qualified names", "taint effect None"],
@@ -529,7 +566,11 @@ def test_watch_replays_added_modified_deleted_after_a_resource_version(api: Fake
     kube.resource.delete_resource_slice(first)
     api.delete_object("ResourceSlice", second)  # as the kubelet would
     assert _events(kube, start) == [
-        ("ADDED", first), ("ADDED", second), ("MODIFIED", first), ("DELETED", first), ("DELETED", second),
+        ("ADDED", first),
+        ("ADDED", second),
+        ("MODIFIED", first),
+        ("DELETED", first),
+        ("DELETED", second),
     ]
 
 
@@ -783,9 +824,20 @@ def test_unknown_path_is_404_and_wrong_method_405(api: FakeKubeAPI) -> None:
 def test_module_main_serves_until_sigterm(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "npu_plugin.sim.fakeapi", "--port", "0", "--kubeconfig", str(kubeconfig),
-         "--node", NODE],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "npu_plugin.sim.fakeapi",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--node",
+            NODE,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert process.stdout is not None

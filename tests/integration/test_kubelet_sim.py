@@ -21,11 +21,22 @@ from npu_plugin.sockets import start_unix_server, stop_unix_server
 
 @pytest.mark.parametrize(
     ("name", "valid"),
-    [("huawei.com/Ascend910", True), ("example.com/a_b.c-1", True), ("a.b.c/X", True),
-     ("Ascend910", False), ("kubernetes.io/npu", False), ("node.kubernetes.io/npu", False),
-     ("requests.huawei.com/npu", False), ("Huawei.com/npu", False), ("huawei.com/", False),
-     ("huawei.com/-npu", False), ("huawei.com/a/b", False), ("huawei_com/npu", False),
-     ("huawei.com/" + "n" * 64, False), ("", False)],
+    [
+        ("huawei.com/Ascend910", True),
+        ("example.com/a_b.c-1", True),
+        ("a.b.c/X", True),
+        ("Ascend910", False),
+        ("kubernetes.io/npu", False),
+        ("node.kubernetes.io/npu", False),
+        ("requests.huawei.com/npu", False),
+        ("Huawei.com/npu", False),
+        ("huawei.com/", False),
+        ("huawei.com/-npu", False),
+        ("huawei.com/a/b", False),
+        ("huawei_com/npu", False),
+        ("huawei.com/" + "n" * 64, False),
+        ("", False),
+    ],
 )
 def test_extended_resource_names(name: str, valid: bool) -> None:
     assert is_extended_resource_name(name) is valid
@@ -46,19 +57,22 @@ async def register(kubelet: KubeletSimulator, request: pb.RegisterRequest) -> No
         await pb_grpc.RegistrationStub(channel).Register(request, timeout=10)
 
 
-def request(version: str = "v1beta1", resource: str = "huawei.com/Ascend910",
-            endpoint: str = "plugin.sock") -> pb.RegisterRequest:
+def request(
+    version: str = "v1beta1", resource: str = "huawei.com/Ascend910", endpoint: str = "plugin.sock"
+) -> pb.RegisterRequest:
     return pb.RegisterRequest(version=version, endpoint=endpoint, resource_name=resource)
 
 
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [(request(version="v1alpha"), "not supported"), (request(resource="kubernetes.io/npu"), "invalid name"),
-     (request(endpoint="nobody.sock"), "failed to dial")],
+    [
+        (request(version="v1alpha"), "not supported"),
+        (request(resource="kubernetes.io/npu"), "invalid name"),
+        (request(endpoint="nobody.sock"), "failed to dial"),
+    ],
     ids=["version", "resource name", "dial-back"],
 )
-def test_register_rejections_reach_the_plugin_as_errors(short_dir: Path, bad: pb.RegisterRequest,
-                                                        message: str) -> None:
+def test_register_rejections_reach_the_plugin_as_errors(short_dir: Path, bad: pb.RegisterRequest, message: str) -> None:
     async def scenario() -> None:
         kubelet = KubeletSimulator(short_dir, dial_timeout=0.5)
         await kubelet.start()
@@ -81,7 +95,8 @@ def test_register_dials_back_and_keeps_list_and_watch_open(short_dir: Path) -> N
         service = DevicePluginService(inventory, layout, "Ascend910", None)
         plugin_socket = short_dir / "plugin.sock"
         server = await start_unix_server(
-            plugin_socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s))
+            plugin_socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s)
+        )
         kubelet = KubeletSimulator(short_dir)
         await kubelet.start(clean=False)
         try:
@@ -93,8 +108,9 @@ def test_register_dials_back_and_keeps_list_and_watch_open(short_dir: Path) -> N
             inventory.set_present(6, False)
             await kubelet.wait_until(lambda: connection.updates == 2, 5, "second list")
             assert "Ascend910-6" not in connection.healthy_ids()
-            assert await kubelet.preferred("huawei.com/Ascend910", ["Ascend910-1", "Ascend910-5", "Ascend910-7"],
-                                           [], 2) == ["Ascend910-5", "Ascend910-7"]
+            assert await kubelet.preferred(
+                "huawei.com/Ascend910", ["Ascend910-1", "Ascend910-5", "Ascend910-7"], [], 2
+            ) == ["Ascend910-5", "Ascend910-7"]
             service.close_streams()
             await kubelet.wait_until(lambda: not kubelet.plugins, 5, "disconnect after the stream ended")
         finally:

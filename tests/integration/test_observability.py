@@ -50,7 +50,7 @@ SERVING, NOT_SERVING = "SERVING", "NOT_SERVING"
 DP, DRA = "device-plugin", "dra"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
-# Every series of SPEC §9 (and the handover counter), with every label set, readable from the start.
+# Every product series (and the handover counter), with every label set, readable from the start.
 SERIES_AT_START = [
     *[("npu_plugin_devices", {"health": h, "owner": o}) for h in ("healthy", "unhealthy") for o in (DP, DRA)],
     ("npu_plugin_allocations_total", {}),
@@ -92,7 +92,8 @@ def scrape(port: int) -> Samples:
         text = response.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text) for sample in family.samples
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
     }
 
 
@@ -185,9 +186,7 @@ def test_latency_buckets_span_sub_millisecond_to_seconds(node: Node, launch_daem
         assert len(bounds) >= 12, "enough buckets between the two ends for quantiles"
 
 
-def test_health_turns_serving_only_once_the_kubelet_accepted_registration(
-    node: Node, launch_daemon: Launcher
-) -> None:
+def test_health_turns_serving_only_once_the_kubelet_accepted_registration(node: Node, launch_daemon: Launcher) -> None:
     daemon = launch_daemon(*node.args(*OBSERVED))
     endpoints = Endpoints.of(daemon)
 
@@ -240,10 +239,14 @@ def test_allocations_and_device_faults_are_counted(node: Node, launch_daemon: La
             port = (await endpoints_of(daemon)).metrics
             connection = await registered(kubelet, daemon)
             await kubelet.allocate(RESOURCE, ["Ascend910-3", "Ascend910-1"])
-            await connection.stub.Allocate(pb.AllocateRequest(container_requests=[
-                pb.ContainerAllocateRequest(devices_ids=["Ascend910-0"]),
-                pb.ContainerAllocateRequest(devices_ids=["Ascend910-6", "Ascend910-7"]),
-            ]))
+            await connection.stub.Allocate(
+                pb.AllocateRequest(
+                    container_requests=[
+                        pb.ContainerAllocateRequest(devices_ids=["Ascend910-0"]),
+                        pb.ContainerAllocateRequest(devices_ids=["Ascend910-6", "Ascend910-7"]),
+                    ]
+                )
+            )
             await rpc_error(kubelet.allocate(RESOURCE, ["Ascend910-42"]))
             samples = await until_metric(port, "npu_plugin_allocations_total", 3, daemon)
             assert value(samples, "npu_plugin_allocate_seconds_count") == 2, "one observation per call"
@@ -267,9 +270,7 @@ def assert_one_text_line_per_event(log: str) -> None:
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["off", "on"])
-def test_telemetry_modules_load_only_when_their_port_is_set(
-    node: Node, launch_daemon: Launcher, enabled: bool
-) -> None:
+def test_telemetry_modules_load_only_when_their_port_is_set(node: Node, launch_daemon: Launcher, enabled: bool) -> None:
     async def scenario() -> DaemonProcess:
         async with kubelet_at(node.plugin_dir) as kubelet:
             daemon = launch_daemon(*node.args(*(OBSERVED if enabled else ())), python_args=["-X", "importtime"])
@@ -324,7 +325,11 @@ def test_json_log_is_one_event_per_line_with_stable_keys(node: Node, launch_daem
     start = events[0]
     assert start["event"] == f"npu-plugin {__version__} starting: mode=device-plugin backend=fake devices=8"
     assert {k: start[k] for k in STARTUP_KEYS} == {
-        "version": __version__, "mode": "device-plugin", "backend": "fake", "device_count": 8}
+        "version": __version__,
+        "mode": "device-plugin",
+        "backend": "fake",
+        "device_count": 8,
+    }
 
     def one(text: str) -> dict[str, Any]:
         found = [e for e in events if text in e["event"]]
@@ -377,8 +382,12 @@ def test_dra_health_registration_publishing_and_prepare(
                 port = endpoints.metrics
                 samples = await until_metric(port, "npu_plugin_registrations_total", 1, daemon, api=DRA)
                 assert value(samples, "npu_plugin_registrations_total", api=DP) == 0
-                await until_samples(port, lambda s: value(s, "npu_plugin_slice_publish_total", result="success") >= 1,
-                                    "a successful slice publish", daemon)
+                await until_samples(
+                    port,
+                    lambda s: value(s, "npu_plugin_slice_publish_total", result="success") >= 1,
+                    "a successful slice publish",
+                    daemon,
+                )
                 await prepare_and_unprepare(kubelet, fake_api, port, daemon)
                 write_inventory(workspace.inventory, with_health(A2, 2, Health.CRITICAL))
                 samples = await until_metric(port, "npu_plugin_devices", 1, daemon, health="unhealthy", owner=DRA)
@@ -389,8 +398,9 @@ def test_dra_health_registration_publishing_and_prepare(
     assert [e["claim"] for e in prepared] == ["default/observed"]
 
 
-async def prepare_and_unprepare(kubelet: DraKubeletSimulator, api: FakeKubeAPI, port: int,
-                                daemon: DaemonProcess) -> None:
+async def prepare_and_unprepare(
+    kubelet: DraKubeletSimulator, api: FakeKubeAPI, port: int, daemon: DaemonProcess
+) -> None:
     claim = allocate(api, "observed")
     assert (await kubelet.prepare([claim]))[claim.uid].error == ""
     samples = await until_metric(port, "npu_plugin_prepare_seconds_count", 1, daemon)
@@ -408,8 +418,10 @@ def test_a_rejected_dra_registration_stays_not_serving(
     endpoints = Endpoints.of(daemon)
 
     async def scenario() -> None:
-        async with watching(endpoints.health) as watch, \
-                DraKubeletSimulator(workspace.reg, node_name=NODE, services=("v9.DRAPlugin",)) as kubelet:
+        async with (
+            watching(endpoints.health) as watch,
+            DraKubeletSimulator(workspace.reg, node_name=NODE, services=("v9.DRAPlugin",)) as kubelet,
+        ):
             await kubelet.wait_for(lambda: len(kubelet.attempts) >= 2)
             assert not any(a.registered for a in kubelet.attempts)
             assert watch.statuses == [NOT_SERVING] and await watch.check() == NOT_SERVING
@@ -456,8 +468,18 @@ def test_both_mode_serves_once_both_apis_registered_and_counts_owners_and_handov
 ) -> None:
     dp_dir, socket = workspace.root / "dp", workspace.root / "pod-resources.sock"
     dp_dir.mkdir()
-    args = dra_args(workspace, "--mode", "both", "--dra-devices", "4-7", "--device-plugin-path", str(dp_dir),
-                    "--pod-resources-socket", str(socket), *OBSERVED)
+    args = dra_args(
+        workspace,
+        "--mode",
+        "both",
+        "--dra-devices",
+        "4-7",
+        "--device-plugin-path",
+        str(dp_dir),
+        "--pod-resources-socket",
+        str(socket),
+        *OBSERVED,
+    )
 
     async def scenario() -> None:
         async with pod_resources_at(socket) as lister:

@@ -11,13 +11,25 @@ import pytest
 MODES = ("device-plugin", "dra", "both")
 PROFILES = ("atlas-800t-a2", "atlas-800-9000", "atlas-300i-duo")
 DP_STEPS = ("ListAndWatch", "GetPreferredAllocation", "Allocate", "ASCEND_VISIBLE_DEVICES=")
-DRA_STEPS = ("publish ResourceSlices", "allocates a claim", "NodePrepareResources", '"cdiVersion": "0.5.0"',
-             "NodeUnprepareResources", "CDI spec removed: True")
+DRA_STEPS = (
+    "publish ResourceSlices",
+    "allocates a claim",
+    "NodePrepareResources",
+    '"cdiVersion": "0.5.0"',
+    "NodeUnprepareResources",
+    "CDI spec removed: True",
+)
 
 
 def simulate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", *args],
-                          capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "npu_plugin", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -42,8 +54,14 @@ def test_default_is_both_mode_with_the_upper_half_to_dra() -> None:
 
 
 def test_temporary_directories_are_removed(short_dir: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", "--mode", "dra"], capture_output=True,
-                         text=True, timeout=60, check=False, env={"TMPDIR": str(short_dir), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-m", "npu_plugin", "simulate", "--mode", "dra"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"TMPDIR": str(short_dir), "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 0, run.stderr
     assert list(short_dir.iterdir()) == []
 
@@ -51,9 +69,14 @@ def test_temporary_directories_are_removed(short_dir: Path) -> None:
 def test_a_temporary_directory_too_deep_for_sockets_is_named(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60)
     deep.mkdir()
-    run = subprocess.run([sys.executable, "-m", "npu_plugin", "simulate", "--mode", "device-plugin"],
-                         capture_output=True, text=True, timeout=60, check=False,
-                         env={"TMPDIR": str(deep), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-m", "npu_plugin", "simulate", "--mode", "device-plugin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"TMPDIR": str(deep), "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 1
     assert "Unix sockets allow 107: choose a shorter directory" in run.stderr
     assert "Traceback" not in run.stderr

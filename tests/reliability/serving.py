@@ -62,8 +62,11 @@ def serving(log_dir: Path) -> Iterator[Served]:
     """A both-mode daemon (device plugin on 0-3, DRA on 4-7) with its fake API server and a PodResources
     endpoint holding nothing (so the partition applies at once); the daemon is killed by its pid."""
     daemons = Daemons(log_dir)
-    with fake_api_with_node() as api, temporary_workspace(api) as workspace, \
-            pod_resources(workspace.root / "pr" / "kubelet.sock"):
+    with (
+        fake_api_with_node() as api,
+        temporary_workspace(api) as workspace,
+        pod_resources(workspace.root / "pr" / "kubelet.sock"),
+    ):
         try:
             daemon = daemons(*both_args(workspace))
             sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]

@@ -52,8 +52,9 @@ def fail_bursts(api: FakeKubeAPI) -> None:
 RETRIED = "publishing ResourceSlices failed (attempt 2)"
 FAULTS = {
     "refused": Fault(lambda api: api.set_down(True), lambda api: api.set_down(False), "Connection refused", RETRIED),
-    "503": Fault(lambda api: api.set_down(True, refuse=False), lambda api: api.set_down(False, refuse=False),
-                 "HTTP 503", RETRIED),
+    "503": Fault(
+        lambda api: api.set_down(True, refuse=False), lambda api: api.set_down(False, refuse=False), "HTTP 503", RETRIED
+    ),
     "500s": Fault(fail_bursts, lambda api: None, "HTTP 500", RETRIED),
     "409-storm": Fault(lambda api: api.force_conflicts(12), lambda api: None, None, "ResourceSlice update conflicted"),
 }
@@ -89,8 +90,9 @@ def alive(daemon: DaemonProcess) -> None:
 
 
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS.keys())
-def test_faults_during_publishing_and_prepare(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher,
-                                              fault: Fault) -> None:
+def test_faults_during_publishing_and_prepare(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, fault: Fault
+) -> None:
     daemon = launch_daemon(*dra_args(workspace))
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:

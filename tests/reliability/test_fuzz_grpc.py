@@ -30,8 +30,9 @@ from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from tests.integration.dra_support import DRIVER, NODE, plant_claim, result
 from tests.reliability.serving import Served, serving
 
-FUZZ = settings(max_examples=100, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 OK, INVALID = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT
 MIB = 2**20
 CALL_TIMEOUT = 60
@@ -40,17 +41,42 @@ SERVED_BY_DP = DP_IDS[:4]
 HOLDER_DEVICE = "npu-5"
 FREE_FOR_DRA = {"npu-4", "npu-6", "npu-7"}
 # Other spellings of our names, paths, control characters and scripts that `\d` would take for digits.
-ODD = ["", " ", "Ascend910-03", "Ascend910-3\n", "Ascend910-\u0663", "Ascend910-", "Ascend910--1", "Ascend910-9999999",
-       "Ascend310P-1", "npu-1", "npu-06", "npu-6\n", "npu-\u0666", "npu-99", "../../etc/x", "a/b", "..", "\x00",
-       "\u00e9\u4e2d\U0001f4a5", "Default", "x" * 300]
+ODD = [
+    "",
+    " ",
+    "Ascend910-03",
+    "Ascend910-3\n",
+    "Ascend910-\u0663",
+    "Ascend910-",
+    "Ascend910--1",
+    "Ascend910-9999999",
+    "Ascend310P-1",
+    "npu-1",
+    "npu-06",
+    "npu-6\n",
+    "npu-\u0666",
+    "npu-99",
+    "../../etc/x",
+    "a/b",
+    "..",
+    "\x00",
+    "\u00e9\u4e2d\U0001f4a5",
+    "Default",
+    "x" * 300,
+]
 HUGE = ["x" * MIB, "\u00e9" * (MIB // 2), "\U0001f4a5" * (MIB // 4)]  # 1 MiB each, encoded
 texts = st.text(max_size=24) | st.sampled_from(ODD + DP_IDS)
-id_lists = (st.lists(texts, max_size=8) | st.builds(lambda i, n: [i] * n, texts, st.integers(1000, 4000))
-            | st.sampled_from(HUGE).map(lambda s: [s]))
+id_lists = (
+    st.lists(texts, max_size=8)
+    | st.builds(lambda i, n: [i] * n, texts, st.integers(1000, 4000))
+    | st.sampled_from(HUGE).map(lambda s: [s])
+)
 
 
 DRA_VERSIONS: dict[str, tuple[ModuleType, ModuleType]] = {
-    "v1": (dra_v1_pb2, dra_v1_pb2_grpc), "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)}
+    "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
+    "v1beta1": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+}
 Ref = tuple[str, str, str]  # namespace, name, uid
 
 
@@ -58,7 +84,8 @@ def dra(channels: dict[str, grpc.Channel], version: str, method: str, refs: list
     """NodePrepareResources (`method` "Prepare") or NodeUnprepareResources ("Unprepare") through `version`."""
     pb, pb_grpc = DRA_VERSIONS[version]
     request = getattr(pb, f"Node{method}ResourcesRequest")(
-        claims=[pb.Claim(namespace=ns, name=name, uid=uid) for ns, name, uid in refs])
+        claims=[pb.Claim(namespace=ns, name=name, uid=uid) for ns, name, uid in refs]
+    )
     return getattr(pb_grpc.DRAPluginStub(channels["dra"]), f"Node{method}Resources")(request, timeout=CALL_TIMEOUT)
 
 
@@ -78,8 +105,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def channels(served: Served) -> Iterator[dict[str, grpc.Channel]]:
-    opened = {"dp": served.channel(served.dp_socket), "dra": served.channel(served.workspace.dra_socket()),
-              "reg": served.channel(served.workspace.registration_socket())}
+    opened = {
+        "dp": served.channel(served.dp_socket),
+        "dra": served.channel(served.workspace.dra_socket()),
+        "reg": served.channel(served.workspace.registration_socket()),
+    }
     yield opened
     for channel in opened.values():
         channel.close()
@@ -122,16 +152,25 @@ sizes = st.integers(-3, 10) | st.integers(-(2**31), 2**31 - 1)
 
 
 @FUZZ
-@given(st.lists(st.tuples(id_lists, id_lists, sizes), max_size=1) | st.lists(st.tuples(
-    st.lists(texts, max_size=8), st.lists(texts, max_size=8), sizes), max_size=3))
-def test_get_preferred_allocation(served: Served, channels: dict[str, grpc.Channel], holder: str,
-                                  requests: list[tuple[list[str], list[str], int]]) -> None:
-    request = dp_pb.PreferredAllocationRequest(container_requests=[
-        dp_pb.ContainerPreferredAllocationRequest(available_deviceIDs=a, must_include_deviceIDs=m, allocation_size=n)
-        for a, m, n in requests])
+@given(
+    st.lists(st.tuples(id_lists, id_lists, sizes), max_size=1)
+    | st.lists(st.tuples(st.lists(texts, max_size=8), st.lists(texts, max_size=8), sizes), max_size=3)
+)
+def test_get_preferred_allocation(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, requests: list[tuple[list[str], list[str], int]]
+) -> None:
+    request = dp_pb.PreferredAllocationRequest(
+        container_requests=[
+            dp_pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=a, must_include_deviceIDs=m, allocation_size=n
+            )
+            for a, m, n in requests
+        ]
+    )
     # What the kubelet could send; anything else may still be answered, but never with a wrong choice.
-    sane = all(set(a) <= set(SERVED_BY_DP) and set(m) <= set(a) and len(set(m)) <= n <= len(set(a))
-               for a, m, n in requests)
+    sane = all(
+        set(a) <= set(SERVED_BY_DP) and set(m) <= set(a) and len(set(m)) <= n <= len(set(a)) for a, m, n in requests
+    )
     try:
         response = dp_grpc.DevicePluginStub(channels["dp"]).GetPreferredAllocation(request, timeout=CALL_TIMEOUT)
     except grpc.RpcError as error:
@@ -145,11 +184,14 @@ def test_get_preferred_allocation(served: Served, channels: dict[str, grpc.Chann
 
 @FUZZ
 @given(id_lists)
-def test_pre_start_container_and_options_always_answer(served: Served, channels: dict[str, grpc.Channel],
-                                                       holder: str, ids: list[str]) -> None:
+def test_pre_start_container_and_options_always_answer(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, ids: list[str]
+) -> None:
     stub = dp_grpc.DevicePluginStub(channels["dp"])
-    assert stub.PreStartContainer(dp_pb.PreStartContainerRequest(devices_ids=ids), timeout=CALL_TIMEOUT) == \
-        dp_pb.PreStartContainerResponse()
+    assert (
+        stub.PreStartContainer(dp_pb.PreStartContainerRequest(devices_ids=ids), timeout=CALL_TIMEOUT)
+        == dp_pb.PreStartContainerResponse()
+    )
     assert stub.GetDevicePluginOptions(dp_pb.Empty(), timeout=CALL_TIMEOUT).get_preferred_allocation_available
     check(served, holder)
 
@@ -171,15 +213,16 @@ def with_a_huge_field(draw: st.DrawFn) -> Ref:
 
 
 # Thousands of references; each well-formed one costs the daemon an API read, so a few thousand at most.
-ref_lists = (st.builds(lambda few, huge: few + huge, st.lists(refs, max_size=4),
-                       st.lists(with_a_huge_field(), max_size=1))
-             | st.builds(lambda ref, n: [ref] * n, refs, st.integers(1000, 2000)))
+ref_lists = st.builds(
+    lambda few, huge: few + huge, st.lists(refs, max_size=4), st.lists(with_a_huge_field(), max_size=1)
+) | st.builds(lambda ref, n: [ref] * n, refs, st.integers(1000, 2000))
 
 
 @FUZZ
 @given(ref_lists, st.sampled_from(sorted(DRA_VERSIONS)))
-def test_prepare_and_unprepare_random_references(served: Served, channels: dict[str, grpc.Channel], holder: str,
-                                                 claims: list[Ref], version: str) -> None:
+def test_prepare_and_unprepare_random_references(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, claims: list[Ref], version: str
+) -> None:
     prepared = dra(channels, version, "Prepare", claims).claims
     assert set(prepared) == {uid for _, _, uid in claims}
     # None of these names a claim in the API (the holder's UID is the server's random one).
@@ -192,13 +235,35 @@ def test_prepare_and_unprepare_random_references(served: Served, channels: dict[
 
 
 RESULTS = ("status", "allocation", "devices", "results")
-PATHS = [RESULTS[:i] for i in range(1, 5)] + [(*RESULTS, 0)] + [(*RESULTS, 0, k)
-                                                                 for k in ("request", "driver", "pool", "device")]
-SPELLINGS = ["npu-6", "npu-06", "npu-6\n", "npu-\u0666", HOLDER_DEVICE, "npu-3", "npu-99", DRIVER, NODE, "npu",
-             "Big Request", "npu/small", "a/b/c", "../x", ""]
+PATHS = (
+    [RESULTS[:i] for i in range(1, 5)]
+    + [(*RESULTS, 0)]
+    + [(*RESULTS, 0, k) for k in ("request", "driver", "pool", "device")]
+)
+SPELLINGS = [
+    "npu-6",
+    "npu-06",
+    "npu-6\n",
+    "npu-\u0666",
+    HOLDER_DEVICE,
+    "npu-3",
+    "npu-99",
+    DRIVER,
+    NODE,
+    "npu",
+    "Big Request",
+    "npu/small",
+    "a/b/c",
+    "../x",
+    "",
+]
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12) | st.sampled_from(SPELLINGS),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.sampled_from(SPELLINGS),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
 )
@@ -231,8 +296,11 @@ def results_of(body: dict[str, Any]) -> list[Any] | None:
 @st.composite
 def claim_bodies(draw: st.DrawFn) -> dict[str, Any]:
     device = draw(st.sampled_from(["npu-6", "npu-4", HOLDER_DEVICE]))
-    body: dict[str, Any] = {"metadata": {"name": f"shape-{next(planted)}"}, "spec": {"devices": {}},
-                            "status": {"allocation": {"devices": {"results": [our_result(device)]}}}}
+    body: dict[str, Any] = {
+        "metadata": {"name": f"shape-{next(planted)}"},
+        "spec": {"devices": {}},
+        "status": {"allocation": {"devices": {"results": [our_result(device)]}}},
+    }
     for path, value in draw(st.lists(st.tuples(st.sampled_from(PATHS), json_values), max_size=3)):
         put_at(body, path, copy.deepcopy(value))
     extra = draw(st.sampled_from([None, "the same result again", "another request"]))
@@ -243,8 +311,9 @@ def claim_bodies(draw: st.DrawFn) -> dict[str, Any]:
 
 @FUZZ
 @given(claim_bodies(), st.sampled_from(sorted(DRA_VERSIONS)))
-def test_claims_of_random_shapes(served: Served, channels: dict[str, grpc.Channel], holder: str,
-                                 body: dict[str, Any], version: str) -> None:
+def test_claims_of_random_shapes(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, body: dict[str, Any], version: str
+) -> None:
     stored = served.api.put_object("ResourceClaim", body)
     ref = ("default", stored["metadata"]["name"], stored["metadata"]["uid"])
     try:
@@ -263,8 +332,9 @@ def test_claims_of_random_shapes(served: Served, channels: dict[str, grpc.Channe
 
 @FUZZ
 @given(st.booleans(), texts | st.sampled_from(HUGE))
-def test_registration_calls(served: Served, channels: dict[str, grpc.Channel], holder: str, registered: bool,
-                            error: str) -> None:
+def test_registration_calls(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, registered: bool, error: str
+) -> None:
     stub = reg_grpc.RegistrationStub(channels["reg"])
     status = reg_pb.RegistrationStatus(plugin_registered=registered, error=error)
     assert stub.NotifyRegistrationStatus(status, timeout=CALL_TIMEOUT) == reg_pb.RegistrationStatusResponse()
@@ -276,15 +346,23 @@ def test_registration_calls(served: Served, channels: dict[str, grpc.Channel], h
 
 
 UNARY = {
-    "dp": ["/v1beta1.DevicePlugin/GetDevicePluginOptions", "/v1beta1.DevicePlugin/GetPreferredAllocation",
-           "/v1beta1.DevicePlugin/Allocate", "/v1beta1.DevicePlugin/PreStartContainer"],
-    "dra": [f"/k8s.io.kubelet.pkg.apis.dra.{v}.DRAPlugin/Node{m}Resources"
-            for v in DRA_VERSIONS for m in ("Prepare", "Unprepare")],
+    "dp": [
+        "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        "/v1beta1.DevicePlugin/GetPreferredAllocation",
+        "/v1beta1.DevicePlugin/Allocate",
+        "/v1beta1.DevicePlugin/PreStartContainer",
+    ],
+    "dra": [
+        f"/k8s.io.kubelet.pkg.apis.dra.{v}.DRAPlugin/Node{m}Resources"
+        for v in DRA_VERSIONS
+        for m in ("Prepare", "Unprepare")
+    ],
     "reg": ["/pluginregistration.Registration/GetInfo", "/pluginregistration.Registration/NotifyRegistrationStatus"],
 }
 STREAMING = {"dp": "/v1beta1.DevicePlugin/ListAndWatch", "dra": "/v1alpha1.DRAResourceHealth/NodeWatchResources"}
 METHODS = [(socket, m, False) for socket, methods in UNARY.items() for m in methods] + [
-    (socket, m, True) for socket, m in STREAMING.items()]
+    (socket, m, True) for socket, m in STREAMING.items()
+]
 # gRPC answers a request it cannot decode with UNKNOWN naming protobuf's DecodeError, before our code runs;
 # any other UNKNOWN would be an exception escaping our code.
 UNDECODABLE = "Unexpected <class 'google.protobuf.message.DecodeError'>"
@@ -303,8 +381,9 @@ def call_raw(channel: grpc.Channel, method: str, streaming: bool, data: bytes) -
 
 @FUZZ
 @given(st.sampled_from(METHODS), st.binary(max_size=300))
-def test_raw_bytes_at_every_method(served: Served, channels: dict[str, grpc.Channel], holder: str,
-                                   method: tuple[str, str, bool], data: bytes) -> None:
+def test_raw_bytes_at_every_method(
+    served: Served, channels: dict[str, grpc.Channel], holder: str, method: tuple[str, str, bool], data: bytes
+) -> None:
     socket, path, streaming = method
     code, details = status_of(lambda: call_raw(channels[socket], path, streaming, data))
     assert code in (OK, INVALID) or (code is grpc.StatusCode.UNKNOWN and details.startswith(UNDECODABLE)), details
@@ -314,8 +393,9 @@ def test_raw_bytes_at_every_method(served: Served, channels: dict[str, grpc.Chan
 # ---- streams dropped at every moment, then: still serving
 
 
-def test_streams_opened_and_dropped_in_every_way(served: Served, channels: dict[str, grpc.Channel],
-                                                 holder: str) -> None:
+def test_streams_opened_and_dropped_in_every_way(
+    served: Served, channels: dict[str, grpc.Channel], holder: str
+) -> None:
     lists = dp_grpc.DevicePluginStub(channels["dp"]).ListAndWatch
     health = health_grpc.DRAResourceHealthStub(channels["dra"]).NodeWatchResources
     for round_ in range(30):

@@ -31,8 +31,14 @@ from tests.reliability.serving import Served, serving
 A2 = profile_devices("atlas-800t-a2")
 GOOD = yaml.safe_dump(inventory_document(A2), sort_keys=False)
 FIELDS = list(inventory_document(A2)["devices"][0])
-values = st.none() | st.booleans() | st.integers() | st.text(max_size=10) | st.lists(st.integers(), max_size=2) | \
-    st.sampled_from(["-1", "1e9", "Fatal", "910Z", "64Xi", "0x10", "ring-x", "~", "[", "{}"])
+values = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=10)
+    | st.lists(st.integers(), max_size=2)
+    | st.sampled_from(["-1", "1e9", "Fatal", "910Z", "64Xi", "0x10", "ring-x", "~", "[", "{}"])
+)
 
 
 @st.composite

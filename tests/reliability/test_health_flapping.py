@@ -31,8 +31,10 @@ def slice_writes(api: FakeKubeAPI) -> int:
 def verdict_changes(daemon: DaemonProcess, device: int) -> int:
     """How often the daemon says the device's verdict flipped (one log line per flip)."""
     lines = daemon.log().splitlines()
-    return sum(f"device npu-{device} turned unhealthy" in line or f"device npu-{device} is healthy again" in line
-               for line in lines)
+    return sum(
+        f"device npu-{device} turned unhealthy" in line or f"device npu-{device} is healthy again" in line
+        for line in lines
+    )
 
 
 async def flap(workspace: Workspace) -> None:
@@ -50,8 +52,9 @@ def settled(sim: Node, api: FakeKubeAPI) -> bool:
 
 
 @pytest.mark.slow
-def test_flapping_health_is_coalesced_on_both_sides(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                    launch_daemon: Launcher) -> None:
+def test_flapping_health_is_coalesced_on_both_sides(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
             daemon = launch_daemon(*both_args(workspace))

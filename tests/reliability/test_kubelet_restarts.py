@@ -36,16 +36,18 @@ async def restart_and_check(sim: Node, api: FakeKubeAPI, round_: int) -> None:
     # One kubelet restart restarts its device manager and its DRA manager together.
     await asyncio.gather(sim.kubelet.restart(), sim.dra.restart())
     assert slice_wipes(api) == wipes_before + 1, f"restart {round_}: the kubelet wiped the node's slices"
-    await async_wait_until(lambda: len(sim.kubelet.registrations) == dp_before + 1 and sim.listed() == DP_SHARE,
-                           what=f"restart {round_}: the device plugin registered and listed again")
-    await async_wait_until(lambda: dra_registrations(sim.dra) == dra_before + 1,
-                           what=f"restart {round_}: the DRA plugin registered again")
+    await async_wait_until(
+        lambda: len(sim.kubelet.registrations) == dp_before + 1 and sim.listed() == DP_SHARE,
+        what=f"restart {round_}: the device plugin registered and listed again",
+    )
+    await async_wait_until(
+        lambda: dra_registrations(sim.dra) == dra_before + 1, what=f"restart {round_}: the DRA plugin registered again"
+    )
     await async_wait_until(lambda: republished(api), what=f"restart {round_}: the slices republished")
 
 
 @pytest.mark.slow
-def test_twenty_kubelet_restarts_in_a_row(workspace: Workspace, fake_api: FakeKubeAPI,
-                                          launch_daemon: Launcher) -> None:
+def test_twenty_kubelet_restarts_in_a_row(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
             daemon = launch_daemon(*both_args(workspace))

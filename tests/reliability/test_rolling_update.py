@@ -32,10 +32,16 @@ pytest_plugins = ["tests.integration.dra_fixtures"]
 DEVICES = 32
 
 
-async def through(kubelet: DraKubeletSimulator, method: str, claims: Sequence[Claim],
-                  plugins: Sequence[PluginConnection], rng: random.Random) -> dict[str, str]:
+async def through(
+    kubelet: DraKubeletSimulator,
+    method: str,
+    claims: Sequence[Claim],
+    plugins: Sequence[PluginConnection],
+    rng: random.Random,
+) -> dict[str, str]:
     """One call per claim, all at once, each through a plugin picked at random; the error by claim UID
     (a call the plugin did not answer, e.g. because it stopped, reads as its gRPC status)."""
+
     async def one(claim: Claim) -> str:
         plugin = rng.choice(plugins)
         try:
@@ -49,8 +55,9 @@ async def through(kubelet: DraKubeletSimulator, method: str, claims: Sequence[Cl
     return dict(zip([c.uid for c in claims], errors, strict=True))
 
 
-def test_two_overlapping_pods_serialise_and_lose_no_claim(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                         launch_daemon: Launcher) -> None:
+def test_two_overlapping_pods_serialise_and_lose_no_claim(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     write_inventory(workspace.inventory, many_devices(DEVICES))
     old = launch_daemon(*dra_args(workspace, pod_uid="old"))
     launch_daemon(*dra_args(workspace, pod_uid="new"))
@@ -58,8 +65,10 @@ def test_two_overlapping_pods_serialise_and_lose_no_claim(workspace: Workspace, 
     rng = random.Random(4)
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
-        pods = [await kubelet.wait_for_plugin(DRIVER, endpoint=str(workspace.dra_socket(uid).absolute()))
-                for uid in ("old", "new")]
+        pods = [
+            await kubelet.wait_for_plugin(DRIVER, endpoint=str(workspace.dra_socket(uid).absolute()))
+            for uid in ("old", "new")
+        ]
         assert set((await through(kubelet, "prepare", claims, pods, rng)).values()) == {""}
         assert set(checked_state(workspace).claims) == {c.uid for c in claims}
         first_answers = await kubelet.prepare(claims, plugin=pods[1])

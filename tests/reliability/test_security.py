@@ -74,7 +74,8 @@ def prepared(workspace: Workspace, claim: Claim) -> bool:
     """Prepare through the DRA socket (both mode settles its partition first, so the first tries may fail)."""
     with grpc.insecure_channel(f"unix://{workspace.dra_socket()}") as channel:
         request = dra_v1_pb2.NodePrepareResourcesRequest(
-            claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)])
+            claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)]
+        )
         answer = dra_v1_pb2_grpc.DRAPluginStub(channel).NodePrepareResources(request, timeout=10)
     return answer.claims[claim.uid].error == ""
 
@@ -84,15 +85,22 @@ def prepared(workspace: Workspace, claim: Claim) -> bool:
 
 UID = "0badc0de-0000-4000-8000-000000000000"
 TRAVERSALS = [
-    Claim("default", "x", "../../../victim"), Claim("default", "x", "a/b"), Claim("default", "x", ".."),
-    Claim("default", "x", f"{UID}\n"), Claim("default", "x", f"{UID}/../../../victim"),
-    Claim("default", "../../../victim", UID), Claim("../kube-system", "x", UID), Claim("default", "x/../y", UID),
-    Claim("default", "x\n", UID), Claim("default", "%2e%2e", UID),
+    Claim("default", "x", "../../../victim"),
+    Claim("default", "x", "a/b"),
+    Claim("default", "x", ".."),
+    Claim("default", "x", f"{UID}\n"),
+    Claim("default", "x", f"{UID}/../../../victim"),
+    Claim("default", "../../../victim", UID),
+    Claim("../kube-system", "x", UID),
+    Claim("default", "x/../y", UID),
+    Claim("default", "x\n", UID),
+    Claim("default", "%2e%2e", UID),
 ]
 
 
-def test_claim_references_never_become_paths_or_urls(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                     launch_daemon: Launcher) -> None:
+def test_claim_references_never_become_paths_or_urls(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
     # Were a UID used unchecked, `npu.huawei.com-claim_../../../victim.json` would resolve through this folder
     # to <root>/victim.json: the folder is there so that a missing check shows as a written or deleted file.
     (workspace.cdi / f"{DRIVER}-claim_..").mkdir()
@@ -135,8 +143,11 @@ def excluded(own: tuple[Path, ...]) -> Callable[[str], bool]:
     own_dirs = tuple(str(p) for p in own)
 
     def skip(path: str) -> bool:
-        return (path in PSEUDO or path.rsplit(os.sep, 1)[-1] in CACHES
-                or any(path == d or path.startswith(d + os.sep) for d in own_dirs))
+        return (
+            path in PSEUDO
+            or path.rsplit(os.sep, 1)[-1] in CACHES
+            or any(path == d or path.startswith(d + os.sep) for d in own_dirs)
+        )
 
     return skip
 
@@ -180,8 +191,9 @@ def on_their_own(noise: list[str]) -> Callable[[str], bool]:
     return moved
 
 
-async def dra_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess],
-                    name: str) -> DaemonProcess:
+async def dra_cycle(
+    workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess], name: str
+) -> DaemonProcess:
     async with DraKubeletSimulator(workspace.reg, node_name=NODE, api_url=api.url) as kubelet:
         daemon = launch()
         await kubelet.wait_for_plugin(DRIVER)
@@ -191,8 +203,9 @@ async def dra_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[],
     return daemon
 
 
-async def both_cycle(workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess],
-                     name: str) -> DaemonProcess:
+async def both_cycle(
+    workspace: Workspace, api: FakeKubeAPI, launch: Callable[[], DaemonProcess], name: str
+) -> DaemonProcess:
     async with node(workspace, api) as sim:
         daemon = launch()
         await registered(sim, daemon)
@@ -208,9 +221,9 @@ CYCLES = {"dra": (dra_args, dra_cycle), "both": (both_args, both_cycle)}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("served", CYCLES, ids=CYCLES.keys())
-def test_no_file_is_written_outside_the_given_directories(workspace: Workspace, fake_api: FakeKubeAPI,
-                                                          launch_daemon: Launcher, tmp_path: Path,
-                                                          served: str) -> None:
+def test_no_file_is_written_outside_the_given_directories(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, tmp_path: Path, served: str
+) -> None:
     """A whole life — start, register, publish, Allocate, Prepare, Unprepare, stop — changes nothing on the
     root file system outside this test's directories, and inside them nothing outside the daemon's flags."""
     args, cycle = CYCLES[served]
@@ -237,7 +250,8 @@ def test_no_file_is_written_outside_the_given_directories(workspace: Workspace, 
     assert written == []
     flags = [workspace.reg, workspace.plugins, workspace.cdi, workspace.state, workspace.root / "dp"]
     simulators = [workspace.root / "pr"]  # the PodResources socket the test serves
-    outside = [p for p in changed(own, tree(workspace.root))
-               if not any(Path(p).is_relative_to(d) for d in flags + simulators)]
+    outside = [
+        p for p in changed(own, tree(workspace.root)) if not any(Path(p).is_relative_to(d) for d in flags + simulators)
+    ]
     assert outside == []
     assert list(scratch.iterdir()) == []

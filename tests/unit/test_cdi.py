@@ -40,11 +40,22 @@ MOUNT = Mount("/usr/local/dcmi", "/usr/local/dcmi")
         ([CdiDevice("npu-0", edits())], edits((HOST_PATH,)), "0.5.0"),
         ([], None, "0.3.0"),
     ],
-    ids=["env", "same-path-node", "mount-type", "host-path", "host-path-and-mount", "digit-name",
-         "one-digit-name", "common-mount", "common-host-path", "no-devices"],
+    ids=[
+        "env",
+        "same-path-node",
+        "mount-type",
+        "host-path",
+        "host-path-and-mount",
+        "digit-name",
+        "one-digit-name",
+        "common-mount",
+        "common-host-path",
+        "no-devices",
+    ],
 )
-def test_the_lowest_version_the_content_needs(devices: list[CdiDevice], common: ContainerEdits | None,
-                                              version: str) -> None:
+def test_the_lowest_version_the_content_needs(
+    devices: list[CdiDevice], common: ContainerEdits | None, version: str
+) -> None:
     spec = render_spec(DRIVER, devices, common)
     assert spec["cdiVersion"] == version == minimum_version(spec)
     assert_valid_cdi(spec)
@@ -55,15 +66,26 @@ def test_rendered_edits_use_cdi_field_names() -> None:
     assert spec == {
         "cdiVersion": "0.5.0",
         "kind": "npu.huawei.com/npu",
-        "devices": [{"name": "npu-0", "containerEdits": {
-            "env": ["ASCEND_VISIBLE_DEVICES=0"],
-            "deviceNodes": [
-                {"path": "/dev/davinci0", "hostPath": "/host/dev/davinci0", "permissions": "rw"},
-                {"path": "/dev/davinci0", "permissions": "rw"},
-            ],
-            "mounts": [{"hostPath": "/usr/local/dcmi", "containerPath": "/usr/local/dcmi", "type": "bind",
-                        "options": ["ro", "nosuid", "nodev", "rbind"]}],
-        }}],
+        "devices": [
+            {
+                "name": "npu-0",
+                "containerEdits": {
+                    "env": ["ASCEND_VISIBLE_DEVICES=0"],
+                    "deviceNodes": [
+                        {"path": "/dev/davinci0", "hostPath": "/host/dev/davinci0", "permissions": "rw"},
+                        {"path": "/dev/davinci0", "permissions": "rw"},
+                    ],
+                    "mounts": [
+                        {
+                            "hostPath": "/usr/local/dcmi",
+                            "containerPath": "/usr/local/dcmi",
+                            "type": "bind",
+                            "options": ["ro", "nosuid", "nodev", "rbind"],
+                        }
+                    ],
+                },
+            }
+        ],
     }
     assert json.loads(spec_bytes(spec)) == spec
 
@@ -109,8 +131,10 @@ def test_a_claim_spec_has_a_device_per_request_with_that_requests_npus(layout: H
         ({"devices": [{"name": "a", "containerEdits": {"envs": []}}]}, "unknown containerEdits field 'envs'"),
         ({"devices": [{"name": "a", "containerEdits": {"env": ["NOEQUALS"]}}]}, "is not KEY=VALUE"),
         ({"devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "dev/x"}]}}]}, "must be absolute"),
-        ({"devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "permissions": "rwx"}]}}]},
-         "permissions"),
+        (
+            {"devices": [{"name": "a", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "permissions": "rwx"}]}}]},
+            "permissions",
+        ),
         ({"devices": [{"name": "a", "containerEdits": {}}, {"name": "a", "containerEdits": {}}]}, "duplicate"),
         ({"devices": "no"}, "schema:"),
     ],

@@ -1,4 +1,4 @@
-"""`serve` flags and their environment twins (SPEC §2.1): parsing, validation, one-line errors."""
+"""`serve` flags and their environment twins: parsing, validation, one-line errors."""
 
 from __future__ import annotations
 
@@ -71,7 +71,11 @@ def config(argv: list[str], environ: dict[str, str] | None = None) -> Any:
 def test_defaults() -> None:
     c = config(BASE)
     assert (c.mode, c.health_interval, c.health_failure_threshold, c.health_recovery_threshold) == (
-        "device-plugin", 5.0, 2, 3)
+        "device-plugin",
+        5.0,
+        2,
+        3,
+    )
     assert c.device_plugin_path == Path("/var/lib/kubelet/device-plugins")
     assert c.state_dir == Path("/var/lib/kubelet/plugins/npu.huawei.com")
     assert (c.resource_name, c.driver_name, c.cdi_root) == ("auto", "npu.huawei.com", Path("/var/run/cdi"))
@@ -107,10 +111,20 @@ def test_environment_names() -> None:
 
 
 def test_seed_dra_arguments_are_accepted() -> None:
-    c = config(["serve", "--mode", "dra", "--node-name=worker-1", "--device-profile=npu",
-                "--driver-name=npu.huawei.com", "--kubelet-registrar-directory-path=/var/lib/kubelet/plugins_registry",
-                "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins", "--cdi-root=/etc/cdi",
-                "--healthcheck-port=-1"])
+    c = config(
+        [
+            "serve",
+            "--mode",
+            "dra",
+            "--node-name=worker-1",
+            "--device-profile=npu",
+            "--driver-name=npu.huawei.com",
+            "--kubelet-registrar-directory-path=/var/lib/kubelet/plugins_registry",
+            "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins",
+            "--cdi-root=/etc/cdi",
+            "--healthcheck-port=-1",
+        ]
+    )
     assert (c.mode, c.node_name, c.cdi_root, c.healthcheck_port) == ("dra", "worker-1", Path("/etc/cdi"), -1)
 
 
@@ -120,13 +134,28 @@ def test_seed_environment_names_are_read() -> None:
 
 
 BAD_FLAGS = [
-    ("--mode", "bogus"), ("--backend", "gpu"), ("--fake-profile", "nope"), ("--node-name", "Not_A_Name"),
-    ("--health-interval", "0"), ("--health-interval", "nan"), ("--health-interval", "soon"),
-    ("--health-failure-threshold", "0"), ("--health-recovery-threshold", "1.5"),
-    ("--resource-name", "Ascend910"), ("--resource-name", "huawei.com/"), ("--driver-name", "NPU"),
-    ("--device-profile", "vnpu"), ("--pod-uid", "../x"), ("--device-injection", "both"),
-    ("--unhealthy-policy", "evict"), ("--healthcheck-port", "70000"), ("--metrics-port", "-2"),
-    ("--bind-address", "localhost"), ("--log-level", "loud"), ("--log-format", "xml"), ("--npu-smi", " "),
+    ("--mode", "bogus"),
+    ("--backend", "gpu"),
+    ("--fake-profile", "nope"),
+    ("--node-name", "Not_A_Name"),
+    ("--health-interval", "0"),
+    ("--health-interval", "nan"),
+    ("--health-interval", "soon"),
+    ("--health-failure-threshold", "0"),
+    ("--health-recovery-threshold", "1.5"),
+    ("--resource-name", "Ascend910"),
+    ("--resource-name", "huawei.com/"),
+    ("--driver-name", "NPU"),
+    ("--device-profile", "vnpu"),
+    ("--pod-uid", "../x"),
+    ("--device-injection", "both"),
+    ("--unhealthy-policy", "evict"),
+    ("--healthcheck-port", "70000"),
+    ("--metrics-port", "-2"),
+    ("--bind-address", "localhost"),
+    ("--log-level", "loud"),
+    ("--log-format", "xml"),
+    ("--npu-smi", " "),
     ("--dra-devices", ""),
 ]
 
@@ -163,11 +192,15 @@ def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.mark.parametrize(
     ("argv", "flag"),
-    [(["serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2"], "--node-name"),
-     (["serve", "--mode", "both", "--node-name", "n", "--backend", "fake", "--fake-profile", "atlas-800t-a2"],
-      "--dra-devices"),
-     (["serve", "--backend", "fake"], "--fake-inventory"),
-     (["serve", "--backend", "dcmi", "--fake-profile", "atlas-800t-a2"], "--fake-inventory")],
+    [
+        (["serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2"], "--node-name"),
+        (
+            ["serve", "--mode", "both", "--node-name", "n", "--backend", "fake", "--fake-profile", "atlas-800t-a2"],
+            "--dra-devices",
+        ),
+        (["serve", "--backend", "fake"], "--fake-inventory"),
+        (["serve", "--backend", "dcmi", "--fake-profile", "atlas-800t-a2"], "--fake-inventory"),
+    ],
 )
 def test_cross_flag_checks_name_the_flag(argv: list[str], flag: str) -> None:
     with pytest.raises(ConfigError, match=flag):
@@ -175,8 +208,14 @@ def test_cross_flag_checks_name_the_flag(argv: list[str], flag: str) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "npu_plugin", *args], capture_output=True, text=True,
-                          timeout=60, check=False, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "npu_plugin", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_bogus_mode_from_the_command_line_is_one_line_on_stderr() -> None:

@@ -1,4 +1,4 @@
-"""The two modes cannot drift: DP Allocate and the DRA CDI spec carry the same edits (SPEC §7)."""
+"""The two modes cannot drift: DP Allocate and the DRA CDI spec carry the same edits."""
 
 from __future__ import annotations
 

@@ -17,9 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 KUBE_MODULE = ROOT / "npu_plugin" / "kube.py"
 HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete", "PATCH": "patch"}
 SEED_ARGS = [
-    "--node-name=node-a", "--device-profile=npu", "--driver-name=npu.huawei.com",
+    "--node-name=node-a",
+    "--device-profile=npu",
+    "--driver-name=npu.huawei.com",
     "--kubelet-registrar-directory-path=/var/lib/kubelet/plugins_registry",
-    "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins", "--cdi-root=/etc/cdi", "--healthcheck-port=-1",
+    "--kubelet-plugins-directory-path=/var/lib/kubelet/plugins",
+    "--cdi-root=/etc/cdi",
+    "--healthcheck-port=-1",
     "--mode=dra",
 ]
 
@@ -39,7 +43,11 @@ def test_overlay_args_are_accepted_by_serve(mode: str) -> None:
 def test_seed_daemonset_args_start_dra_mode_unchanged() -> None:
     config = config_from_args(parse_args(SEED_ARGS, environ={}))
     assert (config.mode, config.driver_name, str(config.cdi_root), config.healthcheck_port) == (
-        "dra", "npu.huawei.com", "/etc/cdi", -1)
+        "dra",
+        "npu.huawei.com",
+        "/etc/cdi",
+        -1,
+    )
 
 
 def api_calls() -> set[tuple[str, str]]:
@@ -54,9 +62,14 @@ def api_calls() -> set[tuple[str, str]]:
             continue
         watches = any(isinstance(n, ast.Constant) and n.value == "watch" for n in ast.walk(function))
         for call in ast.walk(function):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                    and call.func.attr in ("_json", "_request") and len(call.args) >= 3
-                    and isinstance(call.args[1], ast.Constant) and isinstance(call.args[2], ast.Name)):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr in ("_json", "_request")
+                and len(call.args) >= 3
+                and isinstance(call.args[1], ast.Constant)
+                and isinstance(call.args[2], ast.Name)
+            ):
                 continue
             path: str = getattr(kube, call.args[2].id)
             segments = path.strip("/").split("/")

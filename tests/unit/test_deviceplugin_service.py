@@ -12,8 +12,12 @@ from npu_plugin.profiles import profile_devices
 
 
 def inventory() -> Inventory:
-    inv = Inventory(profile_devices("atlas-800-9000"), failure_threshold=1, recovery_threshold=1,
-                    owners={6: Owner.DRA, 7: Owner.DRA})
+    inv = Inventory(
+        profile_devices("atlas-800-9000"),
+        failure_threshold=1,
+        recovery_threshold=1,
+        owners={6: Owner.DRA, 7: Owner.DRA},
+    )
     inv.observe({i: Health.CRITICAL if i == 2 else Health.OK for i in range(8)})
     return inv
 
@@ -21,8 +25,12 @@ def inventory() -> Inventory:
 def test_list_leaves_out_dra_devices_and_carries_health_and_numa() -> None:
     response = list_response(inventory().snapshot())
     assert [(d.ID, d.health, [n.ID for n in d.topology.nodes]) for d in response.devices] == [
-        ("Ascend910-0", "Healthy", [0]), ("Ascend910-1", "Healthy", [0]), ("Ascend910-2", "Unhealthy", [0]),
-        ("Ascend910-3", "Healthy", [0]), ("Ascend910-4", "Healthy", [1]), ("Ascend910-5", "Healthy", [1]),
+        ("Ascend910-0", "Healthy", [0]),
+        ("Ascend910-1", "Healthy", [0]),
+        ("Ascend910-2", "Unhealthy", [0]),
+        ("Ascend910-3", "Healthy", [0]),
+        ("Ascend910-4", "Healthy", [1]),
+        ("Ascend910-5", "Healthy", [1]),
     ]
 
 
@@ -32,9 +40,17 @@ def test_allocatable_ids_in_request_order() -> None:
 
 @pytest.mark.parametrize(
     ("device_id", "problem"),
-    [("Ascend910-6", "owned by dra"), ("Ascend910-2", "unhealthy"), ("Ascend910-9", "unknown"),
-     ("Ascend310P-1", "unknown"), ("npu-1", "unknown"), ("", "unknown"),
-     ("Ascend910-01", "unknown"), ("Ascend910-1\n", "unknown"), ("Ascend910-\u0661", "unknown")],
+    [
+        ("Ascend910-6", "owned by dra"),
+        ("Ascend910-2", "unhealthy"),
+        ("Ascend910-9", "unknown"),
+        ("Ascend310P-1", "unknown"),
+        ("npu-1", "unknown"),
+        ("", "unknown"),
+        ("Ascend910-01", "unknown"),
+        ("Ascend910-1\n", "unknown"),
+        ("Ascend910-\u0661", "unknown"),
+    ],
 )
 def test_refused_ids_are_named(device_id: str, problem: str) -> None:
     with pytest.raises(AllocationError, match=problem) as raised:

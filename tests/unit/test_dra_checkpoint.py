@@ -20,10 +20,13 @@ from npu_plugin.dra.checkpoint import (
 from npu_plugin.errors import CheckpointError
 
 DEVICE = PreparedDevice(("npu",), "node-a", "npu-1", ("npu.huawei.com/npu=u1-npu",))
-CHECKPOINT = Checkpoint("boot-1", {
-    "u1": ClaimEntry("ns", "one", PREPARE_COMPLETED, (DEVICE, PreparedDevice(("npu",), "node-a", "npu-2", ()))),
-    "u0": ClaimEntry("ns", "zero", PREPARE_STARTED, ()),
-})
+CHECKPOINT = Checkpoint(
+    "boot-1",
+    {
+        "u1": ClaimEntry("ns", "one", PREPARE_COMPLETED, (DEVICE, PreparedDevice(("npu",), "node-a", "npu-2", ()))),
+        "u0": ClaimEntry("ns", "zero", PREPARE_STARTED, ()),
+    },
+)
 
 
 def test_round_trip() -> None:
@@ -35,7 +38,9 @@ def test_the_document_shape() -> None:
     assert list(document) == ["version", "bootId", "claims"]
     assert document["version"] == 1 and list(document["claims"]) == ["u0", "u1"]
     assert document["claims"]["u1"]["devices"][0] == {
-        "requestNames": ["npu"], "poolName": "node-a", "deviceName": "npu-1",
+        "requestNames": ["npu"],
+        "poolName": "node-a",
+        "deviceName": "npu-1",
         "cdiDeviceIds": ["npu.huawei.com/npu=u1-npu"],
     }
 
@@ -45,8 +50,13 @@ GOOD_DEVICE = {"requestNames": ["npu"], "poolName": "p", "deviceName": "npu-0", 
 
 def claims_with(**fields: Any) -> bytes:
     entry = {"namespace": "ns", "name": "c", "state": "PrepareCompleted", "devices": [GOOD_DEVICE], **fields}
-    return json.dumps({"version": 1, "bootId": "b", "claims": {"u": {k: v for k, v in entry.items()
-                                                                     if v is not None or k != "devices"}}}).encode()
+    return json.dumps(
+        {
+            "version": 1,
+            "bootId": "b",
+            "claims": {"u": {k: v for k, v in entry.items() if v is not None or k != "devices"}},
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize(

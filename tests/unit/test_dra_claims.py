@@ -1,4 +1,4 @@
-"""dra/claims.py: from a ResourceClaim to our devices, with every refusal of SPEC §5.3."""
+"""dra/claims.py: from a ResourceClaim to our devices, with every refusal."""
 
 from __future__ import annotations
 
@@ -32,11 +32,19 @@ def devices_of(raw: dict[str, Any]) -> list[ClaimDevice]:
     ("raw", "expected"),
     [
         (claim(ours("npu-1")), [ClaimDevice("npu", POOL, "npu-1", 1)]),
-        (claim(ours("npu-1", "a"), ours("npu-2", "b"), ours("npu-3", "a")),
-         [ClaimDevice("a", POOL, "npu-1", 1), ClaimDevice("b", POOL, "npu-2", 2), ClaimDevice("a", POOL, "npu-3", 3)]),
+        (
+            claim(ours("npu-1", "a"), ours("npu-2", "b"), ours("npu-3", "a")),
+            [
+                ClaimDevice("a", POOL, "npu-1", 1),
+                ClaimDevice("b", POOL, "npu-2", 2),
+                ClaimDevice("a", POOL, "npu-3", 3),
+            ],
+        ),
         (claim(ours("npu-4", "npu/small")), [ClaimDevice("npu", POOL, "npu-4", 4)]),
-        (claim({"request": "gpu", "driver": "gpu.example.com", "pool": "x", "device": "gpu-0"}, ours("npu-5")),
-         [ClaimDevice("npu", POOL, "npu-5", 5)]),
+        (
+            claim({"request": "gpu", "driver": "gpu.example.com", "pool": "x", "device": "gpu-0"}, ours("npu-5")),
+            [ClaimDevice("npu", POOL, "npu-5", 5)],
+        ),
         (claim("not a mapping", ours("npu-6")), [ClaimDevice("npu", POOL, "npu-6", 6)]),  # type: ignore[arg-type]
     ],
     ids=["one", "several-requests", "subrequest", "other-driver-ignored", "junk-entry-ignored"],
@@ -54,8 +62,10 @@ def test_our_results_become_claim_devices(raw: dict[str, Any], expected: list[Cl
         ({"metadata": {"uid": UID}, "status": "weird"}, "the claim is not allocated"),
         ({"metadata": {"uid": UID}, "status": {"allocation": {"devices": {"results": {}}}}}, "is not a list"),
         (claim(), "no allocation results for driver npu.huawei.com"),
-        (claim({"request": "gpu", "driver": "gpu.example.com", "pool": "x", "device": "gpu-0"}),
-         "no allocation results for driver"),
+        (
+            claim({"request": "gpu", "driver": "gpu.example.com", "pool": "x", "device": "gpu-0"}),
+            "no allocation results for driver",
+        ),
         (claim(ours("npu-1", pool="node-b")), "device npu-1 is in pool 'node-b', not this node's pool 'node-a'"),
         (claim(ours("gpu-1")), "unknown device 'gpu-1'"),
         (claim(ours("npu-x")), "unknown device 'npu-x'"),

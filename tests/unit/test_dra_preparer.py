@@ -30,8 +30,10 @@ class Claims:
 
     def add(self, name: str, uid: str, results: list[dict[str, str]] | None, namespace: str = "ns") -> ClaimRef:
         status = {"allocation": {"devices": {"results": results}}} if results is not None else {}
-        self.stored[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace, "uid": uid},
-                                          "status": status}
+        self.stored[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "status": status,
+        }
         return ClaimRef(namespace, uid, name)
 
     def fetch(self, namespace: str, name: str) -> Mapping[str, Any]:
@@ -52,15 +54,26 @@ def claims() -> Claims:
 
 
 def make_preparer(tmp_path: Path, claims: Claims, cdi_root: Path | None = None) -> Preparer:
-    inventory = Inventory(profile_devices("atlas-800t-a2"), failure_threshold=1, recovery_threshold=1,
-                          owners={**{i: Owner.DRA for i in range(6)}, **DP_OWNED})
+    inventory = Inventory(
+        profile_devices("atlas-800t-a2"),
+        failure_threshold=1,
+        recovery_threshold=1,
+        owners={**{i: Owner.DRA for i in range(6)}, **DP_OWNED},
+    )
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
     cdi = cdi_root or tmp_path / "cdi"
     cdi.mkdir(exist_ok=True)
-    return Preparer(driver=DRIVER, pool=POOL, cdi_root=cdi, state_dir=state,
-                    layout=HostLayout("/host/dev", Injection.NODES, (), ()),
-                    store=CheckpointStore(state, "boot"), snapshot=inventory.snapshot, fetch_claim=claims.fetch)
+    return Preparer(
+        driver=DRIVER,
+        pool=POOL,
+        cdi_root=cdi,
+        state_dir=state,
+        layout=HostLayout("/host/dev", Injection.NODES, (), ()),
+        store=CheckpointStore(state, "boot"),
+        snapshot=inventory.snapshot,
+        fetch_claim=claims.fetch,
+    )
 
 
 @pytest.fixture
@@ -74,10 +87,14 @@ def checkpoint_claims(preparer: Preparer) -> dict[str, Any]:
 
 
 REFUSALS: dict[str, tuple[Any, str]] = {
-    "missing": (lambda c: ClaimRef("ns", "u-missing", "missing"), "claim ns/missing: get resourceclaim ns/missing: "
-                                                                  "HTTP 404: not found"),
-    "uid-mismatch": (lambda c: ClaimRef("ns", "u-asked", c.add("m", "u-api", [ours("npu-1")]).name),
-                     "claim ns/m: claim UID mismatch: the kubelet asked for u-asked, the API has u-api"),
+    "missing": (
+        lambda c: ClaimRef("ns", "u-missing", "missing"),
+        "claim ns/missing: get resourceclaim ns/missing: HTTP 404: not found",
+    ),
+    "uid-mismatch": (
+        lambda c: ClaimRef("ns", "u-asked", c.add("m", "u-api", [ours("npu-1")]).name),
+        "claim ns/m: claim UID mismatch: the kubelet asked for u-asked, the API has u-api",
+    ),
     "not-allocated": (lambda c: c.add("na", "u-na", None), "claim ns/na: the claim is not allocated"),
     "other-pool": (lambda c: c.add("op", "u-op", [ours("npu-1", pool="node-b")]), "not this node's pool"),
     "unknown": (lambda c: c.add("un", "u-un", [ours("npu-42")]), "device npu-42: unknown device on this node"),
@@ -116,7 +133,9 @@ def test_prepare_is_idempotent_and_rewrites_the_spec(preparer: Preparer, claims:
     assert preparer.prepare([ref]) == first
     assert spec_file.read_bytes() == content
     assert [(d.request_names, d.cdi_device_ids) for d in first[ref.uid].devices] == [
-        (("a",), (f"{DRIVER}/npu=u1-a",)), (("a",), ()), (("b",), (f"{DRIVER}/npu=u1-b",)),
+        (("a",), (f"{DRIVER}/npu=u1-a",)),
+        (("a",), ()),
+        (("b",), (f"{DRIVER}/npu=u1-b",)),
     ]
     assert preparer.prepared_claims == 1 and preparer.held_devices() == {1, 2, 3}
 
@@ -138,8 +157,9 @@ def test_a_claim_the_other_daemon_unprepares_meanwhile_is_read_under_the_lock(tm
     assert set(checkpoint_claims(mine)) == {"u1", "u2"}
 
 
-def test_unprepare_forgets_the_claim_and_accepts_unknown_ones(preparer: Preparer, claims: Claims,
-                                                              tmp_path: Path) -> None:
+def test_unprepare_forgets_the_claim_and_accepts_unknown_ones(
+    preparer: Preparer, claims: Claims, tmp_path: Path
+) -> None:
     ref = claims.add("c", "u1", [ours("npu-1")])
     preparer.prepare([ref])
     del claims.stored[("ns", "c")]  # the claim may be gone from the API by now
@@ -171,8 +191,9 @@ def test_a_cdi_write_failure_is_a_claim_error_and_reserves_nothing(tmp_path: Pat
     assert checkpoint_claims(preparer) == {}
 
 
-def test_garbage_collection_drops_interrupted_claims_and_orphaned_specs(preparer: Preparer, claims: Claims,
-                                                                        tmp_path: Path) -> None:
+def test_garbage_collection_drops_interrupted_claims_and_orphaned_specs(
+    preparer: Preparer, claims: Claims, tmp_path: Path
+) -> None:
     done, interrupted = claims.add("d", "u-done", [ours("npu-1")]), claims.add("i", "u-int", [ours("npu-2")])
     preparer.prepare([done, interrupted])
     document = json.loads(preparer.store.path.read_text())

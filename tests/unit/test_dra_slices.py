@@ -12,11 +12,29 @@ from npu_plugin.dra.publisher import slices_match
 from npu_plugin.dra.slices import SliceSettings, build_slices, device_entry, slice_specs
 
 DRIVER = "npu.huawei.com"
-FULL = Device(physical_id=3, chip_name="910B3", device_type="Ascend910B", logic_id=1, card_id=2, chip_id=1,
-              memory=64 * 2**30, ai_core=20, numa_node=6, pci_bus_id="0000:c1:00.0", topology_group="ring-0",
-              driver_version="24.1.rc1")
-BARE = Device(physical_id=0, chip_name="310P3", device_type="Ascend310P", logic_id=0, card_id=0,
-              memory=24 * 2**30 + 1, topology_group="card-0")
+FULL = Device(
+    physical_id=3,
+    chip_name="910B3",
+    device_type="Ascend910B",
+    logic_id=1,
+    card_id=2,
+    chip_id=1,
+    memory=64 * 2**30,
+    ai_core=20,
+    numa_node=6,
+    pci_bus_id="0000:c1:00.0",
+    topology_group="ring-0",
+    driver_version="24.1.rc1",
+)
+BARE = Device(
+    physical_id=0,
+    chip_name="310P3",
+    device_type="Ascend310P",
+    logic_id=0,
+    card_id=0,
+    memory=24 * 2**30 + 1,
+    topology_group="card-0",
+)
 
 
 def settings(policy: str = "remove", uid: str | None = "node-uid") -> SliceSettings:
@@ -31,9 +49,15 @@ def test_a_full_device_publishes_every_attribute_typed() -> None:
     assert device_entry(DRIVER, FULL, healthy=True, policy="remove") == {
         "name": "npu-3",
         "attributes": {
-            "chipName": {"string": "910B3"}, "deviceType": {"string": "Ascend910B"}, "physicalId": {"int": 3},
-            "logicId": {"int": 1}, "cardId": {"int": 2}, "chipId": {"int": 1}, "topologyGroup": {"string": "ring-0"},
-            "numaNode": {"int": 6}, "driverVersion": {"string": "24.1.rc1"},
+            "chipName": {"string": "910B3"},
+            "deviceType": {"string": "Ascend910B"},
+            "physicalId": {"int": 3},
+            "logicId": {"int": 1},
+            "cardId": {"int": 2},
+            "chipId": {"int": 1},
+            "topologyGroup": {"string": "ring-0"},
+            "numaNode": {"int": 6},
+            "driverVersion": {"string": "24.1.rc1"},
             "resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"},
         },
         "capacity": {"memCapacity": {"value": "64Gi"}, "aiCore": {"value": "20"}},
@@ -43,8 +67,15 @@ def test_a_full_device_publishes_every_attribute_typed() -> None:
 def test_unknown_optional_fields_are_left_out() -> None:
     entry = device_entry(DRIVER, BARE, healthy=True, policy="remove")
     assert entry is not None
-    assert set(entry["attributes"]) == {"chipName", "deviceType", "physicalId", "logicId", "cardId", "chipId",
-                                        "topologyGroup"}
+    assert set(entry["attributes"]) == {
+        "chipName",
+        "deviceType",
+        "physicalId",
+        "logicId",
+        "cardId",
+        "chipId",
+        "topologyGroup",
+    }
     assert entry["capacity"] == {"memCapacity": {"value": str(24 * 2**30 + 1)}}
 
 
@@ -84,8 +115,9 @@ def test_remove_policy_drops_an_unhealthy_device() -> None:
 def test_chunking(count: int, unhealthy: frozenset[int], policy: str, sizes: list[int]) -> None:
     chunks = slice_specs(settings(policy), devices(count, unhealthy))
     assert [len(c) for c in chunks] == sizes
-    assert [d["name"] for c in chunks for d in c] == [f"npu-{i}" for i in range(count)
-                                                       if policy == "taint" or i not in unhealthy]
+    assert [d["name"] for c in chunks for d in c] == [
+        f"npu-{i}" for i in range(count) if policy == "taint" or i not in unhealthy
+    ]
 
 
 def test_devices_are_ordered_by_physical_id_whatever_the_input_order() -> None:
@@ -100,8 +132,9 @@ def test_every_slice_of_a_pool_carries_the_pool_and_the_node_owner() -> None:
         assert item["apiVersion"] == "resource.k8s.io/v1" and item["kind"] == "ResourceSlice"
         assert item["metadata"] == {
             "generateName": "node-a-npu.huawei.com-",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-uid",
-                                 "controller": True}],
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-uid", "controller": True}
+            ],
         }
         assert item["spec"]["pool"] == {"name": "node-a", "generation": 7, "resourceSliceCount": 3}
         assert (item["spec"]["nodeName"], item["spec"]["driver"]) == ("node-a", DRIVER)
@@ -117,17 +150,21 @@ def test_an_empty_pool_is_one_slice_without_devices() -> None:
     assert item["spec"]["devices"] == [] and item["spec"]["pool"]["resourceSliceCount"] == 1
 
 
-def stored(devices_: list[dict[str, Any]], generation: int = 1, count: int = 1, uid: str = "node-uid",
-           pool: str = "node-a") -> dict[str, Any]:
-    return {"metadata": {"name": "x", "ownerReferences": [{"uid": uid}]},
-            "spec": {"pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-                     "devices": devices_}}
+def stored(
+    devices_: list[dict[str, Any]], generation: int = 1, count: int = 1, uid: str = "node-uid", pool: str = "node-a"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "x", "ownerReferences": [{"uid": uid}]},
+        "spec": {"pool": {"name": pool, "generation": generation, "resourceSliceCount": count}, "devices": devices_},
+    }
 
 
 def test_stored_slices_match_in_any_order_and_with_server_defaults() -> None:
     desired = slice_specs(settings("taint"), devices(130, frozenset({1})))
-    with_defaults = [{**d, "taints": [{**t, "timeAdded": "2026-01-01T00:00:00Z"} for t in d["taints"]]}
-                     if "taints" in d else d for d in desired[0]]
+    with_defaults = [
+        {**d, "taints": [{**t, "timeAdded": "2026-01-01T00:00:00Z"} for t in d["taints"]]} if "taints" in d else d
+        for d in desired[0]
+    ]
     existing = [stored(desired[2], count=3), stored(with_defaults, count=3), stored(desired[1], count=3)]
     assert slices_match(existing, desired, settings("taint"))
 

@@ -1,4 +1,4 @@
-"""container_edits, the one source of what a container gets (SPEC §7), and the host probe."""
+"""container_edits, the one source of what a container gets, and the host probe."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from npu_plugin.edits import (
 COMMON = ("davinci_manager", "devmm_svm", "hisi_hdc")
 
 
-def layout(injection: Injection = Injection.NODES, common: tuple[str, ...] = COMMON,
-           mounts: tuple[str, ...] = ()) -> HostLayout:
+def layout(
+    injection: Injection = Injection.NODES, common: tuple[str, ...] = COMMON, mounts: tuple[str, ...] = ()
+) -> HostLayout:
     return HostLayout(dev_root="/host/dev/", injection=injection, common_nodes=common, driver_mounts=mounts)
 
 
@@ -40,7 +41,8 @@ def test_nodes_injection_gives_env_device_nodes_and_common_nodes() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ids", "visible"), [([0], "0"), ([7, 0, 10, 2], "0,2,7,10"), ([4, 4], "4")],
+    ("ids", "visible"),
+    [([0], "0"), ([7, 0, 10, 2], "0,2,7,10"), ([4, 4], "4")],
 )
 def test_visible_devices_are_ascending_and_unique(ids: list[int], visible: str) -> None:
     assert container_edits(layout(), ids).env == (("ASCEND_VISIBLE_DEVICES", visible),)
@@ -60,7 +62,9 @@ def test_driver_mounts_are_read_only_binds_at_the_same_path() -> None:
     edits = container_edits(layout(mounts=DRIVER_MOUNTS), [0])
     assert edits.mounts == tuple(Mount(p, p, read_only=True) for p in DRIVER_MOUNTS)
     assert [m.host_path for m in edits.mounts] == [
-        "/usr/local/Ascend/driver/lib64", "/usr/local/Ascend/driver/include", "/usr/local/dcmi",
+        "/usr/local/Ascend/driver/lib64",
+        "/usr/local/Ascend/driver/include",
+        "/usr/local/dcmi",
         "/usr/local/bin/npu-smi",
     ]
 

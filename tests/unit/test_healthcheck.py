@@ -32,8 +32,16 @@ UP, DOWN = True, False
         ({DP: UP, DRA: UP}, 1.0, 5.0, []),
         ({DP: UP, DRA: DOWN}, 1.0, 5.0, ["dra not registered with the kubelet"]),
         ({DP: DOWN, DRA: UP}, 1.0, 5.0, ["device-plugin not registered with the kubelet"]),
-        ({DP: DOWN, DRA: DOWN}, 60.0, 5.0, ["device-plugin not registered with the kubelet",
-                                            "dra not registered with the kubelet", "no health sample for 60.0s"]),
+        (
+            {DP: DOWN, DRA: DOWN},
+            60.0,
+            5.0,
+            [
+                "device-plugin not registered with the kubelet",
+                "dra not registered with the kubelet",
+                "no health sample for 60.0s",
+            ],
+        ),
         ({DP: UP}, 80.0, 30.0, []),  # a long --health-interval tolerates a long gap
     ],
 )
@@ -76,9 +84,11 @@ async def running(apis: list[str], clock: Clock) -> AsyncIterator[tuple[HealthSe
         await task
 
 
-async def statuses_until(stream: grpc.aio.UnaryStreamCall[health_pb2.HealthCheckRequest,
-                                                          health_pb2.HealthCheckResponse],
-                         seen: list[int], wanted: int) -> None:
+async def statuses_until(
+    stream: grpc.aio.UnaryStreamCall[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse],
+    seen: list[int],
+    wanted: int,
+) -> None:
     async for response in stream:
         seen.append(response.status)
         if response.status == wanted:
@@ -109,8 +119,10 @@ def test_not_serving_before_the_first_registration_then_serving() -> None:
 def test_watch_follows_registration_and_staleness_and_shutdown() -> None:
     async def scenario() -> None:
         clock = Clock()
-        async with running([DP, DRA], clock) as (service, stop), \
-                grpc.aio.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+        async with (
+            running([DP, DRA], clock) as (service, stop),
+            grpc.aio.insecure_channel(f"127.0.0.1:{service.port}") as channel,
+        ):
             stub = health_pb2_grpc.HealthStub(channel)
             watch = stub.Watch(health_pb2.HealthCheckRequest())
             seen: list[int] = []
@@ -144,8 +156,10 @@ def test_watch_follows_registration_and_staleness_and_shutdown() -> None:
 
 def test_an_unknown_service_name_is_not_found() -> None:
     async def scenario() -> None:
-        async with running([DP], Clock()) as (service, _stop), \
-                grpc.aio.insecure_channel(f"127.0.0.1:{service.port}") as channel:
+        async with (
+            running([DP], Clock()) as (service, _stop),
+            grpc.aio.insecure_channel(f"127.0.0.1:{service.port}") as channel,
+        ):
             with pytest.raises(grpc.aio.AioRpcError) as raised:
                 await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="other"))
             assert raised.value.code() is grpc.StatusCode.NOT_FOUND

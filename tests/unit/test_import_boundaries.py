@@ -22,7 +22,8 @@ BUILD_DP_DAEMON = textwrap.dedent("""
 
 
 def test_a_device_plugin_daemon_does_not_import_kubernetes() -> None:
-    result = subprocess.run([sys.executable, "-c", BUILD_DP_DAEMON], capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", BUILD_DP_DAEMON], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"kubernetes modules loaded: {result.stdout}"

@@ -112,8 +112,9 @@ def test_update_devices_refreshes_adds_and_keeps_vanished_ones_unhealthy() -> No
 
 
 def test_owners_and_owned_by() -> None:
-    inv = Inventory(profile_devices("atlas-800t-a2"), failure_threshold=1, recovery_threshold=1,
-                    owners={4: Owner.DRA, 5: Owner.DRA})
+    inv = Inventory(
+        profile_devices("atlas-800t-a2"), failure_threshold=1, recovery_threshold=1, owners={4: Owner.DRA, 5: Owner.DRA}
+    )
     assert [v.physical_id for v in inv.snapshot().owned_by(Owner.DRA)] == [4, 5]
     inv.set_owner(4, Owner.DEVICE_PLUGIN)
     assert [v.physical_id for v in inv.snapshot().owned_by(Owner.DRA)] == [5]

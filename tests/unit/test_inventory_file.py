@@ -1,4 +1,4 @@
-"""The §3.3 inventory file: line-precise errors for every malformed input, round trips, quantities."""
+"""The inventory file: line-precise errors for every malformed input, round trips, quantities."""
 
 from __future__ import annotations
 
@@ -55,8 +55,7 @@ MALFORMED = [
     (entry(health="Sick"), 4, "health", "unknown health 'Sick'"),
     (entry(colour="red"), 4, "colour", "unknown field"),
     ("devices:\n  - physicalId: 0\n    chipName: 910B3\n    physicalId: 1\n", 4, "physicalId", "given twice"),
-    ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId",
-     "0 already used by devices[0]"),
+    ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId", "0 already used by devices[0]"),
     # What PyYAML raises outside its own error marks: control characters, tags, values its resolvers misread.
     ("devices:\n  - physicalId: 0\n\x00", 3, None, "not valid YAML: character #x0000 is not allowed"),
     (entry(memory="2024-13-45"), 4, "memory", "cannot read the value: month must be in 1..12"),
@@ -77,18 +76,51 @@ def test_malformed_files_name_file_line_and_field(text: str, line: int, field: s
 
 def test_defaults_are_derived() -> None:
     [device] = parse_inventory("devices:\n  - physicalId: 9\n    chipName: 910\n", SOURCE)
-    assert device == Device(physical_id=9, chip_name="910", device_type="Ascend910", logic_id=9, card_id=9,
-                            chip_id=0, memory=0, topology_group="ring-2", health=Health.OK)
+    assert device == Device(
+        physical_id=9,
+        chip_name="910",
+        device_type="Ascend910",
+        logic_id=9,
+        card_id=9,
+        chip_id=0,
+        memory=0,
+        topology_group="ring-2",
+        health=Health.OK,
+    )
 
 
 def test_every_field_is_read() -> None:
-    text = entry(physicalId=3, logicId=1, cardId=2, chipId=1, chipName="310P3", deviceType="Ascend310P",
-                 memory="24Gi", aiCore=8, numaNode=-1, pciBusId='"0000:C1:00.1"', topologyGroup="card-2",
-                 driverVersion="24.1.rc1", health="warning")
+    text = entry(
+        physicalId=3,
+        logicId=1,
+        cardId=2,
+        chipId=1,
+        chipName="310P3",
+        deviceType="Ascend310P",
+        memory="24Gi",
+        aiCore=8,
+        numaNode=-1,
+        pciBusId='"0000:C1:00.1"',
+        topologyGroup="card-2",
+        driverVersion="24.1.rc1",
+        health="warning",
+    )
     [device] = parse_inventory(text, SOURCE)
-    assert device == Device(physical_id=3, chip_name="310P3", device_type="Ascend310P", logic_id=1, card_id=2,
-                            chip_id=1, memory=24 * 2**30, ai_core=8, numa_node=None, pci_bus_id="0000:c1:00.1",
-                            topology_group="card-2", driver_version="24.1.rc1", health=Health.WARNING)
+    assert device == Device(
+        physical_id=3,
+        chip_name="310P3",
+        device_type="Ascend310P",
+        logic_id=1,
+        card_id=2,
+        chip_id=1,
+        memory=24 * 2**30,
+        ai_core=8,
+        numa_node=None,
+        pci_bus_id="0000:c1:00.1",
+        topology_group="card-2",
+        driver_version="24.1.rc1",
+        health=Health.WARNING,
+    )
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
@@ -101,8 +133,17 @@ def test_profiles_round_trip(profile: str, dump: object) -> None:
 
 @pytest.mark.parametrize(
     ("value", "count"),
-    [(0, 0), (1024, 1024), ("64Gi", 64 * 2**30), ("1k", 1000), ("3M", 3 * 10**6), ("2Ti", 2 * 2**40),
-     (" 5Mi ", 5 * 2**20), ("7", 7), ("1E", 10**18)],
+    [
+        (0, 0),
+        (1024, 1024),
+        ("64Gi", 64 * 2**30),
+        ("1k", 1000),
+        ("3M", 3 * 10**6),
+        ("2Ti", 2 * 2**40),
+        (" 5Mi ", 5 * 2**20),
+        ("7", 7),
+        ("1E", 10**18),
+    ],
 )
 def test_parse_bytes(value: object, count: int) -> None:
     assert parse_bytes(value) == count
@@ -115,7 +156,8 @@ def test_parse_bytes_rejects(value: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("count", "text"), [(0, "0"), (1000, "1000"), (1024, "1Ki"), (64 * 2**30, "64Gi"), (3 * 2**20 + 1, "3145729")],
+    ("count", "text"),
+    [(0, "0"), (1000, "1000"), (1024, "1Ki"), (64 * 2**30, "64Gi"), (3 * 2**20 + 1, "3145729")],
 )
 def test_format_bytes(count: int, text: str) -> None:
     assert format_bytes(count) == text

@@ -21,8 +21,14 @@ from npu_plugin.profiles import profile_devices
 MULTI_LINE = "first line\nsecond line\r\nthird\u2028fourth\x85fifth"
 
 
-def emit(formatter: logging.Formatter, message: str, *args: object, level: int = logging.INFO,
-         raised: BaseException | None = None, **extra: Any) -> str:
+def emit(
+    formatter: logging.Formatter,
+    message: str,
+    *args: object,
+    level: int = logging.INFO,
+    raised: BaseException | None = None,
+    **extra: Any,
+) -> str:
     """What one log call writes through `formatter` (raised: logged from inside its except block)."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -65,8 +71,13 @@ def test_json_line_has_the_stable_keys_and_only_the_context_given() -> None:
 
 @pytest.mark.parametrize(
     ("level", "name"),
-    [(logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warning"), (logging.ERROR, "error"),
-     (logging.CRITICAL, "critical")],
+    [
+        (logging.DEBUG, "debug"),
+        (logging.INFO, "info"),
+        (logging.WARNING, "warning"),
+        (logging.ERROR, "error"),
+        (logging.CRITICAL, "critical"),
+    ],
 )
 def test_json_levels_are_lower_case(level: int, name: str) -> None:
     assert json_line(emit(JsonFormatter(), "x", level=level))["level"] == name
@@ -129,7 +140,7 @@ def test_text_escapes_line_breaks_in_context_values() -> None:
 
 
 def test_one_line_leaves_ordinary_text_alone() -> None:
-    text = "tab\there, quotes \"x\", back\\slash, 中文"
+    text = 'tab\there, quotes "x", back\\slash, 中文'
     assert one_line(text) == text
 
 

@@ -368,7 +368,7 @@ def test_namespace_admits_privileged_pods() -> None:
 
 
 def _device(driver: str = DRIVER, **attrs: Any) -> Any:
-    """A device as the CEL environment sees it; attributes as published in SPEC §5.2."""
+    """A device as the CEL environment sees it; attributes as the driver publishes them."""
     published = {
         "chipName": "910B3",
         "deviceType": "Ascend910B",

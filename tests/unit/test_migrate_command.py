@@ -15,8 +15,10 @@ from npu_plugin.migrate.command import add_parser, run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
 REPO = Path(__file__).resolve().parents[2]
-BAD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n" \
-      "      limits: {huawei.com/Ascend910: 0}\n"
+BAD = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n"
+    "      limits: {huawei.com/Ascend910: 0}\n"
+)
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -32,12 +34,32 @@ def golden(case: str, suffix: str) -> str:
 def test_flags_and_defaults() -> None:
     args = parse()
     assert (args.filename, args.output, args.resource_name, args.device_class) == (
-        "-", "-", "huawei.com/Ascend910", "npu.huawei.com")
+        "-",
+        "-",
+        "huawei.com/Ascend910",
+        "npu.huawei.com",
+    )
     assert (args.same_topology_group, args.check, args.func) == (False, False, run)
-    args = parse("-f", "in.yaml", "-o", "out.yaml", "--resource-name", "huawei.com/Ascend310P",
-                 "--device-class", "ascend.npu.huawei.com", "--same-topology-group", "--check")
-    assert (args.filename, args.output, args.resource_name, args.device_class, args.same_topology_group,
-            args.check) == ("in.yaml", "out.yaml", "huawei.com/Ascend310P", "ascend.npu.huawei.com", True, True)
+    args = parse(
+        "-f",
+        "in.yaml",
+        "-o",
+        "out.yaml",
+        "--resource-name",
+        "huawei.com/Ascend310P",
+        "--device-class",
+        "ascend.npu.huawei.com",
+        "--same-topology-group",
+        "--check",
+    )
+    assert (
+        args.filename,
+        args.output,
+        args.resource_name,
+        args.device_class,
+        args.same_topology_group,
+        args.check,
+    ) == ("in.yaml", "out.yaml", "huawei.com/Ascend310P", "ascend.npu.huawei.com", True, True)
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--device-class", "Bad_Class"), ("--resource-name", "Ascend910")])
@@ -74,8 +96,10 @@ def test_error_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "out.yaml"]
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == (f"npu-plugin migrate: error: {source}:8: document 1 (Pod p), container \"c\": "
-                            "limits[huawei.com/Ascend910] must be a positive whole number, got 0\n")
+    assert captured.err == (
+        f'npu-plugin migrate: error: {source}:8: document 1 (Pod p), container "c": '
+        "limits[huawei.com/Ascend910] must be a positive whole number, got 0\n"
+    )
 
 
 def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,15 +145,24 @@ def test_warnings_go_to_stderr(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     assert run(parse()) == 0
     captured = capsys.readouterr()
     assert captured.out == golden("untouched", "in")
-    assert captured.err == ("npu-plugin migrate: warning: <stdin>:37: document 3 (ResourceQuota ml/npu-quota) "
-                            "mentions huawei.com/Ascend910 but is not a workload kind migrate rewrites; "
-                            "left unchanged\n")
+    assert captured.err == (
+        "npu-plugin migrate: warning: <stdin>:37: document 3 (ResourceQuota ml/npu-quota) "
+        "mentions huawei.com/Ascend910 but is not a workload kind migrate rewrites; "
+        "left unchanged\n"
+    )
 
 
 def _cli(*argv: str, stdin: bytes, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("NPU_PLUGIN_")} | (env or {})
-    return subprocess.run([sys.executable, "-m", "npu_plugin", "migrate", *argv], input=stdin, capture_output=True,
-                          cwd=REPO, env=environ, check=False, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "npu_plugin", "migrate", *argv],
+        input=stdin,
+        capture_output=True,
+        cwd=REPO,
+        env=environ,
+        check=False,
+        timeout=60,
+    )
 
 
 def test_stdin_to_stdout_through_the_cli() -> None:
@@ -154,5 +187,7 @@ def test_bad_flag_exits_2_through_the_cli() -> None:
 def test_invalid_yaml_through_the_cli() -> None:
     done = _cli(stdin=b"a: 1\nb: [1\nc: 2\n")
     assert (done.returncode, done.stdout) == (1, b"")
-    assert done.stderr == (b"npu-plugin migrate: error: <stdin>:3:2: invalid YAML: while parsing a flow sequence, "
-                           b"expected ',' or ']', but got ':'\n")
+    assert done.stderr == (
+        b"npu-plugin migrate: error: <stdin>:3:2: invalid YAML: while parsing a flow sequence, "
+        b"expected ',' or ']', but got ':'\n"
+    )

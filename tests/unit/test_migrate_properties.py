@@ -47,17 +47,32 @@ def deployments(draw: st.DrawFn) -> dict[str, Any]:
         spec["initContainers"] = draw(containers("init"))
     if draw(st.booleans()):
         spec["volumes"] = [{"name": "v", "emptyDir": {}}]
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
-            "spec": {"selector": {"matchLabels": {"app": "d"}},
-                     "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "ns"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": spec},
+        },
+    }
 
 
 @st.composite
 def rendered(draw: st.DrawFn, obj: dict[str, Any]) -> str:
     """`obj` as block YAML in a drawn indentation style, with comments and blank lines sprinkled in."""
     dumper = YAML()
-    dumper.indent(**draw(st.sampled_from([dict(mapping=2, sequence=2, offset=0), dict(mapping=2, sequence=4, offset=2),
-                                          dict(mapping=4, sequence=4, offset=2)])))
+    dumper.indent(
+        **draw(
+            st.sampled_from(
+                [
+                    dict(mapping=2, sequence=2, offset=0),
+                    dict(mapping=2, sequence=4, offset=2),
+                    dict(mapping=4, sequence=4, offset=2),
+                ]
+            )
+        )
+    )
     out = io.StringIO()
     dumper.dump(obj, out)
     lines = []

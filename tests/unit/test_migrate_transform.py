@@ -20,8 +20,10 @@ from npu_plugin.migrate.yamlstream import Style, detect_style, load, split_docum
 def pod(resources: str, name: str = "p", extra: str = "", kind: str = "Pod") -> str:
     """A one-container Pod whose `resources:` block is `resources` (indented under the container)."""
     body = textwrap.indent(textwrap.dedent(resources).strip("\n"), " " * 6)
-    return (f"apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
-            f"  - name: c\n    image: i\n    resources:\n{body}\n{extra}")
+    return (
+        f"apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
+        f"  - name: c\n    image: i\n    resources:\n{body}\n{extra}"
+    )
 
 
 def objects(text: str) -> list[dict[str, object]]:
@@ -55,12 +57,21 @@ def test_count_comes_from_limits_or_requests(resources: str, count: int) -> None
 
 RESOURCES_AFTER = [
     ("only the npu", "limits:\n  huawei.com/Ascend910: 1", {"claims": [{"name": "c-npu"}]}),
-    ("other limits stay", "limits:\n  huawei.com/Ascend910: 1\n  cpu: 2",
-     {"limits": {"cpu": 2}, "claims": [{"name": "c-npu"}]}),
-    ("requests emptied, limits kept", "limits:\n  memory: 1Gi\nrequests:\n  huawei.com/Ascend910: 1",
-     {"limits": {"memory": "1Gi"}, "claims": [{"name": "c-npu"}]}),
-    ("existing claims kept first", "claims:\n- name: nic\nlimits:\n  huawei.com/Ascend910: 1",
-     {"claims": [{"name": "nic"}, {"name": "c-npu"}]}),
+    (
+        "other limits stay",
+        "limits:\n  huawei.com/Ascend910: 1\n  cpu: 2",
+        {"limits": {"cpu": 2}, "claims": [{"name": "c-npu"}]},
+    ),
+    (
+        "requests emptied, limits kept",
+        "limits:\n  memory: 1Gi\nrequests:\n  huawei.com/Ascend910: 1",
+        {"limits": {"memory": "1Gi"}, "claims": [{"name": "c-npu"}]},
+    ),
+    (
+        "existing claims kept first",
+        "claims:\n- name: nic\nlimits:\n  huawei.com/Ascend910: 1",
+        {"claims": [{"name": "nic"}, {"name": "c-npu"}]},
+    ),
     ("flow resources", "{limits: {huawei.com/Ascend910: 1}}", {"claims": [{"name": "c-npu"}]}),
 ]
 
@@ -71,8 +82,12 @@ def test_container_resources_after_migration(resources: str, after: object) -> N
 
 
 def test_options_choose_resource_class_and_constraint_domain() -> None:
-    options = Options(resource_name="huawei.com/Ascend310P", device_class="ascend310p.npu.huawei.com",
-                      same_topology_group=True, driver_name="npu.example.com")
+    options = Options(
+        resource_name="huawei.com/Ascend310P",
+        device_class="ascend310p.npu.huawei.com",
+        same_topology_group=True,
+        driver_name="npu.example.com",
+    )
     text = pod("limits:\n  huawei.com/Ascend310P: 2\n  huawei.com/Ascend910: 1")
     result = migrate_text(text, options)
     devices = objects(result.text)[0]["spec"]["spec"]["devices"]  # type: ignore[index]
@@ -89,11 +104,13 @@ def test_namespace_is_copied_and_generate_name_names_the_template() -> None:
 
 def test_change_describes_where_and_what() -> None:
     (change,) = migrate_text(pod("limits:\n  huawei.com/Ascend910: 2"), source="w.yaml").changes
-    assert str(change) == ('w.yaml:11: Pod p, container "c": huawei.com/Ascend910: 2 -> claim "c-npu" '
-                           "from ResourceClaimTemplate p-c-npu")
+    assert str(change) == (
+        'w.yaml:11: Pod p, container "c": huawei.com/Ascend910: 2 -> claim "c-npu" from ResourceClaimTemplate p-c-npu'
+    )
 
 
 # --- bytes that must survive ------------------------------------------------------------------------------
+
 
 def test_crlf_line_endings_are_kept() -> None:
     text = pod("limits:\n  huawei.com/Ascend910: 1").replace("\n", "\r\n")
@@ -109,8 +126,10 @@ def test_missing_final_newline_stays_missing() -> None:
 
 
 def test_content_on_the_marker_line() -> None:
-    text = ("--- {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: "
-            "[{name: c, image: i, resources: {limits: {huawei.com/Ascend910: 2}}}]}}\n")
+    text = (
+        "--- {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: "
+        "[{name: c, image: i, resources: {limits: {huawei.com/Ascend910: 2}}}]}}\n"
+    )
     output = migrate_text(text).text
     assert [o["kind"] for o in objects(output)] == ["ResourceClaimTemplate", "Pod"]
     assert migrate_text(output).text == output
@@ -136,8 +155,10 @@ def test_other_kinds_that_mention_the_resource_are_left_with_a_warning() -> None
         """)
     result = migrate_text(text, source="v.yaml")
     assert result.text == text
-    assert result.warnings == ("v.yaml:1: document 1 (Job vj) mentions huawei.com/Ascend910 but is not a workload "
-                               "kind migrate rewrites; left unchanged",)
+    assert result.warnings == (
+        "v.yaml:1: document 1 (Job vj) mentions huawei.com/Ascend910 but is not a workload "
+        "kind migrate rewrites; left unchanged",
+    )
 
 
 # --- refused input ----------------------------------------------------------------------------------------
@@ -185,53 +206,108 @@ spec:
     resources: *npu
 """
 ERRORS = [
-    ("invalid YAML", "a: 1\nb: [1\nc: 2\n",
-     "f.yaml:3:2: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got ':'"),
-    ("invalid YAML in a later document", "a: 1\n---\nkind: Pod\n  x: 1\n",
-     "f.yaml:4:4: invalid YAML: mapping values are not allowed here"),
-    ("duplicate key", "a: 1\na: 2\n",
-     'f.yaml:2:1: invalid YAML: while constructing a mapping, found duplicate key "a" with value "2" '
-     '(original value: "1")'),
-    ("word", pod("limits:\n  huawei.com/Ascend910: two"),
-     'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-     'number, got "two"'),
-    ("fraction", pod("limits:\n  huawei.com/Ascend910: 1.5"),
-     'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-     "number, got 1.5"),
-    ("zero", pod("requests:\n  huawei.com/Ascend910: 0"),
-     'f.yaml:11: document 1 (Pod p), container "c": requests[huawei.com/Ascend910] must be a positive whole '
-     "number, got 0"),
-    ("negative", pod("limits:\n  huawei.com/Ascend910: -2"),
-     'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-     "number, got -2"),
-    ("null", pod("limits:\n  huawei.com/Ascend910:"),
-     'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-     "number, got null"),
-    ("boolean", pod("limits:\n  huawei.com/Ascend910: true"),
-     'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-     "number, got true"),
-    ("mismatch", pod("limits:\n  huawei.com/Ascend910: 2\nrequests:\n  huawei.com/Ascend910: 1"),
-     'f.yaml:13: document 1 (Pod p), container "c": huawei.com/Ascend910 request 1 does not match limit 2'),
-    ("pod already has the claim", pod("limits:\n  huawei.com/Ascend910: 1",
-                                      extra="  resourceClaims:\n  - name: c-npu\n    resourceClaimName: x\n"),
-     'f.yaml:11: document 1 (Pod p), container "c": the pod already has a resource claim named "c-npu"'),
-    ("container already uses the claim", pod("claims:\n- name: c-npu\nlimits:\n  huawei.com/Ascend910: 1"),
-     'f.yaml:13: document 1 (Pod p), container "c": the pod already has a resource claim named "c-npu"'),
-    ("template name taken in the stream", EXISTING_TEMPLATE + pod("limits:\n  huawei.com/Ascend910: 1"),
-     'f.yaml:16: document 2 (Pod p), container "c": ResourceClaimTemplate p-c-npu already exists at f.yaml:1'),
-    ("two workloads, one template name", TWO_JOBS,
-     'f.yaml:21: document 2 (Job train), container "main": ResourceClaimTemplate train-main-npu would also '
-     'be generated for document 1 (Deployment train), container "main"'),
-    ("no name", pod("limits:\n  huawei.com/Ascend910: 1").replace("  name: p\n", "  labels: {a: b}\n"),
-     "f.yaml:11: document 1 (Pod <unnamed>): metadata.name is needed to name the ResourceClaimTemplate for "
-     "huawei.com/Ascend910"),
-    ("container without a name", pod("limits:\n  huawei.com/Ascend910: 1").replace("- name: c\n    image", "- image"),
-     "f.yaml:10: document 1 (Pod p), container #1: asks for huawei.com/Ascend910 but has no name"),
-    ("shared by alias", ALIASED,
-     'f.yaml:8: document 1 (Pod p), container "a": uses a YAML alias or merge key (<<) where the edit must go; '
-     "expand it first"),
-    ("resourceClaims not a list", pod("limits:\n  huawei.com/Ascend910: 1", extra="  resourceClaims: {}\n"),
-     "f.yaml:6: document 1 (Pod p): spec.resourceClaims must be a list"),
+    (
+        "invalid YAML",
+        "a: 1\nb: [1\nc: 2\n",
+        "f.yaml:3:2: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got ':'",
+    ),
+    (
+        "invalid YAML in a later document",
+        "a: 1\n---\nkind: Pod\n  x: 1\n",
+        "f.yaml:4:4: invalid YAML: mapping values are not allowed here",
+    ),
+    (
+        "duplicate key",
+        "a: 1\na: 2\n",
+        'f.yaml:2:1: invalid YAML: while constructing a mapping, found duplicate key "a" with value "2" '
+        '(original value: "1")',
+    ),
+    (
+        "word",
+        pod("limits:\n  huawei.com/Ascend910: two"),
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
+        'number, got "two"',
+    ),
+    (
+        "fraction",
+        pod("limits:\n  huawei.com/Ascend910: 1.5"),
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
+        "number, got 1.5",
+    ),
+    (
+        "zero",
+        pod("requests:\n  huawei.com/Ascend910: 0"),
+        'f.yaml:11: document 1 (Pod p), container "c": requests[huawei.com/Ascend910] must be a positive whole '
+        "number, got 0",
+    ),
+    (
+        "negative",
+        pod("limits:\n  huawei.com/Ascend910: -2"),
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
+        "number, got -2",
+    ),
+    (
+        "null",
+        pod("limits:\n  huawei.com/Ascend910:"),
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
+        "number, got null",
+    ),
+    (
+        "boolean",
+        pod("limits:\n  huawei.com/Ascend910: true"),
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
+        "number, got true",
+    ),
+    (
+        "mismatch",
+        pod("limits:\n  huawei.com/Ascend910: 2\nrequests:\n  huawei.com/Ascend910: 1"),
+        'f.yaml:13: document 1 (Pod p), container "c": huawei.com/Ascend910 request 1 does not match limit 2',
+    ),
+    (
+        "pod already has the claim",
+        pod(
+            "limits:\n  huawei.com/Ascend910: 1", extra="  resourceClaims:\n  - name: c-npu\n    resourceClaimName: x\n"
+        ),
+        'f.yaml:11: document 1 (Pod p), container "c": the pod already has a resource claim named "c-npu"',
+    ),
+    (
+        "container already uses the claim",
+        pod("claims:\n- name: c-npu\nlimits:\n  huawei.com/Ascend910: 1"),
+        'f.yaml:13: document 1 (Pod p), container "c": the pod already has a resource claim named "c-npu"',
+    ),
+    (
+        "template name taken in the stream",
+        EXISTING_TEMPLATE + pod("limits:\n  huawei.com/Ascend910: 1"),
+        'f.yaml:16: document 2 (Pod p), container "c": ResourceClaimTemplate p-c-npu already exists at f.yaml:1',
+    ),
+    (
+        "two workloads, one template name",
+        TWO_JOBS,
+        'f.yaml:21: document 2 (Job train), container "main": ResourceClaimTemplate train-main-npu would also '
+        'be generated for document 1 (Deployment train), container "main"',
+    ),
+    (
+        "no name",
+        pod("limits:\n  huawei.com/Ascend910: 1").replace("  name: p\n", "  labels: {a: b}\n"),
+        "f.yaml:11: document 1 (Pod <unnamed>): metadata.name is needed to name the ResourceClaimTemplate for "
+        "huawei.com/Ascend910",
+    ),
+    (
+        "container without a name",
+        pod("limits:\n  huawei.com/Ascend910: 1").replace("- name: c\n    image", "- image"),
+        "f.yaml:10: document 1 (Pod p), container #1: asks for huawei.com/Ascend910 but has no name",
+    ),
+    (
+        "shared by alias",
+        ALIASED,
+        'f.yaml:8: document 1 (Pod p), container "a": uses a YAML alias or merge key (<<) where the edit must go; '
+        "expand it first",
+    ),
+    (
+        "resourceClaims not a list",
+        pod("limits:\n  huawei.com/Ascend910: 1", extra="  resourceClaims: {}\n"),
+        "f.yaml:6: document 1 (Pod p): spec.resourceClaims must be a list",
+    ),
 ]
 
 
@@ -285,8 +361,9 @@ def test_split_documents(text: str, parts: list[tuple[str, str, str, int]]) -> N
     assert [(d.head, d.body, d.tail, d.line) for d in split_documents(text)] == parts
 
 
-@given(st.lists(st.sampled_from(["---\n", "--- # c\n", "...\n", "a: 1\n", "# x\n", "%YAML 1.2\n", "\n", "--- x",
-                                 "b\r\n"])))
+@given(
+    st.lists(st.sampled_from(["---\n", "--- # c\n", "...\n", "a: 1\n", "# x\n", "%YAML 1.2\n", "\n", "--- x", "b\r\n"]))
+)
 def test_split_documents_loses_no_byte(pieces: list[str]) -> None:
     text = "".join(pieces)
     assert "".join(d.text for d in split_documents(text)) == text
@@ -295,10 +372,20 @@ def test_split_documents_loses_no_byte(pieces: list[str]) -> None:
 MERGES = [
     ("no edit keeps the original", "a:   1\nb: 2\n", "a: 1\nb: 2\n", "a: 1\nb: 2\n", "a:   1\nb: 2\n"),
     ("edit beside a reformatted line", "a:   1\nb: 2\n", "a: 1\nb: 2\n", "a: 1\nb: 3\n", "a:   1\nb: 3\n"),
-    ("a dropped comment stays", "a:\n  x: 1\n# about b\nb: 2\n", "a:\n  x: 1\n# about b\nb: 2\n",
-     "a:\n  y: 1\nb: 2\n", "a:\n  y: 1\n# about b\nb: 2\n"),
-    ("an insertion goes above the comment on the next key", "a: 1\n# about b\nb: 2\n", "a: 1\n# about b\nb: 2\n",
-     "a: 1\n# about b\nc: 3\nb: 2\n", "a: 1\nc: 3\n# about b\nb: 2\n"),
+    (
+        "a dropped comment stays",
+        "a:\n  x: 1\n# about b\nb: 2\n",
+        "a:\n  x: 1\n# about b\nb: 2\n",
+        "a:\n  y: 1\nb: 2\n",
+        "a:\n  y: 1\n# about b\nb: 2\n",
+    ),
+    (
+        "an insertion goes above the comment on the next key",
+        "a: 1\n# about b\nb: 2\n",
+        "a: 1\n# about b\nb: 2\n",
+        "a: 1\n# about b\nc: 3\nb: 2\n",
+        "a: 1\nc: 3\n# about b\nb: 2\n",
+    ),
     ("a touched reformatted region comes from after", "a: [1,   2]\n", "a: [1, 2]\n", "a: [1, 3]\n", "a: [1, 3]\n"),
 ]
 

@@ -42,8 +42,13 @@ class Ledger(RuleBasedStateMachine):
         (root / "state").mkdir()
         self.claims: dict[str, dict[str, Any]] = {}
         self.preparer = Preparer(
-            driver=DRIVER, pool=NODE, cdi_root=root / "cdi", state_dir=root / "state", layout=LAYOUT,
-            store=CheckpointStore(root / "state", "boot-1"), snapshot=lambda: self.inventory.snapshot(),  # noqa: PLW0108 - a restart replaces it
+            driver=DRIVER,
+            pool=NODE,
+            cdi_root=root / "cdi",
+            state_dir=root / "state",
+            layout=LAYOUT,
+            store=CheckpointStore(root / "state", "boot-1"),
+            snapshot=lambda: self.inventory.snapshot(),  # noqa: PLW0108 - a restart replaces it
             fetch_claim=lambda namespace, name: self.claims[name],
         )
         self.containers: dict[int, str] = {}  # device -> pod holding it through the device plugin
@@ -62,8 +67,9 @@ class Ledger(RuleBasedStateMachine):
 
     def _start(self, dra_devices: frozenset[int]) -> None:
         self.desired = partition(DEVICES, "both", dra_devices)
-        self.inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=self.desired,
-                                   desired=self.desired)
+        self.inventory = Inventory(
+            DEVICES, failure_threshold=1, recovery_threshold=1, owners=self.desired, desired=self.desired
+        )
         for pid, owner in initial_owners(self.desired, self._holders()).items():
             self.inventory.set_owner(pid, owner)
 
@@ -85,8 +91,11 @@ class Ledger(RuleBasedStateMachine):
         uid = f"uid-{pid}-{n}"
         self.claims[uid] = {
             "metadata": {"uid": uid, "name": uid, "namespace": "default"},
-            "status": {"allocation": {"devices": {"results": [
-                {"request": "npu", "driver": DRIVER, "pool": NODE, "device": f"npu-{pid}"}]}}},
+            "status": {
+                "allocation": {
+                    "devices": {"results": [{"request": "npu", "driver": DRIVER, "pool": NODE, "device": f"npu-{pid}"}]}
+                }
+            },
         }
         result = self.preparer.prepare([ClaimRef("default", uid, uid)])[uid]
         if not result.error:

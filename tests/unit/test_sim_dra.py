@@ -40,8 +40,12 @@ def test_the_kubelet_takes_the_first_service_it_knows(offered: list[str], chosen
 
 
 def info(**fields: Any) -> reg_pb.PluginInfo:
-    values = {"type": "DRAPlugin", "name": "npu.huawei.com", "endpoint": "/plugins/dra.sock",
-              "supported_versions": ["v1.DRAPlugin", "v1beta1.DRAPlugin"]} | fields
+    values = {
+        "type": "DRAPlugin",
+        "name": "npu.huawei.com",
+        "endpoint": "/plugins/dra.sock",
+        "supported_versions": ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+    } | fields
     return reg_pb.PluginInfo(**values)
 
 
@@ -68,17 +72,30 @@ def test_rejections_carry_the_kubelets_words(plugin: reg_pb.PluginInfo, taken: l
 def device(name: str, numa: int, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": name,
-        "attributes": {"numaNode": {"int": numa}, "chipName": {"string": "910B3"},
-                       "resource.kubernetes.io/pciBusID": {"string": f"0000:0{numa}:00.0"}},
+        "attributes": {
+            "numaNode": {"int": numa},
+            "chipName": {"string": "910B3"},
+            "resource.kubernetes.io/pciBusID": {"string": f"0000:0{numa}:00.0"},
+        },
         "capacity": {"memCapacity": {"value": "64Gi"}},
     }
     return entry | ({"taints": taints} if taints else {})
 
 
-def slice_(devices: list[dict[str, Any]], generation: int = 1, count: int = 1, pool: str = "node-a",
-           driver: str = "npu.huawei.com") -> dict[str, Any]:
-    return {"spec": {"driver": driver, "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-                     "devices": devices}}
+def slice_(
+    devices: list[dict[str, Any]],
+    generation: int = 1,
+    count: int = 1,
+    pool: str = "node-a",
+    driver: str = "npu.huawei.com",
+) -> dict[str, Any]:
+    return {
+        "spec": {
+            "driver": driver,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+            "devices": devices,
+        }
+    }
 
 
 def names(chosen: list[Any]) -> list[str]:
@@ -98,8 +115,10 @@ def test_the_cel_device_splits_qualified_attributes_and_counts_bytes() -> None:
     [published] = published_devices([slice_([device("npu-0", 3)])])
     assert cel_device(published) == {
         "driver": "npu.huawei.com",
-        "attributes": {"npu.huawei.com": {"numaNode": 3, "chipName": "910B3"},
-                       "resource.kubernetes.io": {"pciBusID": "0000:03:00.0"}},
+        "attributes": {
+            "npu.huawei.com": {"numaNode": 3, "chipName": "910B3"},
+            "resource.kubernetes.io": {"pciBusID": "0000:03:00.0"},
+        },
         "capacity": {"npu.huawei.com": {"memCapacity": 64 * 2**30}},
         "allowMultipleAllocations": False,
     }
@@ -107,8 +126,10 @@ def test_the_cel_device_splits_qualified_attributes_and_counts_bytes() -> None:
 
 def test_requests_take_distinct_devices_matching_their_selectors() -> None:
     devices = published_devices([slice_([device(f"npu-{i}", i % 2) for i in range(4)])])
-    requests = [DeviceRequest("odd", 2, ('device.attributes["npu.huawei.com"].numaNode == 1',)),
-                DeviceRequest("any", 1, (), subrequest="one")]
+    requests = [
+        DeviceRequest("odd", 2, ('device.attributes["npu.huawei.com"].numaNode == 1',)),
+        DeviceRequest("any", 1, (), subrequest="one"),
+    ]
     assert pick(devices, requests, ('device.driver == "npu.huawei.com"',)) == [
         {"request": "odd", "driver": "npu.huawei.com", "pool": "node-a", "device": "npu-1"},
         {"request": "odd", "driver": "npu.huawei.com", "pool": "node-a", "device": "npu-3"},
@@ -145,16 +166,25 @@ def test_too_few_devices_is_unschedulable() -> None:
 
 
 def test_claims_hold_their_allocated_devices() -> None:
-    allocated = {"status": {"allocation": {"devices": {"results": [
-        {"request": "r", "driver": "d", "pool": "p", "device": "npu-1"}]}}}}
+    allocated = {
+        "status": {
+            "allocation": {"devices": {"results": [{"request": "r", "driver": "d", "pool": "p", "device": "npu-1"}]}}
+        }
+    }
     assert allocated_keys([allocated, {"status": {}}, {}]) == {("d", "p", "npu-1")}
 
 
 def test_the_claim_body_asks_exactly_or_first_available() -> None:
     body = claim_body("ns", "c", [DeviceRequest("a", 2, ("true",)), DeviceRequest("b", subrequest="small")])
     assert body["spec"]["devices"]["requests"] == [
-        {"name": "a", "exactly": {"deviceClassName": "npu.huawei.com", "count": 2,
-                                  "selectors": [{"cel": {"expression": "true"}}]}},
+        {
+            "name": "a",
+            "exactly": {
+                "deviceClassName": "npu.huawei.com",
+                "count": 2,
+                "selectors": [{"cel": {"expression": "true"}}],
+            },
+        },
         {"name": "b", "firstAvailable": [{"name": "small", "deviceClassName": "npu.huawei.com", "count": 1}]},
     ]
     kubernetes_validate.validate(body, "1.34", strict=True)

@@ -16,8 +16,16 @@ A2 = profile_devices("atlas-800t-a2")  # 8 x 910B, one full-mesh group, NUMA pai
 A9000 = profile_devices("atlas-800-9000")  # 8 x 910A, rings 0-3 and 4-7
 DUO = profile_devices("atlas-300i-duo")  # 4 x 310P, two chips per card
 C16 = [  # 910C: 16 dies, two per card, NUMA 0 for cards 0-3 and 1 for cards 4-7
-    Device(physical_id=i, chip_name="910_9392", device_type="Ascend910C", logic_id=i, card_id=i // 2,
-           chip_id=i % 2, numa_node=i // 8, topology_group="ring-0")
+    Device(
+        physical_id=i,
+        chip_name="910_9392",
+        device_type="Ascend910C",
+        logic_id=i,
+        card_id=i // 2,
+        chip_id=i % 2,
+        numa_node=i // 8,
+        topology_group="ring-0",
+    )
     for i in range(16)
 ]
 ALL = list(range(8))
@@ -89,8 +97,9 @@ def test_preferred_allocation(case: Case) -> None:
         ([0, 1, 2], (0, 1), 1, "cannot choose 1 of 3 available devices with 2 required"),
     ],
 )
-def test_impossible_requests_raise(available: list[int], must_include: tuple[int, ...], size: int,
-                                   message: str) -> None:
+def test_impossible_requests_raise(
+    available: list[int], must_include: tuple[int, ...], size: int, message: str
+) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         preferred_allocation(A2, available, must_include, size)
 
@@ -111,8 +120,14 @@ def test_always_exact_size_from_available_with_must_include(devices: list[Device
 
 @pytest.mark.parametrize(
     ("device_type", "physical_id", "card_id", "group"),
-    [("Ascend910", 5, 5, "ring-1"), ("Ascend910B", 7, 7, "ring-0"), ("Ascend910B", 8, 8, "ring-1"),
-     ("Ascend910C", 15, 7, "ring-0"), ("Ascend310P", 3, 1, "card-1"), ("Ascend310", 2, 2, "card-2")],
+    [
+        ("Ascend910", 5, 5, "ring-1"),
+        ("Ascend910B", 7, 7, "ring-0"),
+        ("Ascend910B", 8, 8, "ring-1"),
+        ("Ascend910C", 15, 7, "ring-0"),
+        ("Ascend310P", 3, 1, "card-1"),
+        ("Ascend310", 2, 2, "card-2"),
+    ],
 )
 def test_derived_topology_groups(device_type: str, physical_id: int, card_id: int, group: str) -> None:
     assert derive_topology_group(device_type, physical_id, card_id) == group

@@ -36,16 +36,32 @@ class Kind:
 
 
 NODES = Kind(
-    "nodes", "Node", "", "v1",
-    namespaced=False, status_subresource=True, tracks_generation=False, returns_deleted_object=False,
+    "nodes",
+    "Node",
+    "",
+    "v1",
+    namespaced=False,
+    status_subresource=True,
+    tracks_generation=False,
+    returns_deleted_object=False,
 )
 RESOURCE_SLICES = Kind(
-    "resourceslices", "ResourceSlice", "resource.k8s.io", "v1",
-    namespaced=False, status_subresource=False, tracks_generation=True,
+    "resourceslices",
+    "ResourceSlice",
+    "resource.k8s.io",
+    "v1",
+    namespaced=False,
+    status_subresource=False,
+    tracks_generation=True,
 )
 RESOURCE_CLAIMS = Kind(
-    "resourceclaims", "ResourceClaim", "resource.k8s.io", "v1",
-    namespaced=True, status_subresource=True, tracks_generation=True,
+    "resourceclaims",
+    "ResourceClaim",
+    "resource.k8s.io",
+    "v1",
+    namespaced=True,
+    status_subresource=True,
+    tracks_generation=True,
 )
 ALL_KINDS = (NODES, RESOURCE_SLICES, RESOURCE_CLAIMS)
 

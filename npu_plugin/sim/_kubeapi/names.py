@@ -49,9 +49,11 @@ def qualified_name(value: str) -> list[str]:
     """`IsQualifiedName`: label keys, taint keys, annotation keys."""
     parts = value.split("/")
     if len(parts) > 2:
-        return ["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and "
-                f"end with an alphanumeric character (e.g. 'MyName',  or 'my.name', regex used for validation is "
-                f"'{_QUALIFIED_FMT}') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+        return [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+            f"end with an alphanumeric character (e.g. 'MyName',  or 'my.name', regex used for validation is "
+            f"'{_QUALIFIED_FMT}') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
     msgs: list[str] = []
     if len(parts) == 2:
         prefix = parts[0]

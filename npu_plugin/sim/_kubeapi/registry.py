@@ -78,7 +78,8 @@ class Registry:
     def list_collection(self, kind: Kind, namespace: str | None, selector: Selector) -> JSON:
         items, rv = self.store.list_objects(kind, namespace)
         return {
-            "kind": f"{kind.kind}List", "apiVersion": kind.api_version,
+            "kind": f"{kind.kind}List",
+            "apiVersion": kind.api_version,
             "metadata": {"resourceVersion": str(rv)},
             "items": [item for item in items if selector.matches(item)],
         }

@@ -44,28 +44,66 @@ class MapOf:
 Node: TypeAlias = "Obj | ListOf | MapOf | Leaf"
 
 _STR, _INT, _BOOL, _ANY = Leaf.STR, Leaf.INT, Leaf.BOOL, Leaf.ANY
-_OWNER_REFERENCE = Obj({
-    "apiVersion": _STR, "kind": _STR, "name": _STR, "uid": _STR, "controller": _BOOL, "blockOwnerDeletion": _BOOL,
-})
-_OBJECT_META = Obj({
-    "name": _STR, "generateName": _STR, "namespace": _STR, "selfLink": _STR, "uid": _STR,
-    "resourceVersion": _STR, "generation": _INT, "creationTimestamp": _ANY, "deletionTimestamp": _ANY,
-    "deletionGracePeriodSeconds": _INT, "labels": MapOf(_STR), "annotations": MapOf(_STR),
-    "ownerReferences": ListOf(_OWNER_REFERENCE), "finalizers": ListOf(_STR), "managedFields": _ANY,
-})
+_OWNER_REFERENCE = Obj(
+    {
+        "apiVersion": _STR,
+        "kind": _STR,
+        "name": _STR,
+        "uid": _STR,
+        "controller": _BOOL,
+        "blockOwnerDeletion": _BOOL,
+    }
+)
+_OBJECT_META = Obj(
+    {
+        "name": _STR,
+        "generateName": _STR,
+        "namespace": _STR,
+        "selfLink": _STR,
+        "uid": _STR,
+        "resourceVersion": _STR,
+        "generation": _INT,
+        "creationTimestamp": _ANY,
+        "deletionTimestamp": _ANY,
+        "deletionGracePeriodSeconds": _INT,
+        "labels": MapOf(_STR),
+        "annotations": MapOf(_STR),
+        "ownerReferences": ListOf(_OWNER_REFERENCE),
+        "finalizers": ListOf(_STR),
+        "managedFields": _ANY,
+    }
+)
 _ATTRIBUTE = Obj({"int": _INT, "bool": _BOOL, "string": _STR, "version": _STR})
 _CAPACITY = Obj({"value": Leaf.QUANTITY, "requestPolicy": _ANY})
 _TAINT = Obj({"key": _STR, "value": _STR, "effect": _STR, "timeAdded": _ANY})
-_DEVICE = Obj({
-    "name": _STR, "attributes": MapOf(_ATTRIBUTE), "capacity": MapOf(_CAPACITY), "consumesCounters": _ANY,
-    "nodeName": _STR, "nodeSelector": _ANY, "allNodes": _BOOL, "taints": ListOf(_TAINT), "bindsToNode": _BOOL,
-    "bindingConditions": ListOf(_STR), "bindingFailureConditions": ListOf(_STR), "allowMultipleAllocations": _BOOL,
-})
-_SLICE_SPEC = Obj({
-    "driver": _STR, "pool": Obj({"name": _STR, "generation": _INT, "resourceSliceCount": _INT}),
-    "nodeName": _STR, "nodeSelector": _ANY, "allNodes": _BOOL, "devices": ListOf(_DEVICE),
-    "perDeviceNodeSelection": _BOOL, "sharedCounters": _ANY,
-})
+_DEVICE = Obj(
+    {
+        "name": _STR,
+        "attributes": MapOf(_ATTRIBUTE),
+        "capacity": MapOf(_CAPACITY),
+        "consumesCounters": _ANY,
+        "nodeName": _STR,
+        "nodeSelector": _ANY,
+        "allNodes": _BOOL,
+        "taints": ListOf(_TAINT),
+        "bindsToNode": _BOOL,
+        "bindingConditions": ListOf(_STR),
+        "bindingFailureConditions": ListOf(_STR),
+        "allowMultipleAllocations": _BOOL,
+    }
+)
+_SLICE_SPEC = Obj(
+    {
+        "driver": _STR,
+        "pool": Obj({"name": _STR, "generation": _INT, "resourceSliceCount": _INT}),
+        "nodeName": _STR,
+        "nodeSelector": _ANY,
+        "allNodes": _BOOL,
+        "devices": ListOf(_DEVICE),
+        "perDeviceNodeSelection": _BOOL,
+        "sharedCounters": _ANY,
+    }
+)
 _TYPE_META: dict[str, Node] = {"apiVersion": _STR, "kind": _STR, "metadata": _OBJECT_META}
 SCHEMAS: dict[Kind, Obj] = {
     NODES: Obj({**_TYPE_META, "spec": _ANY, "status": _ANY}),
@@ -104,11 +142,11 @@ def decode(kind: Kind, body: Any, field_validation: str) -> tuple[JSON, list[str
 def _check_type_meta(kind: Kind, body: JSON, prefix: str) -> None:
     if body.get("apiVersion") not in (None, "", kind.api_version):
         raise bad_request(
-            f'the API version in the data ({body["apiVersion"]}) does not match the expected API version '
+            f"the API version in the data ({body['apiVersion']}) does not match the expected API version "
             f"({kind.api_version})"
         )
     if body.get("kind") not in (None, "", kind.kind):
-        raise bad_request(f'{prefix}the kind in the data ({body["kind"]}) does not match the expected kind')
+        raise bad_request(f"{prefix}the kind in the data ({body['kind']}) does not match the expected kind")
 
 
 def _prune(node: Node, value: Any, path: str, walk: _Walk) -> Any:

@@ -34,7 +34,9 @@ def _spec(*keys: str) -> _Getter:
 _FIELDS: dict[Kind, dict[str, _Getter]] = {
     NODES: {"metadata.name": _name, "spec.unschedulable": _spec("unschedulable")},
     RESOURCE_SLICES: {
-        "metadata.name": _name, "spec.nodeName": _spec("nodeName"), "spec.driver": _spec("driver"),
+        "metadata.name": _name,
+        "spec.nodeName": _spec("nodeName"),
+        "spec.driver": _spec("driver"),
         "spec.pool.name": _spec("pool", "name"),
     },
     RESOURCE_CLAIMS: {"metadata.name": _name, "metadata.namespace": _namespace},

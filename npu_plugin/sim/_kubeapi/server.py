@@ -219,8 +219,12 @@ class Handler(BaseHTTPRequestHandler):
         self._maybe_conflict(route)
         registry = self.server.context.registry
         obj, warnings = registry.patch(
-            route.kind, route.key, self._body,
-            content_type=content_type, field_validation=self._field_validation, subresource=route.subresource,
+            route.kind,
+            route.key,
+            self._body,
+            content_type=content_type,
+            field_validation=self._field_validation,
+            subresource=route.subresource,
         )
         self._send_json(200, obj, warnings)
 

@@ -72,7 +72,8 @@ class Store:
         """Objects of `kind` (in `namespace`, or all when None) sorted by key, and the store's resourceVersion."""
         with self._cond:
             items = [
-                copy.deepcopy(obj) for key, obj in sorted(self._objects.get(kind, {}).items())
+                copy.deepcopy(obj)
+                for key, obj in sorted(self._objects.get(kind, {}).items())
                 if namespace is None or key[0] == namespace
             ]
             return items, self._rv

@@ -183,8 +183,11 @@ def _node_selection(spec: JSON, path: str) -> list[FieldError]:
         chosen.append("`nodeSelector`")
         terms = spec["nodeSelector"].get("nodeSelectorTerms", []) if isinstance(spec["nodeSelector"], dict) else []
         if len(terms) != 1:
-            errs.append(invalid_value(f"{path}.nodeSelector.nodeSelectorTerms", terms,
-                                      "must have exactly one node selector term"))
+            errs.append(
+                invalid_value(
+                    f"{path}.nodeSelector.nodeSelectorTerms", terms, "must have exactly one node selector term"
+                )
+            )
     chosen += [f"`{k}`" for k in ("allNodes", "perDeviceNodeSelection") if _true_flag(spec, k, path, errs)]
     if not chosen:
         errs.append(required(path, _NODE_SELECTION))
@@ -263,8 +266,11 @@ def _attribute(attribute: JSON, path: str) -> list[FieldError]:
         if value is not None and len(value) > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH:
             errs.append(too_long(f"{path}.{key}", DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH))
     if "version" in attribute and not _SEMVER.match(attribute["version"]):
-        errs.append(invalid_value(f"{path}.version", attribute["version"],
-                                  "must be a string compatible with semver.org spec 2.0.0"))
+        errs.append(
+            invalid_value(
+                f"{path}.version", attribute["version"], "must be a string compatible with semver.org spec 2.0.0"
+            )
+        )
     count = sum(key in attribute for key in _ATTRIBUTE_VALUE_FIELDS)
     if count != 1:
         errs.append(invalid_value(path, attribute if count else "", "exactly one value must be specified"))
@@ -292,8 +298,14 @@ def _device_node_selection(device: JSON, per_device: bool, path: str) -> list[Fi
     present = [key for key in ("nodeName", "nodeSelector", "allNodes") if key in device]
     if not per_device:
         if present:
-            return [invalid_value(path, None, "`nodeName`, `nodeSelector` and `allNodes` can only be set if "
-                                              "`perDeviceNodeSelection` is set to true in the ResourceSlice spec")]
+            return [
+                invalid_value(
+                    path,
+                    None,
+                    "`nodeName`, `nodeSelector` and `allNodes` can only be set if "
+                    "`perDeviceNodeSelection` is set to true in the ResourceSlice spec",
+                )
+            ]
         return []
     errs: list[FieldError] = []
     chosen = []
@@ -307,6 +319,9 @@ def _device_node_selection(device: JSON, per_device: bool, path: str) -> list[Fi
     if "allNodes" in device and _true_flag(device, "allNodes", path, errs):
         chosen.append("`allNodes`")
     if len(chosen) != 1:
-        errs.append(required(path, _DEVICE_NODE_SELECTION) if not chosen
-                    else invalid_value(path, "{" + ", ".join(chosen) + "}", _DEVICE_NODE_SELECTION))
+        errs.append(
+            required(path, _DEVICE_NODE_SELECTION)
+            if not chosen
+            else invalid_value(path, "{" + ", ".join(chosen) + "}", _DEVICE_NODE_SELECTION)
+        )
     return errs
