@@ -19,11 +19,10 @@ from npu_plugin.deviceplugin.plugin import DevicePlugin
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import ConfigError
+from npu_plugin.handover import Handover
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
-from npu_plugin.logs import device_key
-from npu_plugin.ownership import Holders, initial_owners, next_owners, parse_device_list, partition
-from npu_plugin.podresources import list_held
+from npu_plugin.ownership import parse_device_list, partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
 
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
-HANDOVER_POLL_SECONDS = 2.0
 
 
 def run_daemon(config: Config) -> int:
@@ -85,15 +83,15 @@ class Daemon:
         self.stop = asyncio.Event()
         self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
-        self._podresources_warned = False
+        self.handover = self._handover(self.dra) if self.dra is not None else None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._log_start()
-        if self.dra is not None:
-            await self._take_ownership()
+        if self.handover is not None:
+            await self.handover.take_ownership()
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
         monitor.start_watching()
         apis = [
@@ -111,7 +109,8 @@ class Daemon:
             tasks.append(self._task(self._device_plugin().run(self.stop), "device-plugin"))
         if self.dra is not None:
             tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
-            tasks.append(self._task(self._hand_over(), "handover"))
+        if self.handover is not None:
+            tasks.append(self._task(self.handover.run(self.stop), "handover"))
         try:
             await self._until_stopped(tasks)
         finally:
@@ -132,60 +131,6 @@ class Daemon:
             facts,
             extra=facts,
         )
-
-    # ---- ownership (dra and both modes) ----
-
-    async def _holders(self) -> Holders:
-        """Who holds which device now: running containers (PodResources) and prepared claims."""
-        assert self.dra is not None
-        listed = await list_held(self.config.pod_resources_socket, self.resource_name, self.config.driver_name)
-        dra_held = await asyncio.to_thread(self.dra.preparer.held_devices)
-        if listed is not None:
-            return Holders(device_plugin=frozenset(listed[0]), dra=frozenset(dra_held | listed[1]))
-        if not self._podresources_warned:
-            self._podresources_warned = True
-            log.warning(
-                "cannot read the kubelet PodResources API at %s: %s",
-                self.config.pod_resources_socket,
-                "devices stay with the device plugin until it can be read"
-                if self.config.mode == "both"
-                else "devices that device-plugin pods still hold cannot be detected",
-            )
-        # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe side);
-        # dra mode has no device-plugin side to keep them on, and the seed manifests do not mount the socket.
-        return Holders(device_plugin=None if self.config.mode == "both" else frozenset(), dra=frozenset(dra_held))
-
-    async def _take_ownership(self) -> None:
-        for pid, owner in initial_owners(self.desired, await self._holders()).items():
-            if owner is not self.desired[pid]:
-                log.info(
-                    "device %d stays with %s until released (the partition gives it to %s)",
-                    pid,
-                    owner.value,
-                    self.desired[pid].value,
-                    extra={"device": device_key([pid])},
-                )
-            self.inventory.set_owner(pid, owner)
-
-    async def _hand_over(self) -> None:
-        """Move draining devices to their partition side as soon as nothing holds them."""
-        while not self.stop.is_set() and any(v.draining for v in self.inventory.snapshot().devices):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), HANDOVER_POLL_SECONDS)
-            if self.stop.is_set():
-                return
-            current = {v.physical_id: v.owner for v in self.inventory.snapshot().devices}
-            for pid, owner in next_owners(self.desired, current, await self._holders()).items():
-                if owner is not current[pid]:
-                    log.info(
-                        "device %d released by %s, now served by %s",
-                        pid,
-                        current[pid].value,
-                        owner.value,
-                        extra={"device": device_key([pid])},
-                    )
-                    self.inventory.set_owner(pid, owner)
-                    self.telemetry.handed_over(owner)
 
     # ---- servers ----
 
@@ -243,6 +188,18 @@ class Daemon:
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
+
+    def _handover(self, dra: DraPlugin) -> Handover:
+        return Handover(
+            inventory=self.inventory,
+            desired=self.desired,
+            pod_resources_socket=self.config.pod_resources_socket,
+            resource_name=self.resource_name,
+            driver=self.config.driver_name,
+            dra_held=dra.preparer.held_devices,
+            keeps_device_plugin_side=self.config.mode == "both",
+            on_handed_over=self.telemetry.handed_over,
+        )
 
     # ---- lifecycle ----
 

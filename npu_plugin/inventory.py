@@ -7,19 +7,12 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from npu_plugin.device import Device, Health
 from npu_plugin.logs import device_key
+from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
-
-
-class Owner(StrEnum):
-    """Which API serves a device; every device has exactly one."""
-
-    DEVICE_PLUGIN = "device-plugin"
-    DRA = "dra"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +134,12 @@ class Inventory:
     def observe(self, levels: Mapping[int, Health]) -> None:
         """One health sample; a device missing from it reads Unknown."""
         self.last_sample = time.monotonic()
-        for pid, device in list(self._devices.items()):
-            level = levels.get(pid, Health.UNKNOWN)
+        for physical_id, device in list(self._devices.items()):
+            level = levels.get(physical_id, Health.UNKNOWN)
             if level is not device.health:
-                self._devices[pid] = replace(device, health=level)
+                self._devices[physical_id] = replace(device, health=level)
             # A sample of a device whose node is gone is no evidence of health: recovery counts from its return.
-            self._trackers[pid].observe(level.healthy and pid not in self._node_missing)
+            self._trackers[physical_id].observe(level.healthy and physical_id not in self._node_missing)
         self._publish()
 
     def set_present(self, physical_id: int, present: bool) -> None:
@@ -163,13 +156,13 @@ class Inventory:
     def update_devices(self, devices: Iterable[Device]) -> None:
         """Re-discovery: refresh records, add new devices; vanished ones stay, unhealthy."""
         fresh = {d.physical_id: d for d in devices}
-        for pid, device in fresh.items():
-            if pid in self._devices:
-                self._devices[pid] = replace(device, health=self._devices[pid].health)
+        for physical_id, device in fresh.items():
+            if physical_id in self._devices:
+                self._devices[physical_id] = replace(device, health=self._devices[physical_id].health)
             else:
                 self._add(device)
-        for pid in self._devices.keys() - fresh.keys() - self._undiscovered:
-            self._trackers[pid].force_unhealthy()
+        for physical_id in self._devices.keys() - fresh.keys() - self._undiscovered:
+            self._trackers[physical_id].force_unhealthy()
         self._undiscovered = self._devices.keys() - fresh.keys()
         self._publish()
 
@@ -182,12 +175,13 @@ class Inventory:
     def _build(self) -> Snapshot:
         views = tuple(
             DeviceView(
-                device=self._devices[pid],
-                healthy=self._trackers[pid].healthy and pid not in self._node_missing | self._undiscovered,
-                owner=self._owners[pid],
-                draining=self._owners[pid] is not self._desired.get(pid, self._owners[pid]),
+                device=self._devices[physical_id],
+                healthy=self._trackers[physical_id].healthy
+                and physical_id not in self._node_missing | self._undiscovered,
+                owner=self._owners[physical_id],
+                draining=self._owners[physical_id] is not self._desired.get(physical_id, self._owners[physical_id]),
             )
-            for pid in sorted(self._devices)
+            for physical_id in sorted(self._devices)
         )
         return Snapshot(version=self._version, devices=views)
 

@@ -11,12 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
-from npu_plugin.inventory import Owner
 
 _RANGE = re.compile(r"^(\d+)-(\d+)$")
+
+
+class Owner(StrEnum):
+    """Which API serves a device; every device has exactly one."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
 
 
 def parse_device_list(text: str, devices: Sequence[Device]) -> frozenset[int]:
@@ -79,27 +86,31 @@ class Holders:
 def initial_owners(desired: Mapping[int, Owner], holders: Holders) -> dict[int, Owner]:
     """Owners at start: a device still held by one side stays there, whatever the partition says."""
     owners = {}
-    for pid, want in desired.items():
-        if pid in holders.dra:
-            owners[pid] = Owner.DRA
+    for physical_id, want in desired.items():
+        if physical_id in holders.dra:
+            owners[physical_id] = Owner.DRA
         elif holders.device_plugin is None and want is Owner.DRA:
-            owners[pid] = Owner.DEVICE_PLUGIN  # cannot tell whether a container holds it: keep it
-        elif holders.device_plugin is not None and pid in holders.device_plugin:
-            owners[pid] = Owner.DEVICE_PLUGIN
+            owners[physical_id] = Owner.DEVICE_PLUGIN  # cannot tell whether a container holds it: keep it
+        elif holders.device_plugin is not None and physical_id in holders.device_plugin:
+            owners[physical_id] = Owner.DEVICE_PLUGIN
         else:
-            owners[pid] = want
+            owners[physical_id] = want
     return owners
 
 
 def next_owners(desired: Mapping[int, Owner], current: Mapping[int, Owner], holders: Holders) -> dict[int, Owner]:
     """Draining devices that nothing holds any more move to their desired owner."""
     owners = dict(current)
-    for pid, owner in current.items():
-        want = desired[pid]
+    for physical_id, owner in current.items():
+        want = desired[physical_id]
         if owner is want:
             continue
-        if (
-            owner is Owner.DEVICE_PLUGIN and holders.device_plugin is not None and pid not in holders.device_plugin
-        ) or (owner is Owner.DRA and pid not in holders.dra):
-            owners[pid] = want
+        released_by_device_plugin = (
+            owner is Owner.DEVICE_PLUGIN
+            and holders.device_plugin is not None
+            and physical_id not in holders.device_plugin
+        )
+        released_by_dra = owner is Owner.DRA and physical_id not in holders.dra
+        if released_by_device_plugin or released_by_dra:
+            owners[physical_id] = want
     return owners

@@ -11,7 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from npu_plugin.inventory import Owner, Snapshot
+from npu_plugin.inventory import Snapshot
+from npu_plugin.ownership import Owner
 
 if TYPE_CHECKING:
     from npu_plugin.healthcheck import HealthService

@@ -17,8 +17,9 @@ from npu_plugin.cdi import qualified_name
 from npu_plugin.device import id_prefix, parse_dp_id
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError, quoted
-from npu_plugin.inventory import DeviceView, Inventory, Owner, Snapshot
+from npu_plugin.inventory import DeviceView, Inventory, Snapshot
 from npu_plugin.logs import device_key
+from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
 from npu_plugin.topology import preferred_allocation
 

@@ -26,7 +26,8 @@ from npu_plugin.dra.checkpoint import (
 from npu_plugin.dra.claims import ClaimDevice, claim_devices
 from npu_plugin.edits import HostLayout
 from npu_plugin.errors import ClaimError, NpuPluginError, clipped, quoted
-from npu_plugin.inventory import Owner, Snapshot
+from npu_plugin.inventory import Snapshot
+from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
 # The checkpoint is the durable record (fsync'd); CDI files are derived from it: written atomically but not

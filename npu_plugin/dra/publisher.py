@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 from npu_plugin.backoff import retry_forever
 from npu_plugin.dra.slices import SliceSettings, build_slices, slice_specs
 from npu_plugin.errors import KubeApiError
-from npu_plugin.inventory import Inventory, Owner, Snapshot
+from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.kube import KubeClient
+from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
 
 log = logging.getLogger(__name__)

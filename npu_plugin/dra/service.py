@@ -18,7 +18,8 @@ from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.dra.preparer import ClaimRef, Preparer
-from npu_plugin.inventory import Inventory, Owner, Snapshot
+from npu_plugin.inventory import Inventory, Snapshot
+from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ import pytest
 from npu_plugin.device import Health
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.errors import AllocationError
-from npu_plugin.inventory import Inventory, Owner
+from npu_plugin.inventory import Inventory
+from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices
 
 

@@ -13,7 +13,8 @@ from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.preparer import ClaimRef, Preparer, PrepareResult
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import KubeApiError
-from npu_plugin.inventory import Inventory, Owner
+from npu_plugin.inventory import Inventory
+from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices
 from tests.cdi_validation import assert_valid_cdi
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npu_plugin.errors import ConfigError
-from npu_plugin.inventory import Owner
-from npu_plugin.ownership import Holders, initial_owners, next_owners, parse_device_list, partition
+from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners, parse_device_list, partition
 from npu_plugin.profiles import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")

@@ -22,8 +22,8 @@ from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.dra.slices import SliceSettings, slice_specs
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import AllocationError
-from npu_plugin.inventory import Inventory, Owner
-from npu_plugin.ownership import Holders, initial_owners, next_owners, partition
+from npu_plugin.inventory import Inventory
+from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners, partition
 from npu_plugin.profiles import profile_devices
 
 DEVICES = profile_devices("atlas-800t-a2")

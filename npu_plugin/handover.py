@@ -1,0 +1,100 @@
+"""The handover workflow of dra and both modes: who holds what now, owners at start, draining devices moved.
+
+The rules are the pure functions of `ownership.py`; this component feeds them what the kubelet's
+PodResources API and the DRA checkpoint say is held, and applies their answers to the inventory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from npu_plugin.inventory import Inventory
+from npu_plugin.logs import device_key
+from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners
+from npu_plugin.podresources import list_held
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 2.0
+
+
+class Handover:
+    """Decides owners at start (`take_ownership`) and moves draining devices while `run` runs.
+
+    `keeps_device_plugin_side` is true in both mode: there, a device whose holders cannot be read stays
+    with the device plugin. In dra mode there is no device-plugin side to keep it on.
+    """
+
+    def __init__(
+        self,
+        *,
+        inventory: Inventory,
+        desired: Mapping[int, Owner],
+        pod_resources_socket: Path,
+        resource_name: str,
+        driver: str,
+        dra_held: Callable[[], set[int]],
+        keeps_device_plugin_side: bool,
+        on_handed_over: Callable[[Owner], None] = lambda _owner: None,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self._inventory, self._desired = inventory, desired
+        self._socket, self._resource_name, self._driver = pod_resources_socket, resource_name, driver
+        self._dra_held, self._keeps_device_plugin_side = dra_held, keeps_device_plugin_side
+        self._on_handed_over, self._poll_seconds = on_handed_over, poll_seconds
+        self._warned = False
+
+    async def holders(self) -> Holders:
+        """Who holds which device now: running containers (PodResources) and prepared claims."""
+        listed = await list_held(self._socket, self._resource_name, self._driver)
+        dra_held = await asyncio.to_thread(self._dra_held)
+        if listed is not None:
+            return Holders(device_plugin=frozenset(listed[0]), dra=frozenset(dra_held | listed[1]))
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "cannot read the kubelet PodResources API at %s: %s",
+                self._socket,
+                "devices stay with the device plugin until it can be read"
+                if self._keeps_device_plugin_side
+                else "devices that device-plugin pods still hold cannot be detected",
+            )
+        # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe side);
+        # dra mode has no device-plugin side to keep them on, and the seed manifests do not mount the socket.
+        return Holders(device_plugin=None if self._keeps_device_plugin_side else frozenset(), dra=frozenset(dra_held))
+
+    async def take_ownership(self) -> None:
+        """Owners at start: a device still held by one side stays there until released."""
+        for physical_id, owner in initial_owners(self._desired, await self.holders()).items():
+            if owner is not self._desired[physical_id]:
+                log.info(
+                    "device %d stays with %s until released (the partition gives it to %s)",
+                    physical_id,
+                    owner.value,
+                    self._desired[physical_id].value,
+                    extra={"device": device_key([physical_id])},
+                )
+            self._inventory.set_owner(physical_id, owner)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Move draining devices to their partition side as soon as nothing holds them; ends when none drains."""
+        while not stop.is_set() and any(v.draining for v in self._inventory.snapshot().devices):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._poll_seconds)
+            if stop.is_set():
+                return
+            current = {v.physical_id: v.owner for v in self._inventory.snapshot().devices}
+            for physical_id, owner in next_owners(self._desired, current, await self.holders()).items():
+                if owner is not current[physical_id]:
+                    log.info(
+                        "device %d released by %s, now served by %s",
+                        physical_id,
+                        current[physical_id].value,
+                        owner.value,
+                        extra={"device": device_key([physical_id])},
+                    )
+                    self._inventory.set_owner(physical_id, owner)
+                    self._on_handed_over(owner)
