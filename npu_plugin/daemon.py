@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend
+from npu_plugin.cdi.files import write_static_spec
 from npu_plugin.config import Config, check_directories
 from npu_plugin.device import Device, resource_name_for
-from npu_plugin.deviceplugin.cdi import write_static_spec
 from npu_plugin.deviceplugin.plugin import DevicePlugin
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import HostLayout, probe_host

@@ -67,9 +67,32 @@ def container_edits(layout: HostLayout, physical_ids: Iterable[int]) -> Containe
     """Env, device nodes and mounts for these devices (pure)."""
     ids = sorted(set(physical_ids))
     env = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
-    nodes: tuple[DeviceNode, ...] = ()
-    if layout.injection is Injection.NODES:
-        names = [f"davinci{i}" for i in ids] + list(layout.common_nodes)
-        nodes = tuple(DeviceNode(f"{layout.dev_root.rstrip('/')}/{n}", f"/dev/{n}") for n in names)
-    mounts = tuple(Mount(path, path) for path in layout.driver_mounts)
-    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)
+    nodes = _device_nodes(layout, [f"davinci{i}" for i in ids] + list(layout.common_nodes))
+    return ContainerEdits(env=env, device_nodes=nodes, mounts=_driver_mounts(layout))
+
+
+def split_edits(layout: HostLayout, physical_ids: Iterable[int]) -> tuple[dict[int, ContainerEdits], ContainerEdits]:
+    """`container_edits` in parts a runtime can combine: each device's own node, and the common part
+    (shared nodes, driver mounts) that any set of devices needs once (pure).
+
+    Neither part carries ASCEND_VISIBLE_DEVICES: several devices injected together would overwrite
+    each other's value, so whoever combines them sets it for the whole set.
+    """
+    per_device = {
+        physical_id: ContainerEdits(env=(), device_nodes=_device_nodes(layout, [f"davinci{physical_id}"]), mounts=())
+        for physical_id in physical_ids
+    }
+    common = ContainerEdits(
+        env=(), device_nodes=_device_nodes(layout, list(layout.common_nodes)), mounts=_driver_mounts(layout)
+    )
+    return per_device, common
+
+
+def _device_nodes(layout: HostLayout, names: list[str]) -> tuple[DeviceNode, ...]:
+    if layout.injection is not Injection.NODES:
+        return ()
+    return tuple(DeviceNode(f"{layout.dev_root.rstrip('/')}/{n}", f"/dev/{n}") for n in names)
+
+
+def _driver_mounts(layout: HostLayout) -> tuple[Mount, ...]:
+    return tuple(Mount(path, path) for path in layout.driver_mounts)

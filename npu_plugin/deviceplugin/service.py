@@ -13,7 +13,7 @@ import grpc
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from npu_plugin.cdi import qualified_name
+from npu_plugin.cdi.spec import static_cdi_id
 from npu_plugin.device import id_prefix, parse_dp_id
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError, quoted
@@ -151,7 +151,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             except AllocationError as error:
                 log.warning("Allocate refused: %s", error, extra={"error": str(error)})
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
-            cdi = [qualified_name(self._cdi_driver, f"npu-{i}") for i in sorted(ids)] if self._cdi_driver else []
+            cdi = [static_cdi_id(self._cdi_driver, i) for i in sorted(ids)] if self._cdi_driver else []
             responses.append(container_response(container_edits(self._layout, ids), cdi))
             log.info("allocated devices %s", ",".join(container.devices_ids), extra={"device": device_key(ids)})
         self._on_allocate(time.perf_counter() - started, len(responses))

@@ -15,7 +15,7 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.atomic import make_directories
-from npu_plugin.cdi import CDI_DIR_MODE
+from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher

@@ -11,10 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_plugin.atomic import remove_file, remove_leftovers, write_atomic
-from npu_plugin.cdi import spec_bytes
+from npu_plugin.atomic import remove_leftovers
+from npu_plugin.cdi.files import (
+    claim_spec_files,
+    claim_spec_path,
+    remove_claim_spec,
+    remove_claim_spec_leftovers,
+    write_claim_spec,
+)
+from npu_plugin.cdi.spec import claim_cdi_id
 from npu_plugin.device import parse_dra_name
-from npu_plugin.dra.cdi_claims import claim_cdi_id, claim_spec, claim_spec_path
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -30,10 +36,6 @@ from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
-# The checkpoint is the durable record (fsync'd); CDI files are derived from it: written atomically but not
-# fsync'd. After a power loss, start-up removes files without a completed entry and the kubelet's next
-# Prepare rewrites the others, so an fsync there would only buy latency.
-CDI_DURABLE = False
 # Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 _DNS_LABELISH = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -192,11 +194,10 @@ class Preparer:
 
     def _complete(self, ref: ClaimRef, checkpoint: Checkpoint) -> PrepareResult:
         entry = checkpoint.claims[ref.uid]
-        spec = claim_spec(self.driver, ref.uid, requests_of(entry.devices), self.layout)
-        path = claim_spec_path(self.cdi_root, self.driver, ref.uid)
         try:
-            write_atomic(path, spec_bytes(spec), durable=CDI_DURABLE)
+            write_claim_spec(self.cdi_root, self.driver, ref.uid, requests_of(entry.devices), self.layout)
         except OSError as error:
+            path = claim_spec_path(self.cdi_root, self.driver, ref.uid)
             if entry.state == PREPARE_STARTED:
                 del checkpoint.claims[ref.uid]
             log.error("cannot write CDI spec %s: %s", path, error, extra={"claim": ref.label})  # noqa: TRY400
@@ -224,7 +225,7 @@ class Preparer:
         with self.locked() as checkpoint:
             forgotten = False
             for ref in valid:
-                remove_file(claim_spec_path(self.cdi_root, self.driver, ref.uid), durable=CDI_DURABLE)
+                remove_claim_spec(self.cdi_root, self.driver, ref.uid)
                 if checkpoint.claims.pop(ref.uid, None) is not None:
                     forgotten = True
                     log.info(
@@ -249,14 +250,13 @@ class Preparer:
                 del checkpoint.claims[uid]
             if interrupted:
                 self.store.save(checkpoint)
-            prefix = f"{self.driver}-claim_"
-            for path in self.cdi_root.glob(f"{prefix}*.json"):
-                if path.name.removeprefix(prefix).removesuffix(".json") not in checkpoint.claims:
+            for uid, path in claim_spec_files(self.cdi_root, self.driver).items():
+                if uid not in checkpoint.claims:
                     log.info("removing orphaned CDI spec %s", path)
-                    remove_file(path, durable=CDI_DURABLE)
+                    remove_claim_spec(self.cdi_root, self.driver, uid)
             # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
             for path in [
-                *remove_leftovers(self.cdi_root, f"{prefix}*.json"),
+                *remove_claim_spec_leftovers(self.cdi_root, self.driver),
                 *remove_leftovers(self.store.path.parent, self.store.path.name),
             ]:
                 log.info("removed %s, left half-written by a crash", path)

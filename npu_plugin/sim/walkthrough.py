@@ -23,6 +23,7 @@ import grpc
 import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
+from npu_plugin.cdi.files import claim_spec_path
 from npu_plugin.config import check_backend_args, config_from_args
 from npu_plugin.daemon import Daemon
 from npu_plugin.device import Device, Health, resource_name_for
@@ -296,7 +297,7 @@ class Walkthrough:
                 raise StepFailedError(prepared.error)
             for device in prepared.devices:
                 self.report.show(f"{device.device_name}: CDI {', '.join(device.cdi_device_ids) or '-'}")
-            spec_file = self.paths.cdi / f"{DRIVER}-claim_{ref.uid}.json"
+            spec_file = claim_spec_path(self.paths.cdi, DRIVER, ref.uid)
             self.report.show(f"{spec_file.name}:")
             self.report.show(json.dumps(json.loads(spec_file.read_text()), indent=2))
         with self.report.step("NodeUnprepareResources"):

@@ -1,4 +1,4 @@
-"""cdi.py and dra/cdi_claims.py: CDI rendering, the lowest cdiVersion, per-claim specs — all validated."""
+"""cdi/: CDI names, rendering, the lowest cdiVersion, the static and per-claim specs, their files — all validated."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.cdi import CdiDevice, cdi_kind, minimum_version, qualified_name, render_spec, spec_bytes
-from npu_plugin.dra.cdi_claims import cdi_device_name, claim_cdi_id, claim_spec, claim_spec_path
+from npu_plugin.cdi.files import claim_spec_path, static_spec_path
+from npu_plugin.cdi.spec import (
+    CdiDevice,
+    cdi_kind,
+    claim_cdi_id,
+    claim_device_name,
+    claim_spec,
+    minimum_version,
+    qualified_name,
+    render_spec,
+    spec_bytes,
+    static_cdi_id,
+)
 from npu_plugin.edits import DRIVER_MOUNTS, ContainerEdits, DeviceNode, HostLayout, Injection, Mount, container_edits
 from tests.cdi_validation import assert_valid_cdi, cdi_problems
 
@@ -93,9 +104,11 @@ def test_rendered_edits_use_cdi_field_names() -> None:
 def test_names_and_ids() -> None:
     assert cdi_kind(DRIVER) == "npu.huawei.com/npu"
     assert qualified_name(DRIVER, "npu-3") == "npu.huawei.com/npu=npu-3"
-    assert cdi_device_name("u-1", "train") == "u-1-train"
+    assert static_cdi_id(DRIVER, 3) == "npu.huawei.com/npu=npu-3"
+    assert claim_device_name("u-1", "train") == "u-1-train"
     assert claim_cdi_id(DRIVER, "u-1", "train") == "npu.huawei.com/npu=u-1-train"
     assert claim_spec_path(Path("/var/run/cdi"), DRIVER, "u-1") == Path("/var/run/cdi/npu.huawei.com-claim_u-1.json")
+    assert static_spec_path(Path("/var/run/cdi"), DRIVER) == Path("/var/run/cdi/npu.huawei.com-device-plugin.json")
 
 
 LAYOUTS = {

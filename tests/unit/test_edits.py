@@ -15,6 +15,7 @@ from npu_plugin.edits import (
     Mount,
     container_edits,
     probe_host,
+    split_edits,
 )
 
 COMMON = ("davinci_manager", "devmm_svm", "hisi_hdc")
@@ -80,3 +81,22 @@ def test_probe_host_mounts_only_existing_driver_paths_and_only_when_asked(tmp_pa
     existing = tuple(p for p in DRIVER_MOUNTS if Path(p).exists())
     assert probe_host(tmp_path, Injection.NODES, mount_driver=True).driver_mounts == existing
     assert probe_host(tmp_path, Injection.NODES, mount_driver=False).driver_mounts == ()
+
+
+@pytest.mark.parametrize(
+    "host",
+    [layout(), layout(Injection.RUNTIME), layout(common=(), mounts=DRIVER_MOUNTS), layout(mounts=DRIVER_MOUNTS)],
+    ids=["nodes", "runtime", "mounts-only", "nodes-and-mounts"],
+)
+@pytest.mark.parametrize("ids", [[3], [3, 1], []], ids=["one", "two", "none"])
+def test_split_edits_are_container_edits_in_parts_without_the_env(host: HostLayout, ids: list[int]) -> None:
+    per_device, common = split_edits(host, ids)
+    whole = container_edits(host, ids)
+    assert set(per_device) == set(ids)
+    assert not common.env and all(not part.env and not part.mounts for part in per_device.values())
+    if ids:
+        parts = [per_device[i] for i in sorted(ids)]
+        assert tuple(n for part in [*parts, common] for n in part.device_nodes) == whole.device_nodes
+        assert common.mounts == whole.mounts
+    if host.injection is Injection.NODES:
+        assert [n.container_path for i in ids for n in per_device[i].device_nodes] == [f"/dev/davinci{i}" for i in ids]

@@ -1,0 +1,149 @@
+"""CDI names and specs: the static spec of the device plugin and the per-claim specs of DRA (pure).
+
+Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`; a claim's spec names
+one per request, `<claimUID>-<request>`, exposing exactly that request's NPUs. Each spec carries the
+lowest cdiVersion its content needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NotRequired, TypedDict
+
+from npu_plugin.device import Device, dra_name
+from npu_plugin.edits import ContainerEdits, HostLayout, container_edits, split_edits
+
+CDI_CLASS = "npu"
+
+
+class DeviceNodeSpec(TypedDict):
+    path: str
+    hostPath: NotRequired[str]
+    permissions: str
+
+
+class MountSpec(TypedDict):
+    hostPath: str
+    containerPath: str
+    type: str
+    options: list[str]
+
+
+class EditsSpec(TypedDict, total=False):
+    env: list[str]
+    deviceNodes: list[DeviceNodeSpec]
+    mounts: list[MountSpec]
+
+
+class DeviceSpec(TypedDict):
+    name: str
+    containerEdits: EditsSpec
+
+
+class CdiSpec(TypedDict):
+    cdiVersion: str
+    kind: str
+    devices: list[DeviceSpec]
+    containerEdits: NotRequired[EditsSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class CdiDevice:
+    name: str
+    edits: ContainerEdits
+
+
+def cdi_kind(driver: str) -> str:
+    return f"{driver}/{CDI_CLASS}"
+
+
+def qualified_name(driver: str, device: str) -> str:
+    """The id a runtime resolves: `npu.huawei.com/npu=npu-3`."""
+    return f"{cdi_kind(driver)}={device}"
+
+
+def static_cdi_id(driver: str, physical_id: int) -> str:
+    """The static spec's id of one NPU, which Allocate returns: `npu.huawei.com/npu=npu-3`."""
+    return qualified_name(driver, dra_name(physical_id))
+
+
+def claim_device_name(claim_uid: str, request: str) -> str:
+    return f"{claim_uid}-{request}"
+
+
+def claim_cdi_id(driver: str, claim_uid: str, request: str) -> str:
+    return qualified_name(driver, claim_device_name(claim_uid, request))
+
+
+def render_edits(edits: ContainerEdits) -> EditsSpec:
+    rendered: EditsSpec = {}
+    if edits.env:
+        rendered["env"] = [f"{key}={value}" for key, value in edits.env]
+    if edits.device_nodes:
+        rendered["deviceNodes"] = [
+            {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
+            if n.host_path != n.container_path
+            else {"path": n.container_path, "permissions": n.permissions}
+            for n in edits.device_nodes
+        ]
+    if edits.mounts:
+        rendered["mounts"] = [
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "type": "bind",
+                "options": ["ro" if m.read_only else "rw", "nosuid", "nodev", "rbind"],
+            }
+            for m in edits.mounts
+        ]
+    return rendered
+
+
+def render_spec(driver: str, devices: Sequence[CdiDevice], common: ContainerEdits | None = None) -> CdiSpec:
+    """A CDI spec of kind `<driver>/npu`; `common` edits apply once whenever any device is injected."""
+    spec: CdiSpec = {
+        "cdiVersion": "",
+        "kind": cdi_kind(driver),
+        "devices": [{"name": d.name, "containerEdits": render_edits(d.edits)} for d in devices],
+    }
+    if common is not None and (shared := render_edits(common)):
+        spec["containerEdits"] = shared
+    spec["cdiVersion"] = minimum_version(spec)
+    return spec
+
+
+def minimum_version(spec: CdiSpec) -> str:
+    """Lowest CDI version for these features, following the CDI library's own rules:
+    0.5.0 for a device node hostPath or a device name not starting with a letter, 0.4.0 for a
+    mount type; 0.3.0 otherwise. Podman 4.3 and containerd 1.7 read up to 0.5.0.
+    """
+    edits = [d["containerEdits"] for d in spec["devices"]] + [spec.get("containerEdits", EditsSpec())]
+    if any(not d["name"][:1].isalpha() for d in spec["devices"]) or any(
+        "hostPath" in node for e in edits for node in e.get("deviceNodes", [])
+    ):
+        return "0.5.0"
+    if any("type" in mount for e in edits for mount in e.get("mounts", [])):
+        return "0.4.0"
+    return "0.3.0"
+
+
+def static_spec(driver: str, layout: HostLayout, devices: Sequence[Device]) -> CdiSpec:
+    """The device plugin's spec: one CDI device per NPU holding only its own device node; common nodes and
+    mounts are spec-wide. Allocate sets ASCEND_VISIBLE_DEVICES in `envs` for the whole set."""
+    per_device, common = split_edits(layout, [d.physical_id for d in devices])
+    return render_spec(driver, [CdiDevice(d.dra_name, per_device[d.physical_id]) for d in devices], common)
+
+
+def claim_spec(driver: str, claim_uid: str, requests: Mapping[str, Sequence[int]], layout: HostLayout) -> CdiSpec:
+    """A claim's spec with a device per request whose edits expose exactly that request's NPUs."""
+    devices = [
+        CdiDevice(claim_device_name(claim_uid, request), container_edits(layout, physical_ids))
+        for request, physical_ids in sorted(requests.items())
+    ]
+    return render_spec(driver, devices)
+
+
+def spec_bytes(spec: CdiSpec) -> bytes:
+    return (json.dumps(spec, indent=2, sort_keys=False) + "\n").encode()
