@@ -7,9 +7,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from npu_plugin.atomic import write_atomic
+from npu_plugin.device import parse_dra_name
 from npu_plugin.errors import CheckpointError, quoted
 
 log = logging.getLogger(__name__)
@@ -18,18 +19,44 @@ PREPARE_STARTED, PREPARE_COMPLETED = "PrepareStarted", "PrepareCompleted"
 _STATES = (PREPARE_STARTED, PREPARE_COMPLETED)
 
 
+class DeviceJson(TypedDict):
+    requestNames: list[str]
+    poolName: str
+    deviceName: str
+    physicalId: NotRequired[int]  # absent in checkpoints written before it was recorded
+    cdiDeviceIds: list[str]
+
+
+class ClaimJson(TypedDict):
+    namespace: str
+    name: str
+    state: str
+    devices: list[DeviceJson]
+
+
+class CheckpointJson(TypedDict):
+    version: int
+    bootId: str
+    claims: dict[str, ClaimJson]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedDevice:
+    """One device prepared for a claim: the request it serves, its name in the slice, the NPU behind it, and the
+    CDI ids the kubelet passes to the runtime (on the first device of each request only)."""
+
     request_names: tuple[str, ...]
     pool_name: str
     device_name: str
+    physical_id: int
     cdi_device_ids: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DeviceJson:
         return {
             "requestNames": list(self.request_names),
             "poolName": self.pool_name,
             "deviceName": self.device_name,
+            "physicalId": self.physical_id,
             "cdiDeviceIds": list(self.cdi_device_ids),
         }
 
@@ -37,11 +64,13 @@ class PreparedDevice:
     def from_json(cls, raw: Any) -> PreparedDevice:
         if not isinstance(raw, dict):
             raise CheckpointError(f"malformed device entry {quoted(raw)}")
+        device_name = _string(raw, "deviceName")
         return cls(
-            _strings(raw, "requestNames"),
-            _string(raw, "poolName"),
-            _string(raw, "deviceName"),
-            _strings(raw, "cdiDeviceIds"),
+            request_names=_strings(raw, "requestNames"),
+            pool_name=_string(raw, "poolName"),
+            device_name=device_name,
+            physical_id=_physical_id(raw, device_name),
+            cdi_device_ids=_strings(raw, "cdiDeviceIds"),
         )
 
 
@@ -59,6 +88,19 @@ def _strings(raw: dict[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _physical_id(raw: dict[str, Any], device_name: str) -> int:
+    """The recorded physical id; an entry from before it was recorded has it only in its device name."""
+    if "physicalId" not in raw:
+        legacy = parse_dra_name(device_name)
+        if legacy is None:
+            raise CheckpointError(f"malformed device entry {quoted(raw)}: no physicalId and not named npu-<id>")
+        return legacy
+    value = raw["physicalId"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CheckpointError(f"malformed device entry {quoted(raw)}: physicalId is not a non-negative integer")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimEntry:
     namespace: str
@@ -66,7 +108,7 @@ class ClaimEntry:
     state: str
     devices: tuple[PreparedDevice, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ClaimJson:
         return {
             "namespace": self.namespace,
             "name": self.name,
@@ -99,7 +141,7 @@ class Checkpoint:
     claims: dict[str, ClaimEntry] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        document = {
+        document: CheckpointJson = {
             "version": VERSION,
             "bootId": self.boot_id,
             "claims": {uid: entry.to_json() for uid, entry in sorted(self.claims.items())},
@@ -120,12 +162,16 @@ class Checkpoint:
             raise CheckpointError("`claims` is not an object")
         return cls(str(document.get("bootId", "")), {str(k): ClaimEntry.from_json(v) for k, v in claims.items()})
 
-    def holder_of(self, device_name: str) -> str | None:
+    def holder_of(self, physical_id: int) -> str | None:
         """UID of the claim that holds a device (prepared or being prepared)."""
         for uid, entry in self.claims.items():
-            if any(d.device_name == device_name for d in entry.devices):
+            if any(d.physical_id == physical_id for d in entry.devices):
                 return uid
         return None
+
+    def held_devices(self) -> set[int]:
+        """Physical ids that claims hold (prepared or being prepared)."""
+        return {d.physical_id for entry in self.claims.values() for d in entry.devices}
 
 
 class CheckpointStore:

@@ -20,7 +20,6 @@ from npu_plugin.cdi.files import (
     write_claim_spec,
 )
 from npu_plugin.cdi.spec import claim_cdi_id
-from npu_plugin.device import parse_dra_name
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -77,16 +76,22 @@ def prepared_devices(driver: str, uid: str, devices: Sequence[ClaimDevice]) -> t
     for device in devices:
         cdi = () if device.request in seen else (claim_cdi_id(driver, uid, device.request),)
         seen.add(device.request)
-        result.append(PreparedDevice((device.request,), device.pool, device.device, cdi))
+        result.append(
+            PreparedDevice(
+                request_names=(device.request,),
+                pool_name=device.pool,
+                device_name=device.device,
+                physical_id=device.physical_id,
+                cdi_device_ids=cdi,
+            )
+        )
     return tuple(result)
 
 
 def requests_of(devices: Sequence[PreparedDevice]) -> dict[str, list[int]]:
     requests: dict[str, list[int]] = {}
     for device in devices:
-        physical_id = parse_dra_name(device.device_name)
-        if physical_id is not None:
-            requests.setdefault(device.request_names[0], []).append(physical_id)
+        requests.setdefault(device.request_names[0], []).append(device.physical_id)
     return requests
 
 
@@ -184,7 +189,7 @@ class Preparer:
                 return f"owned by {view.owner.value}, not DRA"
             if view.draining:
                 return "being handed over to the device plugin (--dra-devices); it takes no new claims"
-            holder = checkpoint.holder_of(view.device.dra_name)
+            holder = checkpoint.holder_of(physical_id)
             if holder is not None and holder != ref.uid:
                 return f"already prepared for claim {holder}"
             return None
@@ -266,5 +271,4 @@ class Preparer:
         if not self._lock_path.parent.is_dir():
             return set()
         with self.locked() as checkpoint:
-            names = {d.device_name for entry in checkpoint.claims.values() for d in entry.devices}
-        return {pid for name in names if (pid := parse_dra_name(name)) is not None}
+            return checkpoint.held_devices()

@@ -93,6 +93,7 @@ def test_checkpoint_records_prepared_claims(
                             "requestNames": ["npu"],
                             "poolName": NODE,
                             "deviceName": "npu-0",
+                            "physicalId": 0,
                             "cdiDeviceIds": [f"{DRIVER}/npu={claim.uid}-npu"],
                         }
                     ],

@@ -19,11 +19,20 @@ from npu_plugin.dra.checkpoint import (
 )
 from npu_plugin.errors import CheckpointError
 
-DEVICE = PreparedDevice(("npu",), "node-a", "npu-1", ("npu.huawei.com/npu=u1-npu",))
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoint"
+
+
+def device(name: str, physical_id: int, cdi: tuple[str, ...] = (), request: str = "npu") -> PreparedDevice:
+    return PreparedDevice(
+        request_names=(request,), pool_name="node-a", device_name=name, physical_id=physical_id, cdi_device_ids=cdi
+    )
+
+
+DEVICE = device("npu-1", 1, ("npu.huawei.com/npu=u1-npu",))
 CHECKPOINT = Checkpoint(
     "boot-1",
     {
-        "u1": ClaimEntry("ns", "one", PREPARE_COMPLETED, (DEVICE, PreparedDevice(("npu",), "node-a", "npu-2", ()))),
+        "u1": ClaimEntry("ns", "one", PREPARE_COMPLETED, (DEVICE, device("npu-2", 2))),
         "u0": ClaimEntry("ns", "zero", PREPARE_STARTED, ()),
     },
 )
@@ -41,8 +50,27 @@ def test_the_document_shape() -> None:
         "requestNames": ["npu"],
         "poolName": "node-a",
         "deviceName": "npu-1",
+        "physicalId": 1,
         "cdiDeviceIds": ["npu.huawei.com/npu=u1-npu"],
     }
+
+
+def test_a_checkpoint_written_before_physical_ids_were_recorded_loads_with_them() -> None:
+    """The exact bytes the previous release wrote: device entries carry only `npu-<id>` names."""
+    loaded = Checkpoint.from_bytes((FIXTURES / "v1-names-only.json").read_bytes())
+    assert loaded.boot_id == "6c3f0e2a-5b1d-4f7e-9a8c-2d4b6e8f0a1c"
+    train = loaded.claims["7f1d2c3b-aaaa-4bbb-8ccc-0123456789ab"]
+    assert train.state == PREPARE_COMPLETED
+    assert [(d.request_names, d.device_name, d.physical_id) for d in train.devices] == [
+        (("train",), "npu-4", 4),
+        (("train",), "npu-5", 5),
+        (("infer",), "npu-12", 12),
+    ]
+    assert train.devices[0].cdi_device_ids == ("npu.huawei.com/npu=7f1d2c3b-aaaa-4bbb-8ccc-0123456789ab-train",)
+    assert loaded.claims["0a9b8c7d-1111-4222-8333-444455556666"].state == PREPARE_STARTED
+    assert loaded.held_devices() == {0, 4, 5, 12}
+    # Saved again, the entries gain the field and nothing else changes.
+    assert Checkpoint.from_bytes(loaded.to_bytes()) == loaded
 
 
 GOOD_DEVICE = {"requestNames": ["npu"], "poolName": "p", "deviceName": "npu-0", "cdiDeviceIds": []}
@@ -80,6 +108,10 @@ def claims_with(**fields: Any) -> bytes:
         (claims_with(devices=[{**GOOD_DEVICE, "requestNames": "npu"}]), "requestNames is not a list of strings"),
         (claims_with(devices=[{**GOOD_DEVICE, "cdiDeviceIds": [1]}]), "cdiDeviceIds is not a list of strings"),
         (claims_with(devices=[{**GOOD_DEVICE, "poolName": None}]), "poolName is not a string"),
+        (claims_with(devices=[{**GOOD_DEVICE, "physicalId": "0"}]), "physicalId is not a non-negative integer"),
+        (claims_with(devices=[{**GOOD_DEVICE, "physicalId": -1}]), "physicalId is not a non-negative integer"),
+        (claims_with(devices=[{**GOOD_DEVICE, "physicalId": True}]), "physicalId is not a non-negative integer"),
+        (claims_with(devices=[{**GOOD_DEVICE, "deviceName": "gpu-0"}]), "no physicalId and not named npu-<id>"),
         (claims_with(name=3), "malformed claim entry"),
         (claims_with(namespace=None), "malformed claim entry"),
     ],
@@ -91,8 +123,8 @@ def test_anything_else_is_refused(data: bytes, reason: str) -> None:
 
 
 def test_holder_of() -> None:
-    assert CHECKPOINT.holder_of("npu-2") == "u1"
-    assert CHECKPOINT.holder_of("npu-3") is None
+    assert CHECKPOINT.holder_of(2) == "u1"
+    assert CHECKPOINT.holder_of(3) is None
 
 
 def test_store_saves_atomically_and_loads(tmp_path: Path) -> None:
