@@ -13,6 +13,9 @@ NpuPluginError                 anything this program reports to a user without a
 └── MigrateError               a manifest cannot be rewritten (names document and container)
 """
 
+import errno
+import os
+
 ERROR_QUOTE_LIMIT = 100
 
 
@@ -25,6 +28,19 @@ def clipped(text: str) -> str:
 def quoted(value: object) -> str:
     """`repr(value)`, clipped."""
     return clipped(repr(value))
+
+
+def describe_os_error(error: OSError, path: object = None) -> str:
+    """An OSError as one line naming the path and what the errno means:
+    `/var/lib/npu/checkpoint.json: Is a directory (EISDIR)`. `path` overrides the error's own file name
+    (which may be a temporary file or missing)."""
+    where = path if path is not None else error.filename
+    if path is None and error.filename2 is not None:
+        where = f"{error.filename} -> {error.filename2}"
+    code = errno.errorcode.get(error.errno) if error.errno is not None else None
+    meaning = error.strerror or (os.strerror(error.errno) if error.errno is not None else str(error))
+    text = f"{meaning} ({code})" if code else meaning
+    return f"{where}: {text}" if where is not None else text
 
 
 class NpuPluginError(Exception):
