@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from npu_plugin.backends.npusmi_parse import (
+    MappingRow,
     TopologyMatrix,
     build_devices,
     hccs_peers,
@@ -34,6 +35,9 @@ _HINTS = (
 class NpuSmiBackend:
     """Discovery and health through `npu-smi info`, `info -m` and `info -t topo`.
 
+    Only `info` is required: without `info -m` or `info -t topo` discovery goes on with what `info`
+    alone tells, and says once what was missing.
+
     Each call runs npu-smi afresh in its own process group, killed whole when it overruns `timeout`.
     `dev_root`, when given, is listed for davinciN nodes so that hosts whose npu-smi prints no
     physical id get them from the nodes present (see npusmi_parse).
@@ -49,11 +53,12 @@ class NpuSmiBackend:
         self._physical_ids: dict[tuple[int, int], int] = {}
         self._by_logic_id: dict[int, int] = {}
         self._sampling_fails = False
+        self._reported_missing: set[str] = set()
 
     def discover(self) -> list[Device]:
         """Every die npu-smi lists; raises BackendError (NpuSmiParseError for unreadable output)."""
         info = parse_info(self._run("info"))
-        mapping = parse_mapping(self._run("info", "-m"))
+        mapping = self._mapping()
         devices = build_devices(info, mapping, self._device_nodes())
         self.topology = self._topology()
         self._physical_ids = {(d.card_id, d.chip_id): d.physical_id for d in devices}
@@ -92,13 +97,30 @@ class NpuSmiBackend:
     def close(self) -> None:
         """Nothing to release: no npu-smi process outlives the call that started it."""
 
+    def _mapping(self) -> list[MappingRow] | None:
+        # Some npu-smi versions and products answer "This command is not supported on this device".
+        try:
+            return parse_mapping(self._run("info", "-m"))
+        except BackendError as error:
+            self._missing("info -m", "logic ids follow the order of `npu-smi info`", error, logging.WARNING)
+            return None
+
     def _topology(self) -> TopologyMatrix | None:
         # 310/310P hosts answer "does not support querying topo"; devices are usable without it.
         try:
             return parse_topology(self._run("info", "-t", "topo"))
         except BackendError as error:
-            log.info("no HCCS topology from npu-smi: %s", error, extra={"error": str(error)})
+            self._missing(
+                "info -t topo", "no HCCS topology; groups follow the chip family's layout", error, logging.INFO
+            )
             return None
+
+    def _missing(self, query: str, consequence: str, error: BackendError, level: int) -> None:
+        """Log an auxiliary query's failure once per backend, not on every discovery."""
+        if query not in self._reported_missing:
+            self._reported_missing.add(query)
+            message = "`npu-smi %s` gave nothing usable, so %s: %s"
+            log.log(level, message, query, consequence, error, extra={"error": str(error)})
 
     def _device_nodes(self) -> list[int] | None:
         if self.dev_root is None:

@@ -11,6 +11,9 @@ Physical ids (the N of /dev/davinciN) are taken, in order of trust, from:
    that sees every device they *are* the physical ids. When only some nodes are visible (a container
    given davinci3..6 sees logic ids 0..3), pass the davinci numbers actually present as `device_nodes`
    and logic ids are matched to them in that same ascending order.
+
+Without `info -m` (some npu-smi versions and products answer it "not supported"), logic ids are the
+dies' positions in `info` order, which is the driver's own order; rules 1 and 3 still apply.
 """
 
 from __future__ import annotations
@@ -300,15 +303,19 @@ def hccs_peers(topo: TopologyMatrix) -> dict[int, frozenset[int]]:
 
 
 def build_devices(
-    info: Sequence[InfoRow], mapping: Sequence[MappingRow], device_nodes: Collection[int] | None = None
+    info: Sequence[InfoRow], mapping: Sequence[MappingRow] | None, device_nodes: Collection[int] | None = None
 ) -> list[Device]:
     """Devices from `info` rows and `info -m` rows, sorted by physical id (rule in the module docstring).
 
+    `mapping` None: `info -m` gave nothing, so each die's logic id is its position in `info`.
     `device_nodes`: the N of every /dev/davinciN present, when the caller listed them; used only when
     npu-smi prints no physical id at all. topology_group is left empty for the inventory to derive.
     """
-    chips = _index_mapping(mapping)
-    matched = [(row, _mapping_for(row, chips)) for row in info]
+    if mapping is None:
+        matched = [(row, _mapping_from_info(row, position)) for position, row in enumerate(info)]
+    else:
+        chips = _index_mapping(mapping)
+        matched = [(row, _mapping_for(row, chips)) for row in info]
     from_logic = _logic_to_physical([m.logic_id for _, m in matched], device_nodes)
     devices = [_device(row, chip, from_logic) for row, chip in matched]
     _check_unique(devices)
@@ -329,6 +336,11 @@ def _mapping_for(row: InfoRow, chips: dict[tuple[int, int], MappingRow]) -> Mapp
         missing = f"NPU {row.card_id} chip {row.chip_id} (npu-smi info line {row.line})"
         raise _fail("info -m", None, f"has no row for {missing}")
     return chip
+
+
+def _mapping_from_info(row: InfoRow, position: int) -> MappingRow:
+    """Stands in for a die's `info -m` row: logic id in `info` order; the physical id comes from `info`."""
+    return MappingRow(row.card_id, row.chip_id, position, row.chip_name, None, row.line)
 
 
 def _logic_to_physical(logic_ids: list[int], device_nodes: Collection[int] | None) -> dict[int, int]:

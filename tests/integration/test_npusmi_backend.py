@@ -74,6 +74,64 @@ def test_a_host_without_topology_still_discovers(tmp_path: Path) -> None:
     assert backend.topology is None
 
 
+NOT_SUPPORTED = "This command is not supported on this device\n"
+
+
+def unsupported(npu_smi: Path, name: str) -> None:
+    """Make the fake answer one query the way npu-smi does on products without it: a message, exit 1."""
+    (npu_smi.parent / f"{name}.txt").write_text(NOT_SUPPORTED)
+    (npu_smi.parent / f"{name}.status").write_text("1")
+
+
+@pytest.mark.parametrize(
+    ("info", "mapping", "ids"),
+    [
+        ("910b3-x8.info.txt", "910b3-x8.mapping.txt", [(n, n, n, 0) for n in range(8)]),
+        ("910c-x16.info.txt", "910c-x16.mapping.txt", [(n, n, n // 2, n % 2) for n in range(16)]),
+        ("910c-container.info.txt", "910c-container.mapping.txt", [(4, 0, 2, 0), (5, 1, 2, 1)]),
+        ("310p3-duo-x2.info.txt", "310p3-duo-x2.mapping.txt", [(0, 0, 1, 0), (1, 1, 1, 1), (2, 2, 3, 0), (3, 3, 3, 1)]),
+    ],
+)
+def test_discovery_without_info_m_or_topology_uses_info_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, info: str, mapping: str, ids: list[tuple[int, int, int, int]]
+) -> None:
+    with_mapping = NpuSmiBackend(str(fake_npu_smi(tmp_path / "full", info, mapping))).discover()
+    npu_smi = fake_npu_smi(tmp_path / "bare", info, mapping, "910b3-x8.topo.txt")
+    unsupported(npu_smi, "mapping")
+    unsupported(npu_smi, "topo")
+    backend = NpuSmiBackend(str(npu_smi))
+
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi"):
+        first, second = backend.discover(), backend.discover()
+
+    assert first == second == with_mapping
+    assert [(d.physical_id, d.logic_id, d.card_id, d.chip_id) for d in first] == ids
+    assert backend.topology is None
+    assert backend.hccs_peers() == {}
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "`npu-smi info -m` gave nothing usable" in m]) == 1
+    assert len([m for m in said if "`npu-smi info -t topo` gave nothing usable" in m]) == 1
+    assert any("logic ids follow the order of `npu-smi info`" in m and NOT_SUPPORTED.strip() in m for m in said)
+
+
+def test_topology_without_info_m_is_read_by_logic_ids_in_info_order(b3: Path) -> None:
+    unsupported(b3, "mapping")
+    backend = NpuSmiBackend(str(b3))
+    backend.discover()
+    assert backend.hccs_peers() == {n: frozenset(set(range(8)) - {n}) for n in range(8)}
+
+
+def test_unreadable_info_m_output_is_no_reason_to_fail(b3: Path) -> None:
+    (b3.parent / "mapping.txt").write_text("Usage: npu-smi info [-m]\n")
+    assert [d.physical_id for d in NpuSmiBackend(str(b3)).discover()] == list(range(8))
+
+
+def test_info_itself_failing_still_fails_discovery(b3: Path) -> None:
+    unsupported(b3, "info")
+    with pytest.raises(BackendError, match="This command is not supported on this device"):
+        NpuSmiBackend(str(b3)).discover()
+
+
 def test_dev_root_nodes_give_physical_ids_when_npu_smi_prints_none(b3: Path, tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()

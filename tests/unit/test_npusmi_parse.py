@@ -184,6 +184,18 @@ def test_printed_physical_ids_win_over_device_nodes() -> None:
     assert [d.physical_id for d in devices] == [4, 5]
 
 
+@pytest.mark.parametrize(("info", "mapping"), sorted(DEVICES))
+def test_without_a_mapping_info_alone_gives_the_same_devices(info: str, mapping: str) -> None:
+    """Every fixture host's `info -m` numbers logic ids in `info` order, so `info` alone agrees with it."""
+    rows = parse_info(fixture(info))
+    assert build_devices(rows, None) == build_devices(rows, parse_mapping(fixture(mapping)))
+
+
+def test_without_a_mapping_device_nodes_still_give_physical_ids() -> None:
+    devices = build_devices(parse_info(fixture("910b3-x8.info.txt")), None, device_nodes=range(3, 11))
+    assert [(d.card_id, d.logic_id, d.physical_id) for d in devices] == [(n, n, n + 3) for n in range(8)]
+
+
 def _lines(name: str, keep: int) -> str:
     return "\n".join(fixture(name).splitlines()[:keep]) + "\n"
 
