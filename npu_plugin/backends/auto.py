@@ -1,9 +1,8 @@
-"""Choose the discovery backend (`--backend auto`: DCMI, else npu-smi, else a clear error)."""
+"""Choose the discovery backend (`--backend auto`: DCMI if it discovers, else npu-smi, else a clear error)."""
 
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,15 +31,29 @@ def open_backend(
         return _dcmi(dcmi_library)
     if kind == "npu-smi":
         return _npu_smi(npu_smi, dev_root)
-    tried: list[str] = []
     try:
-        return _dcmi(dcmi_library)
+        return _working(_dcmi(dcmi_library))
     except BackendError as error:
-        tried.append(f"dcmi: {error}")
-    if shutil.which(npu_smi):
-        return _npu_smi(npu_smi, dev_root)
-    tried.append(f"npu-smi: {npu_smi!r} not found on PATH")
-    raise BackendError("no NPU discovery backend is available; tried " + "; ".join(tried))
+        dcmi_failure = str(error)
+    log.warning("giving up DCMI, using npu-smi: %s", dcmi_failure, extra={"error": dcmi_failure})
+    try:
+        return _working(_npu_smi(npu_smi, dev_root))
+    except BackendError as error:
+        raise BackendError(f"no NPU discovery backend works; dcmi: {dcmi_failure}; npu-smi: {error}") from None
+
+
+def _working(backend: Backend) -> Backend:
+    """`backend` once a discovery through it succeeded; closed and the error raised otherwise.
+
+    DCMI fails late as often as early: the library loads, then dcmi_init or enumeration answers an
+    error (-8005 in a container without /dev/davinci_manager, -8255 on chips the API does not serve).
+    """
+    try:
+        backend.discover()
+    except BackendError:
+        backend.close()
+        raise
+    return backend
 
 
 def _dcmi(library: str | None) -> Backend:

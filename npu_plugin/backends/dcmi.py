@@ -9,9 +9,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 
 from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.device import Device, Health, device_type_for_chip
+from npu_plugin.backends.driver_version import DRIVER_VERSION_FILE, read_driver_version
+from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, DcmiError
 from npu_plugin.logs import device_key
 
@@ -34,11 +36,19 @@ class _Slot:
 
 
 @dataclass(frozen=True, slots=True)
+class _Chip:
+    """What a die's chip calls tell: npu-smi's chip name and the family."""
+
+    name: str
+    device_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Probe:
     """What discovery learnt about one die before chip names are settled."""
 
     slot: _Slot
-    chip_name: str | None
+    chip: _Chip | None
     ai_core: int | None
     memory: int
     pci_bus_id: str | None
@@ -46,12 +56,17 @@ class _Probe:
 
 
 class DcmiBackend:
-    """NPUs as the DCMI library reports them; one instance owns one loaded library."""
+    """NPUs as the DCMI library reports them; one instance owns one loaded library.
+
+    `driver_version_file` is read for the driver version when the library has no
+    dcmi_get_driver_version (dcmi_get_dcmi_version is the library's own version, not the driver's).
+    """
 
     name = "dcmi"
 
-    def __init__(self, library: str | None = None) -> None:
+    def __init__(self, library: str | None = None, *, driver_version_file: Path = DRIVER_VERSION_FILE) -> None:
         self._library = library or DEFAULT_LIBRARY
+        self._driver_version_file = driver_version_file
         self._funcs = _bind(_load(self._library), self._library)
         self._card_list_call = next(call for call in abi.CARD_LIST_CALLS if call in self._funcs)
         self._lock = threading.Lock()
@@ -147,21 +162,51 @@ class DcmiBackend:
     # ---- per-device details; a failure leaves the field at its default ----
 
     def _probe(self, slot: _Slot) -> _Probe:
-        chip_name, ai_core = self._chip(slot)
+        chip, ai_core = self._chip(slot)
         health = self._sampled_health(slot)
-        return _Probe(slot, chip_name, ai_core, self._memory(slot), self._bus_id(slot), health)
+        return _Probe(slot, chip, ai_core, self._memory(slot), self._bus_id(slot), health)
 
-    def _chip(self, slot: _Slot) -> tuple[str | None, int | None]:
+    def _chip(self, slot: _Slot) -> tuple[_Chip | None, int | None]:
+        """Chip name and family; like mind-cluster's devmanager, the v2 call first (its npu_name is the
+        real model where the v1 call says plain `Ascend910`), the v1 call when v2 is missing or fails,
+        and an A3 board id overriding both."""
+        answer = self._chip_info_v2(slot) or self._chip_info_v1(slot)
+        if answer is None:
+            return None, None
+        name, npu_name, ai_core = answer
+        try:
+            device_type = abi.device_type_from(name, npu_name, self._board_id(slot))
+        except ValueError as err:
+            log.warning("DCMI reported an unknown chip for %s: %s", slot, err, extra=_about(slot, str(err)))
+            return None, ai_core or None
+        return _Chip(name, device_type), ai_core or None
+
+    def _chip_info_v2(self, slot: _Slot) -> tuple[str, str, int] | None:
+        if "dcmi_get_device_chip_info_v2" not in self._funcs:
+            return None
+        info = abi.ChipInfoV2()
+        code = self._call("dcmi_get_device_chip_info_v2", slot.card_id, slot.device_index, ctypes.byref(info))
+        if code != abi.DCMI_OK:
+            log.debug("DCMI dcmi_get_device_chip_info_v2 failed for %s with error code %d; trying v1", slot, code)
+            return None
+        name = abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name))
+        return name, abi.decode_c_string(bytes(info.npu_name)), info.aicore_cnt
+
+    def _chip_info_v1(self, slot: _Slot) -> tuple[str, str, int] | None:
         info = abi.ChipInfo()
         code = self._call("dcmi_get_device_chip_info", slot.card_id, slot.device_index, ctypes.byref(info))
         if code != abi.DCMI_OK:
             _warn_optional("dcmi_get_device_chip_info", slot, code)
-            return None, None
-        name = abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name))
-        if not _known_chip(name):
-            log.warning("DCMI reported unknown chip name %r for %s", name, slot, extra=_about(slot))
-            return None, info.aicore_cnt or None
-        return name, info.aicore_cnt or None
+            return None
+        return abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name)), "", info.aicore_cnt
+
+    def _board_id(self, slot: _Slot) -> int | None:
+        info = abi.BoardInfo()
+        code = self._call("dcmi_get_device_board_info", slot.card_id, slot.device_index, ctypes.byref(info))
+        if code != abi.DCMI_OK:
+            log.debug("DCMI dcmi_get_device_board_info failed for %s with error code %d", slot, code)
+            return None
+        return int(info.board_id)
 
     def _memory(self, slot: _Slot) -> int:
         hbm = abi.HbmInfo()
@@ -210,14 +255,19 @@ class DcmiBackend:
         return health
 
     def _driver_version(self) -> str | None:
+        """dcmi_get_driver_version, else the driver's version file; never the DCMI library's own version."""
         buffer = ctypes.create_string_buffer(abi.VERSION_BUFFER_LEN)
-        for call in abi.VERSION_CALLS:
-            code = self._call(call, buffer, abi.VERSION_BUFFER_LEN)
-            if code == abi.DCMI_OK:
-                return abi.decode_c_string(buffer.raw) or None
-            if code != abi.DCMI_ERR_CODE_NOT_SUPPORT:
-                log.warning("DCMI %s failed with error code %d", call, code, extra={"error": f"error code {code}"})
-        return None
+        code = self._call("dcmi_get_driver_version", buffer, abi.VERSION_BUFFER_LEN)
+        if code == abi.DCMI_OK and (version := abi.decode_c_string(buffer.raw)):
+            return version
+        if code not in (abi.DCMI_OK, abi.DCMI_ERR_CODE_NOT_SUPPORT):
+            log.warning(
+                "DCMI dcmi_get_driver_version failed with error code %d; reading %s",
+                code,
+                self._driver_version_file,
+                extra={"error": f"error code {code}"},
+            )
+        return read_driver_version(self._driver_version_file)
 
     # ---- topology ----
 
@@ -275,14 +325,6 @@ def _bind(lib: ctypes.CDLL, library: str) -> dict[str, Callable[..., int]]:
     return funcs
 
 
-def _known_chip(name: str) -> bool:
-    try:
-        device_type_for_chip(name)
-    except ValueError:
-        return False
-    return True
-
-
 def _warn_optional(call: str, slot: _Slot, code: int) -> None:
     log.warning(
         "DCMI %s failed for %s with error code %d; leaving it unset",
@@ -309,27 +351,28 @@ def _reject_duplicates(slots: Iterable[_Slot]) -> None:
 
 
 def _settle_chip_names(probes: list[_Probe], driver: str | None) -> list[Device]:
-    """Devices whose chip info failed take the node's most common chip name (nodes are homogeneous)."""
-    names = Counter(probe.chip_name for probe in probes if probe.chip_name)
-    if probes and not names:
+    """Devices whose chip info failed take the node's most common chip (nodes are homogeneous)."""
+    chips = Counter(probe.chip for probe in probes if probe.chip)
+    if probes and not chips:
         raise BackendError("DCMI reported no known chip name for any device")
-    fallback = names.most_common(1)[0][0] if names else ""
     devices = []
     for probe in sorted(probes, key=lambda p: p.slot.physical_id):
-        if probe.chip_name is None:
+        chip = probe.chip
+        if chip is None:
+            chip = chips.most_common(1)[0][0]
             log.warning(
-                "assuming chip %s for %s, like the other devices", fallback, probe.slot, extra=_about(probe.slot)
+                "assuming chip %s for %s, like the other devices", chip.name, probe.slot, extra=_about(probe.slot)
             )
-        devices.append(_device(probe, probe.chip_name or fallback, driver))
+        devices.append(_device(probe, chip, driver))
     return devices
 
 
-def _device(probe: _Probe, chip_name: str, driver: str | None) -> Device:
+def _device(probe: _Probe, chip: _Chip, driver: str | None) -> Device:
     slot = probe.slot
     return Device(
         physical_id=slot.physical_id,
-        chip_name=chip_name,
-        device_type=device_type_for_chip(chip_name),
+        chip_name=chip.name,
+        device_type=chip.device_type,
         logic_id=slot.logic_id,
         card_id=slot.card_id,
         chip_id=slot.device_index,

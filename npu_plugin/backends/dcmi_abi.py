@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from npu_plugin.device import Health
+from npu_plugin.device import Health, device_type_for_chip
 
 MAX_CHIP_NAME_LEN = 32
 MAX_CARD_NUM = 64
@@ -32,6 +32,11 @@ TOPO_BUTT = 9
 
 _PEER_LINKS = frozenset({TOPO_HCCS, TOPO_HCCS_SW, TOPO_SIO})
 
+# dcmi_board_info.board_id of Atlas A3 (910C) boards: A900/A9000 A3 SuperPoD bins 1-3 (0xb0-0xb2) and
+# Atlas 800I A3 (0xb3, 0xb4), as mind-cluster's devmanager lists them. Their dies answer the v1 chip call
+# with plain `Ascend910`, like a 910A.
+A3_BOARD_IDS = frozenset({0xB0, 0xB1, 0xB2, 0xB3, 0xB4})
+
 _HEALTH_CODES = {0: Health.OK, 1: Health.WARNING, 2: Health.ALARM, 3: Health.CRITICAL}
 
 
@@ -43,6 +48,29 @@ class ChipInfo(ctypes.Structure):
         ("chip_name", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
         ("chip_ver", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
         ("aicore_cnt", ctypes.c_uint),
+    ]
+
+
+class ChipInfoV2(ctypes.Structure):
+    """struct dcmi_chip_info_v2: dcmi_chip_info plus npu_name, the model on the module."""
+
+    _fields_ = [
+        ("chip_type", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("chip_name", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("chip_ver", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+        ("aicore_cnt", ctypes.c_uint),
+        ("npu_name", ctypes.c_ubyte * MAX_CHIP_NAME_LEN),
+    ]
+
+
+class BoardInfo(ctypes.Structure):
+    """struct dcmi_board_info."""
+
+    _fields_ = [
+        ("board_id", ctypes.c_uint),
+        ("pcb_id", ctypes.c_uint),
+        ("bom_id", ctypes.c_uint),
+        ("slot_id", ctypes.c_uint),
     ]
 
 
@@ -103,17 +131,17 @@ SIGNATURES: dict[str, list[type]] = {
     "dcmi_get_device_phyid_from_logicid": [ctypes.c_uint, _UINT_P],
     "dcmi_get_device_health": [_INT, _INT, _UINT_P],
     "dcmi_get_device_chip_info": [_INT, _INT, ctypes.POINTER(ChipInfo)],
+    "dcmi_get_device_chip_info_v2": [_INT, _INT, ctypes.POINTER(ChipInfoV2)],
+    "dcmi_get_device_board_info": [_INT, _INT, ctypes.POINTER(BoardInfo)],
     "dcmi_get_device_hbm_info": [_INT, _INT, ctypes.POINTER(HbmInfo)],
     "dcmi_get_device_memory_info_v3": [_INT, _INT, ctypes.POINTER(MemoryInfoV3)],
     "dcmi_get_device_pcie_info_v2": [_INT, _INT, ctypes.POINTER(PcieInfoAll)],
     "dcmi_get_topo_info_by_device_id": [_INT, _INT, _INT, _INT, _INT_P],
     "dcmi_get_driver_version": [ctypes.c_char_p, ctypes.c_uint],
-    "dcmi_get_dcmi_version": [ctypes.c_char_p, ctypes.c_uint],
 }
 
 # Older drivers export only dcmi_get_card_num_list; current ones both (mind-cluster calls either).
 CARD_LIST_CALLS = ("dcmi_get_card_list", "dcmi_get_card_num_list")
-VERSION_CALLS = ("dcmi_get_driver_version", "dcmi_get_dcmi_version")
 REQUIRED_CALLS = (
     "dcmi_init",
     "dcmi_get_device_num_in_card",
@@ -151,6 +179,22 @@ def chip_name_from(chip_type: bytes, chip_name: bytes) -> str:
     name = decode_c_string(chip_name)
     prefix = decode_c_string(chip_type) or "Ascend"
     return name[len(prefix) :] if name.lower().startswith(prefix.lower()) else name
+
+
+def device_type_from(chip_name: str, npu_name: str, board_id: int | None) -> str:
+    """Pure: a die's family, the way mind-cluster's devmanager tells it.
+
+    An A3 board id means Ascend910C whatever the chip call said; otherwise the v2 call's npu_name (the
+    real model) when it names a known chip, else the chip name. ValueError when neither is known.
+    """
+    if board_id in A3_BOARD_IDS:
+        return "Ascend910C"
+    for name in (npu_name, chip_name):
+        try:
+            return device_type_for_chip(name)
+        except ValueError:
+            continue  # e.g. an empty npu_name, or a bare product code such as `9382`
+    raise ValueError(f"unknown Ascend chip name {chip_name!r} (npu_name {npu_name!r})")
 
 
 def megabytes_to_bytes(megabytes: int) -> int:

@@ -291,12 +291,18 @@ def _topology_row(lines: list[str], index: int, label: int, count: int) -> tuple
 
 
 def hccs_peers(topo: TopologyMatrix) -> dict[int, frozenset[int]]:
-    """For each NPU label, the other labels it reaches over HCCS (`HCCS`, or `HCCS_*` on super-pods)."""
+    """For each NPU label, the other labels it reaches over HCCS (`HCCS`, or `HCCS_*` on super-pods) or
+    SIO, the on-package link between a 910C card's two dies (as the DCMI backend counts them too)."""
     peers: dict[int, frozenset[int]] = {}
     for label, links in zip(topo.labels, topo.links, strict=True):
         linked = zip(topo.labels, links, strict=True)
-        peers[label] = frozenset(o for o, link in linked if o != label and link.upper().startswith("HCCS"))
+        peers[label] = frozenset(o for o, link in linked if o != label and _is_peer_link(link))
     return peers
+
+
+def _is_peer_link(link: str) -> bool:
+    word = link.upper()
+    return word.startswith("HCCS") or word == "SIO"
 
 
 # ---------------------------------------------------------------- combining them

@@ -8,14 +8,17 @@
  *
  *   # one line per NPU die; every key but card/dev/logic/phy/chip is optional
  *   card 0 dev 0 logic 0 phy 3 chip 910B3 health 0 hbm_mb 65536 ddr_mb 0 aicore 20 bus 0000:C1:00.0
- *   driver 24.1.rc2                      # dcmi_get_driver_version / dcmi_get_dcmi_version
+ *   # chip: the v1 chip_name; npu_name: the v2 call's model; board: dcmi_get_device_board_info's board_id
+ *   card 2 dev 1 logic 5 phy 5 chip Ascend910 npu_name Ascend910_9392 board 0xb0
+ *   driver 24.1.rc2                      # dcmi_get_driver_version (no line: NOT_SUPPORT)
  *   topo_group 3 0 1 2 3 4 5 6 7         # DCMI topo type for every pair of these physical ids
  *   topo_default 1                       # type for pairs in no group (no topo line: NOT_SUPPORT)
  *   fail dcmi_init -8005                 # make a call fail everywhere ...
  *   fail dcmi_get_device_health card 0 dev 0 -8001   # ... or for one device only
  *
  * Build with -DFAKE_DCMI_LEGACY to drop the symbols older drivers lack (dcmi_get_card_list,
- * dcmi_get_driver_version): the card list is then only dcmi_get_card_num_list.
+ * dcmi_get_driver_version, dcmi_get_device_chip_info_v2): the card list is then only
+ * dcmi_get_card_num_list, the version only dcmi_get_dcmi_version (the library's own).
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@
 #define FAKE_MAX_FAILS 64
 #define FAKE_MAX_GROUPS 16
 #define FAKE_LINE_LEN 512
+#define FAKE_DCMI_LIBRARY_VERSION "7.35.23"
 
 #define DCMI_OK 0
 #define DCMI_ERROR_CODE_BASE (-8000)
@@ -46,6 +50,21 @@ struct dcmi_chip_info {
     unsigned char chip_name[MAX_CHIP_NAME_LEN];
     unsigned char chip_ver[MAX_CHIP_NAME_LEN];
     unsigned int aicore_cnt;
+};
+
+struct dcmi_chip_info_v2 {
+    unsigned char chip_type[MAX_CHIP_NAME_LEN];
+    unsigned char chip_name[MAX_CHIP_NAME_LEN];
+    unsigned char chip_ver[MAX_CHIP_NAME_LEN];
+    unsigned int aicore_cnt;
+    unsigned char npu_name[MAX_CHIP_NAME_LEN];
+};
+
+struct dcmi_board_info {
+    unsigned int board_id;
+    unsigned int pcb_id;
+    unsigned int bom_id;
+    unsigned int slot_id;
 };
 
 struct dcmi_pcie_info_all {
@@ -84,7 +103,9 @@ struct dcmi_get_memory_info_stru {
 struct fake_dev {
     int card, dev, logic, phy;
     char chip[MAX_CHIP_NAME_LEN];
-    unsigned int health;
+    char npu_name[MAX_CHIP_NAME_LEN];
+    unsigned int health, board;
+    int has_board;
     unsigned long long hbm_mb, ddr_mb;
     int has_hbm, has_ddr, has_bus;
     unsigned int aicore;
@@ -133,8 +154,13 @@ static int parse_dev_pair(struct fake_dev *d, const char *key, const char *val)
     if (strcmp(key, "hbm_mb") == 0) { d->hbm_mb = strtoull(val, NULL, 0); d->has_hbm = 1; return 0; }
     if (strcmp(key, "ddr_mb") == 0) { d->ddr_mb = strtoull(val, NULL, 0); d->has_ddr = 1; return 0; }
     if (strcmp(key, "bus") == 0) { return parse_bus(val, d); }
+    if (strcmp(key, "board") == 0) { d->board = (unsigned int)strtoul(val, NULL, 0); d->has_board = 1; return 0; }
     if (strcmp(key, "chip") == 0) {
         snprintf(d->chip, sizeof(d->chip), "%s", val);
+        return 0;
+    }
+    if (strcmp(key, "npu_name") == 0) {
+        snprintf(d->npu_name, sizeof(d->npu_name), "%s", val);
         return 0;
     }
     return -1;
@@ -460,6 +486,43 @@ int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info 
     return DCMI_OK;
 }
 
+#ifndef FAKE_DCMI_LEGACY
+/* The v1 fields as dcmi_get_device_chip_info fills them, plus npu_name (empty unless configured). */
+int dcmi_get_device_chip_info_v2(int card_id, int device_id, struct dcmi_chip_info_v2 *chip_info)
+{
+    const struct fake_dev *d;
+    int ret = enter_dev("dcmi_get_device_chip_info_v2", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    memset(chip_info, 0, sizeof(*chip_info));
+    snprintf((char *)chip_info->chip_type, MAX_CHIP_NAME_LEN, "%s", "Ascend");
+    snprintf((char *)chip_info->chip_name, MAX_CHIP_NAME_LEN, "%s", d->chip);
+    snprintf((char *)chip_info->chip_ver, MAX_CHIP_NAME_LEN, "%s", "V1");
+    snprintf((char *)chip_info->npu_name, MAX_CHIP_NAME_LEN, "%s", d->npu_name);
+    chip_info->aicore_cnt = d->aicore;
+    return DCMI_OK;
+}
+#endif
+
+int dcmi_get_device_board_info(int card_id, int device_id, struct dcmi_board_info *board_info)
+{
+    const struct fake_dev *d;
+    int ret = enter_dev("dcmi_get_device_board_info", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (!d->has_board) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    memset(board_info, 0, sizeof(*board_info));
+    board_info->board_id = d->board;
+    board_info->slot_id = (unsigned int)card_id;
+    return DCMI_OK;
+}
+
 int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *hbm_info)
 {
     const struct fake_dev *d;
@@ -556,26 +619,24 @@ int dcmi_get_topo_info_by_device_id(int card_id1, int device_id1, int card_id2, 
     return DCMI_OK;
 }
 
-static int version(const char *call, char *buf, size_t len)
+#ifndef FAKE_DCMI_LEGACY
+int dcmi_get_driver_version(char *driver_ver, unsigned int len)
 {
-    int ret = enter(call, -1, -1);
+    int ret = enter("dcmi_get_driver_version", -1, -1);
 
     if (ret != DCMI_OK) {
         return ret;
     }
-    return g_host.has_driver ? copy_string(buf, len, g_host.driver) : DCMI_ERR_CODE_NOT_SUPPORT;
-}
-
-#ifndef FAKE_DCMI_LEGACY
-int dcmi_get_driver_version(char *driver_ver, unsigned int len)
-{
-    return version("dcmi_get_driver_version", driver_ver, len);
+    return g_host.has_driver ? copy_string(driver_ver, len, g_host.driver) : DCMI_ERR_CODE_NOT_SUPPORT;
 }
 #endif
 
+/* The library's own version, which is not the driver's: npu-plugin must never report it. */
 int dcmi_get_dcmi_version(char *dcmi_ver, unsigned int len)
 {
-    return version("dcmi_get_dcmi_version", dcmi_ver, len);
+    int ret = enter("dcmi_get_dcmi_version", -1, -1);
+
+    return ret != DCMI_OK ? ret : copy_string(dcmi_ver, len, FAKE_DCMI_LIBRARY_VERSION);
 }
 
 /* ---- not DCMI: lets tests compare ctypes layouts with this compiler's ---- */
@@ -590,6 +651,12 @@ long fake_dcmi_layout(const char *structure, const char *field)
     FAKE_SIZE(dcmi_chip_info);
     FAKE_LAYOUT(dcmi_chip_info, chip_name);
     FAKE_LAYOUT(dcmi_chip_info, aicore_cnt);
+    FAKE_SIZE(dcmi_chip_info_v2);
+    FAKE_LAYOUT(dcmi_chip_info_v2, aicore_cnt);
+    FAKE_LAYOUT(dcmi_chip_info_v2, npu_name);
+    FAKE_SIZE(dcmi_board_info);
+    FAKE_LAYOUT(dcmi_board_info, board_id);
+    FAKE_LAYOUT(dcmi_board_info, slot_id);
     FAKE_SIZE(dcmi_pcie_info_all);
     FAKE_LAYOUT(dcmi_pcie_info_all, domain);
     FAKE_LAYOUT(dcmi_pcie_info_all, bdf_busid);

@@ -7,9 +7,7 @@ import ctypes.util
 import logging
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -19,101 +17,13 @@ from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.dcmi import DcmiBackend
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, DcmiError
+from tests.integration.fake_hardware import FakeDie, FakeHost
 
 GIB = 1 << 30
-SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
-CONFIG_ENV = "FAKE_DCMI_CONFIG"
-
-
-class CompilerMissingError(RuntimeError):
-    """gcc is needed to build the fake DCMI library."""
-
-
-def build(out_dir: Path, *, legacy: bool = False) -> Path:
-    """Compile fake_dcmi.c into out_dir/libdcmi.so; legacy drops the symbols old drivers lack."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise CompilerMissingError("gcc not found on PATH: the DCMI backend tests compile a fake libdcmi.so")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    library = out_dir / "libdcmi.so"
-    flags = ["-DFAKE_DCMI_LEGACY"] if legacy else []
-    command = [gcc, "-Wall", "-Wextra", "-Werror", "-O1", "-shared", "-fPIC", *flags, "-o", str(library)]
-    result = subprocess.run([*command, str(SOURCE)], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"building the fake libdcmi.so failed:\n{result.stderr}")
-    return library
-
-
-@dataclass
-class FakeDie:
-    """One `card ...` line of the fake's config."""
-
-    card: int
-    dev: int
-    logic: int
-    phy: int
-    chip: str = "910B3"
-    health: int = 0
-    hbm_mb: int | None = 65536
-    ddr_mb: int | None = None
-    aicore: int = 20
-    bus: str | None = None
-
-    def line(self) -> str:
-        words = [f"card {self.card} dev {self.dev} logic {self.logic} phy {self.phy} chip {self.chip}"]
-        words.append(f"health {self.health} aicore {self.aicore}")
-        if self.hbm_mb is not None:
-            words.append(f"hbm_mb {self.hbm_mb}")
-        if self.ddr_mb is not None:
-            words.append(f"ddr_mb {self.ddr_mb}")
-        if self.bus is not None:
-            words.append(f"bus {self.bus}")
-        return " ".join(words)
-
-
-@dataclass
-class FakeHost:
-    """The whole config file: dies, driver version, topology and injected failures."""
-
-    dies: list[FakeDie]
-    driver: str | None = "24.1.rc2"
-    topo_groups: list[tuple[int, list[int]]] = field(default_factory=list)
-    topo_default: int | None = None
-    fails: list[str] = field(default_factory=list)
-
-    def die(self, phy: int) -> FakeDie:
-        return next(d for d in self.dies if d.phy == phy)
-
-    def render(self) -> str:
-        lines = ["# written by tests/fakedcmi", *(d.line() for d in self.dies)]
-        if self.driver is not None:
-            lines.append(f"driver {self.driver}")
-        lines += [f"topo_group {kind} {' '.join(map(str, phys))}" for kind, phys in self.topo_groups]
-        if self.topo_default is not None:
-            lines.append(f"topo_default {self.topo_default}")
-        lines += [f"fail {spec}" for spec in self.fails]
-        return "\n".join(lines) + "\n"
-
-    def write(self, path: Path) -> None:
-        path.write_text(self.render())
 
 
 class Opener(Protocol):
     def __call__(self, host: FakeHost, variant: str = "current") -> DcmiBackend: ...
-
-
-@pytest.fixture(scope="session")
-def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Both variants of the fake, compiled once per session (a missing gcc fails here, loudly)."""
-    root = tmp_path_factory.mktemp("fakedcmi")
-    return {"current": build(root / "current"), "legacy": build(root / "legacy", legacy=True)}
-
-
-@pytest.fixture
-def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "fake-dcmi.conf"
-    monkeypatch.setenv(CONFIG_ENV, str(path))
-    return path
 
 
 def _private_copy(built: Path, directory: Path) -> Path:
@@ -129,7 +39,8 @@ def open_host(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -
     def opener(host: FakeHost, variant: str = "current") -> DcmiBackend:
         host.write(config_path)
         library = _private_copy(fake_builds[variant], tmp_path / f"lib{len(opened)}")
-        opened.append(DcmiBackend(str(library)))
+        # The driver's version file is the test's, absent unless a test writes it.
+        opened.append(DcmiBackend(str(library), driver_version_file=tmp_path / "version.info"))
         return opened[-1]
 
     yield opener
@@ -147,10 +58,14 @@ def atlas_800t_a2() -> FakeHost:
 
 
 def atlas_a3_two_cards() -> FakeHost:
-    """Two 910C cards, two dies each: SIO inside a card, switched HCCS between cards."""
+    """Two 910C cards of an A3 SuperPoD (board id 0xb0), two dies each: SIO inside a card, switched HCCS
+    between cards. Like the real driver, the v1 chip call says plain `Ascend910`; only the v2 call's
+    npu_name and the board id tell the A3."""
     slots = [(card, die) for card in (3, 5) for die in (0, 1)]
     dies = [
-        FakeDie(card=card, dev=die, logic=i, phy=8 + i, chip="910_9392", aicore=24)
+        FakeDie(
+            card=card, dev=die, logic=i, phy=8 + i, chip="Ascend910", npu_name="Ascend910_9392", board=0xB0, aicore=24
+        )
         for i, (card, die) in enumerate(slots)
     ]
     groups = [(abi.TOPO_SIO, [8, 9]), (abi.TOPO_SIO, [10, 11])]
@@ -201,7 +116,7 @@ def test_discovers_910c_cards_with_two_dies(open_host: Opener) -> None:
         (11, 5, 1, 3),
     ]
     assert {d.device_type for d in devices} == {"Ascend910C"}
-    assert {d.chip_name for d in devices} == {"910_9392"}
+    assert {d.chip_name for d in devices} == {"910"}
     assert all(d.pci_bus_id is None for d in devices)
     assert backend.hccs_peers() == {phy: frozenset({8, 9, 10, 11} - {phy}) for phy in (8, 9, 10, 11)}
 
@@ -287,6 +202,7 @@ def test_failing_optional_info_leaves_defaults(open_host: Opener, caplog: pytest
     host.fails += [
         "dcmi_get_device_pcie_info_v2 card 2 dev 0 -8005",
         "dcmi_get_device_hbm_info card 3 dev 0 -8001",
+        "dcmi_get_device_chip_info_v2 card 4 dev 0 -8001",
         "dcmi_get_device_chip_info card 4 dev 0 -8001",
     ]
     with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
@@ -314,7 +230,7 @@ def test_failing_optional_info_leaves_defaults(open_host: Opener, caplog: pytest
 
 def test_no_chip_name_anywhere_is_an_error(open_host: Opener) -> None:
     host = atlas_800t_a2()
-    host.fails.append("dcmi_get_device_chip_info -8001")
+    host.fails += ["dcmi_get_device_chip_info_v2 -8001", "dcmi_get_device_chip_info -8001"]
 
     with pytest.raises(BackendError, match="chip name"):
         open_host(host).discover()
@@ -340,22 +256,63 @@ def test_enumeration_failures_raise_dcmi_error(open_host: Opener, failure: str) 
     assert (caught.value.call, caught.value.code) == (call, code)
 
 
-def test_legacy_driver_without_newer_symbols(open_host: Opener) -> None:
+def test_legacy_driver_without_newer_symbols(open_host: Opener, tmp_path: Path) -> None:
     host = atlas_a3_two_cards()
-    host.driver = "23.0.3"
     host.fails.append("dcmi_get_card_list -8005")  # would fail if it were called; legacy builds lack it
+    (tmp_path / "version.info").write_text("Version=23.0.3\nascendhal_version=7.35.19\npackage_version=23.0.3\n")
 
     devices = open_host(host, "legacy").discover()
 
     assert [d.physical_id for d in devices] == [8, 9, 10, 11]
-    assert {d.driver_version for d in devices} == {"23.0.3"}
+    assert {(d.device_type, d.chip_name, d.driver_version) for d in devices} == {("Ascend910C", "910", "23.0.3")}
 
 
-def test_driver_version_is_optional(open_host: Opener) -> None:
+def test_without_dcmi_get_driver_version_the_library_version_is_never_reported(open_host: Opener) -> None:
+    """The legacy library still answers dcmi_get_dcmi_version (its own 7.35.23); that is not the driver's."""
+    devices = open_host(atlas_800t_a2(), "legacy").discover()
+
+    assert {d.driver_version for d in devices} == {None}
+
+
+def test_driver_version_falls_back_to_the_version_file(open_host: Opener, tmp_path: Path) -> None:
+    host = atlas_800t_a2()
+    host.driver = None  # dcmi_get_driver_version answers NOT_SUPPORT
+    (tmp_path / "version.info").write_text("Version=24.1.rc3\n")
+
+    assert {d.driver_version for d in open_host(host).discover()} == {"24.1.rc3"}
+
+
+def test_driver_version_is_optional(open_host: Opener, tmp_path: Path) -> None:
     host = atlas_800t_a2()
     host.driver = None
+    (tmp_path / "version.info").write_text("package_version=24.1.rc3\n")  # no Version= line
 
     assert {d.driver_version for d in open_host(host).discover()} == {None}
+
+
+A3_CASES: list[tuple[str, str | None, int | None, list[str], str]] = [  # variant, npu_name, board, fails, type
+    ("legacy", None, 0xB0, [], "Ascend910C"),  # no v2 call: the board id tells the A3
+    ("current", "Ascend910_9392", None, [], "Ascend910C"),  # no board info: npu_name does
+    ("current", "9382", 0xB3, [], "Ascend910C"),  # a bare product code; an Atlas 800I A3 board
+    ("current", "Ascend910_9392", 0xB1, ["dcmi_get_device_chip_info_v2 -8255"], "Ascend910C"),  # v1 + board
+    ("current", None, None, [], "Ascend910"),  # a 910A box: nothing says A3
+    ("legacy", None, 0x21, [], "Ascend910"),
+]
+
+
+@pytest.mark.parametrize("case", A3_CASES)
+def test_a3_dies_are_told_by_npu_name_or_board_id(
+    open_host: Opener, case: tuple[str, str | None, int | None, list[str], str]
+) -> None:
+    variant, npu_name, board, fails, expected = case
+    host = atlas_a3_two_cards()
+    for die in host.dies:
+        die.npu_name, die.board = npu_name, board
+    host.fails += fails
+
+    devices = open_host(host, variant).discover()
+
+    assert {(d.chip_name, d.device_type, d.ai_core) for d in devices} == {("910", expected, 24)}
 
 
 def test_close_stops_using_the_library(open_host: Opener) -> None:
@@ -399,6 +356,8 @@ def test_a_library_without_dcmi_symbols_is_rejected() -> None:
     ("struct", "fields"),
     [
         (abi.ChipInfo, ("chip_name", "aicore_cnt")),
+        (abi.ChipInfoV2, ("aicore_cnt", "npu_name")),
+        (abi.BoardInfo, ("board_id", "slot_id")),
         (abi.PcieInfoAll, ("domain", "bdf_busid", "bdf_funcid")),
         (abi.HbmInfo, ("memory_usage", "bandwith_util_rate")),
         (abi.MemoryInfoV3, ("hugepagesize", "utiliza", "reserve")),
@@ -412,6 +371,8 @@ def test_ctypes_layouts_match_the_c_compiler(
     layout.restype = ctypes.c_long
     c_name = {
         abi.ChipInfo: b"dcmi_chip_info",
+        abi.ChipInfoV2: b"dcmi_chip_info_v2",
+        abi.BoardInfo: b"dcmi_board_info",
         abi.PcieInfoAll: b"dcmi_pcie_info_all",
         abi.HbmInfo: b"dcmi_hbm_info",
         abi.MemoryInfoV3: b"dcmi_get_memory_info_stru",

@@ -12,35 +12,8 @@ import pytest
 from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.device import Health
 from npu_plugin.errors import BackendError, NpuSmiParseError
-
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
-
-# Answers `info`, `info -m` and `info -t topo` from files beside it, so tests can rewrite them.
-FAKE_NPU_SMI = """#!/bin/sh
-dir=$(dirname "$0")
-case "$*" in
-  "info") name=info ;;
-  "info -m") name=mapping ;;
-  "info -t topo") name=topo ;;
-  *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
-esac
-if [ -f "$dir/$name.status" ]; then cat "$dir/$name.txt"; exit "$(cat "$dir/$name.status")"; fi
-cat "$dir/$name.txt"
-"""
-
-
-def fake_npu_smi(directory: Path, info: str, mapping: str, topo: str | None = None) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, source in (("info", info), ("mapping", mapping), ("topo", topo)):
-        if source is not None:
-            (directory / f"{name}.txt").write_text((FIXTURES / source).read_text())
-    return script(directory / "npu-smi", FAKE_NPU_SMI)
-
-
-def script(path: Path, body: str) -> Path:
-    path.write_text(body)
-    path.chmod(0o755)
-    return path
+from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
+from tests.integration.fake_hardware import fake_npu_smi, script
 
 
 @pytest.fixture

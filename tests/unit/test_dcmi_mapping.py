@@ -102,6 +102,32 @@ def test_chip_name_from(chip_type: bytes, chip_name: bytes, expected: str) -> No
 
 
 @pytest.mark.parametrize(
+    ("chip_name", "npu_name", "board_id", "expected"),
+    [
+        ("910", "", 0xB0, "Ascend910C"),  # A3 SuperPoD: the v1 call says plain Ascend910
+        ("910", "", 0xB3, "Ascend910C"),  # Atlas 800I A3
+        ("910", "9382", 0xB4, "Ascend910C"),  # a bare product code in npu_name changes nothing
+        ("910", "Ascend910_9392", None, "Ascend910C"),  # no board id: the v2 model decides
+        ("910", "910_9391", 0x21, "Ascend910C"),
+        ("910", "", None, "Ascend910"),  # a 910A
+        ("910", "9382", None, "Ascend910"),
+        ("910B3", "", 0x28, "Ascend910B"),  # A300I A2: not an A3 board
+        ("910B3", "Ascend910B3", None, "Ascend910B"),
+        ("310P3", "", None, "Ascend310P"),
+        ("", "Ascend310P3", None, "Ascend310P"),
+    ],
+)
+def test_device_type_from(chip_name: str, npu_name: str, board_id: int | None, expected: str) -> None:
+    assert abi.device_type_from(chip_name, npu_name, board_id) == expected
+
+
+@pytest.mark.parametrize(("chip_name", "npu_name"), [("", ""), ("950DT", ""), ("Ascend", "9382")])
+def test_device_type_from_rejects_unknown_chips(chip_name: str, npu_name: str) -> None:
+    with pytest.raises(ValueError, match="unknown Ascend chip name"):
+        abi.device_type_from(chip_name, npu_name, None)
+
+
+@pytest.mark.parametrize(
     ("megabytes", "expected"),
     [(0, 0), (1, 1 << 20), (65536, 64 << 30), (24576, 24 << 30)],
 )
@@ -131,12 +157,19 @@ def test_is_hccs_peer(topo: int, linked: bool) -> None:
 @pytest.mark.skipif(ctypes.sizeof(ctypes.c_long) != 8, reason="sizes below are for LP64 Linux")
 @pytest.mark.parametrize(
     ("struct", "size"),
-    [(abi.ChipInfo, 100), (abi.PcieInfoAll, 64), (abi.HbmInfo, 32), (abi.MemoryInfoV3, 112)],
+    [
+        (abi.ChipInfo, 100),
+        (abi.ChipInfoV2, 132),
+        (abi.BoardInfo, 16),
+        (abi.PcieInfoAll, 64),
+        (abi.HbmInfo, 32),
+        (abi.MemoryInfoV3, 112),
+    ],
 )
 def test_struct_sizes_match_the_header_on_lp64(struct: type[ctypes.Structure], size: int) -> None:
     assert ctypes.sizeof(struct) == size
 
 
 def test_every_required_call_has_a_signature() -> None:
-    names = {*abi.REQUIRED_CALLS, *abi.CARD_LIST_CALLS, *abi.VERSION_CALLS}
+    names = {*abi.REQUIRED_CALLS, *abi.CARD_LIST_CALLS, "dcmi_get_driver_version", "dcmi_get_device_chip_info_v2"}
     assert names <= abi.SIGNATURES.keys()

@@ -140,6 +140,17 @@ def test_parse_topology_fixture(name: str) -> None:
     assert all(topo.links[i][i] == "X" for i in range(8))
 
 
+@pytest.mark.parametrize(
+    ("link", "peer"),
+    [("HCCS", True), ("HCCS_SW", True), ("hccs", True), ("SIO", True), ("SYS", False), ("PIX", False), ("NA", False)],
+)
+def test_hccs_and_sio_links_make_peers(link: str, peer: bool) -> None:
+    topo = parse_topology(
+        f"\t   NPU0       NPU1       CPU Affinity\nNPU0   X   {link}   0-23\nNPU1   {link}   X   0-23\n"
+    )
+    assert hccs_peers(topo) == ({0: frozenset({1}), 1: frozenset({0})} if peer else {0: frozenset(), 1: frozenset()})
+
+
 def test_topology_keeps_cpu_affinity_per_npu() -> None:
     topo = parse_topology(fixture("910b3-x8.topo.txt"))
     assert topo.cpu_affinity == ("144-167", "144-167", "96-119", "96-119", "0-23", "0-23", "48-71", "48-71")

@@ -1,0 +1,188 @@
+"""Simulated Ascend hosts for the backend tests: a fake libdcmi.so (compiled from tests/fakedcmi/fake_dcmi.c)
+with its host description, and a fake `npu-smi` shell script answering from files beside it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
+CONFIG_ENV = "FAKE_DCMI_CONFIG"
+NPU_SMI_FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
+
+# Answers `info`, `info -m` and `info -t topo` from files beside it, so tests can rewrite them;
+# `<name>.status` beside `<name>.txt` makes that query exit with the status it holds.
+FAKE_NPU_SMI = """#!/bin/sh
+dir=$(dirname "$0")
+case "$*" in
+  "info") name=info ;;
+  "info -m") name=mapping ;;
+  "info -t topo") name=topo ;;
+  *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
+esac
+if [ -f "$dir/$name.status" ]; then cat "$dir/$name.txt"; exit "$(cat "$dir/$name.status")"; fi
+cat "$dir/$name.txt"
+"""
+
+
+class CompilerMissingError(RuntimeError):
+    """gcc is needed to build the fake DCMI library."""
+
+
+def build(out_dir: Path, *, legacy: bool = False) -> Path:
+    """Compile fake_dcmi.c into out_dir/libdcmi.so; legacy drops the symbols old drivers lack."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise CompilerMissingError("gcc not found on PATH: the DCMI backend tests compile a fake libdcmi.so")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / "libdcmi.so"
+    flags = ["-DFAKE_DCMI_LEGACY"] if legacy else []
+    command = [gcc, "-Wall", "-Wextra", "-Werror", "-O1", "-shared", "-fPIC", *flags, "-o", str(library)]
+    result = subprocess.run([*command, str(SOURCE)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"building the fake libdcmi.so failed:\n{result.stderr}")
+    return library
+
+
+@dataclass
+class FakeDie:
+    """One `card ...` line of the fake's config."""
+
+    card: int
+    dev: int
+    logic: int
+    phy: int
+    chip: str = "910B3"
+    health: int = 0
+    hbm_mb: int | None = 65536
+    ddr_mb: int | None = None
+    aicore: int = 20
+    bus: str | None = None
+    npu_name: str | None = None
+    board: int | None = None
+
+    def line(self) -> str:
+        words = [f"card {self.card} dev {self.dev} logic {self.logic} phy {self.phy} chip {self.chip}"]
+        words.append(f"health {self.health} aicore {self.aicore}")
+        optional = {"hbm_mb": self.hbm_mb, "ddr_mb": self.ddr_mb, "bus": self.bus, "npu_name": self.npu_name}
+        words += [f"{key} {value}" for key, value in optional.items() if value is not None]
+        if self.board is not None:
+            words.append(f"board {self.board:#x}")
+        return " ".join(words)
+
+
+@dataclass
+class FakeHost:
+    """The whole config file: dies, driver version, topology and injected failures."""
+
+    dies: list[FakeDie]
+    driver: str | None = "24.1.rc2"
+    topo_groups: list[tuple[int, list[int]]] = field(default_factory=list)
+    topo_default: int | None = None
+    fails: list[str] = field(default_factory=list)
+
+    def die(self, phy: int) -> FakeDie:
+        return next(d for d in self.dies if d.phy == phy)
+
+    def render(self) -> str:
+        lines = ["# written by tests/integration/fake_hardware.py", *(d.line() for d in self.dies)]
+        if self.driver is not None:
+            lines.append(f"driver {self.driver}")
+        lines += [f"topo_group {kind} {' '.join(map(str, phys))}" for kind, phys in self.topo_groups]
+        if self.topo_default is not None:
+            lines.append(f"topo_default {self.topo_default}")
+        lines += [f"fail {spec}" for spec in self.fails]
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.render())
+
+
+def fake_npu_smi(directory: Path, info: str, mapping: str | None = None, topo: str | None = None) -> Path:
+    """A fake npu-smi in `directory` answering with the named fixture files (tests/fixtures/npu-smi)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in (("info", info), ("mapping", mapping), ("topo", topo)):
+        if source is not None:
+            (directory / f"{name}.txt").write_text((NPU_SMI_FIXTURES / source).read_text())
+    return script(directory / "npu-smi", FAKE_NPU_SMI)
+
+
+def script(path: Path, body: str) -> Path:
+    path.write_text(body)
+    path.chmod(0o755)
+    return path
+
+
+# ---- the same host as npu-smi prints it (the A3 layout: `Chip  Phy-ID` rows, two dies per card)
+
+_HEALTH_WORDS = {0: "OK", 1: "Warning", 2: "Alarm", 3: "Critical"}
+_TOPO_WORDS = {0: "X", 1: "SYS", 2: "PHB", 3: "HCCS", 4: "PXB", 5: "PIX", 6: "SIO", 7: "HCCS_SW"}
+_RULE = "+" + "-" * 96 + "+"
+_CARD_RULE = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+"
+
+
+def _row(first: str, second: str, third: str) -> str:
+    return f"| {first:<26}| {second:<14}| {third:<51}|"
+
+
+def npu_smi_info(host: FakeHost) -> str:
+    """`npu-smi info` of an A3 host, in the layout npu-smi 24.1 prints (dies in card, then chip order)."""
+    version = host.driver or "24.1.rc3"
+    lines = [
+        _RULE,
+        f"| {f'npu-smi {version}':<33}{f'Version: {version}':<62}|",
+        "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+",
+        _row("NPU   Name", "Health", "Power(W)    Temp(C)           Hugepages-Usage(page)"),
+        _row("Chip  Phy-ID", "Bus-Id", "AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)"),
+        _CARD_RULE,
+    ]
+    dies = sorted(host.dies, key=lambda d: (d.card, d.dev))
+    for index, die in enumerate(dies):
+        power = "182.0" if die.dev == 0 else "-"
+        lines.append(
+            _row(
+                f"{die.card:<5} {die.chip}", _HEALTH_WORDS.get(die.health, "UNKNOWN"), f"{power:<11} 36{'':16}0    / 0"
+            )
+        )
+        hbm = f"3402 / {die.hbm_mb}" if die.hbm_mb is not None else "NA / NA"
+        lines.append(_row(f"{die.dev:<5} {die.phy}", die.bus or "NA", f"0           0    / 0          {hbm}"))
+        last_of_card = index + 1 == len(dies) or dies[index + 1].card != die.card
+        lines.append(_CARD_RULE if last_of_card else _RULE)
+    return "\n".join(lines) + "\n"
+
+
+def npu_smi_mapping(host: FakeHost) -> str:
+    """`npu-smi info -m` of an A3 host: TAB-led rows with a `Chip Phy-ID` column and each card's Mcu."""
+    columns = ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID", "Chip Name")
+    lines = ["\t" + "".join(f"{name:<31}" for name in columns)]
+    for card in sorted({d.card for d in host.dies}):
+        dies = sorted((d for d in host.dies if d.card == card), key=lambda d: d.dev)
+        rows = [(card, d.dev, d.logic, d.phy, d.chip) for d in dies] + [(card, len(dies), "-", "-", "Mcu")]
+        lines += ["\t" + "".join(f"{value!s:<31}" for value in row).rstrip() for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def npu_smi_topology(host: FakeHost) -> str:
+    """`npu-smi info -t topo`: the link matrix by logic id, as the fake libdcmi answers pair by pair."""
+    dies = sorted(host.dies, key=lambda d: d.logic)
+
+    def link(first: FakeDie, second: FakeDie) -> str:
+        if first is second:
+            return "X"
+        shared = (kind for kind, phys in host.topo_groups if {first.phy, second.phy} <= set(phys))
+        return _TOPO_WORDS[next(shared, host.topo_default if host.topo_default is not None else 1)]
+
+    lines = ["\t   " + "".join(f"{f'NPU{d.logic}':<11}" for d in dies) + "CPU Affinity"]
+    lines += [f"{f'NPU{a.logic}':<11}" + "".join(f"{link(a, b):<11}" for b in dies) + "0-23" for a in dies]
+    return "\n".join(lines) + "\n"
+
+
+def npu_smi_for(directory: Path, host: FakeHost) -> Path:
+    """A fake npu-smi printing `host`, the host the fake libdcmi.so simulates from the same FakeHost."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "info.txt").write_text(npu_smi_info(host))
+    (directory / "mapping.txt").write_text(npu_smi_mapping(host))
+    (directory / "topo.txt").write_text(npu_smi_topology(host))
+    return script(directory / "npu-smi", FAKE_NPU_SMI)
