@@ -470,6 +470,16 @@ int dcmi_get_device_health(int card_id, int device_id, unsigned int *health)
     return ret;
 }
 
+/* The fields dcmi_chip_info and dcmi_chip_info_v2 share. */
+static void fill_chip(const struct fake_dev *d, unsigned char *type, unsigned char *name, unsigned char *ver,
+                      unsigned int *aicore)
+{
+    snprintf((char *)type, MAX_CHIP_NAME_LEN, "%s", "Ascend");
+    snprintf((char *)name, MAX_CHIP_NAME_LEN, "%s", d->chip);
+    snprintf((char *)ver, MAX_CHIP_NAME_LEN, "%s", "V1");
+    *aicore = d->aicore;
+}
+
 int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info *chip_info)
 {
     const struct fake_dev *d;
@@ -479,10 +489,7 @@ int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info 
         return ret;
     }
     memset(chip_info, 0, sizeof(*chip_info));
-    snprintf((char *)chip_info->chip_type, MAX_CHIP_NAME_LEN, "%s", "Ascend");
-    snprintf((char *)chip_info->chip_name, MAX_CHIP_NAME_LEN, "%s", d->chip);
-    snprintf((char *)chip_info->chip_ver, MAX_CHIP_NAME_LEN, "%s", "V1");
-    chip_info->aicore_cnt = d->aicore;
+    fill_chip(d, chip_info->chip_type, chip_info->chip_name, chip_info->chip_ver, &chip_info->aicore_cnt);
     return DCMI_OK;
 }
 
@@ -497,11 +504,8 @@ int dcmi_get_device_chip_info_v2(int card_id, int device_id, struct dcmi_chip_in
         return ret;
     }
     memset(chip_info, 0, sizeof(*chip_info));
-    snprintf((char *)chip_info->chip_type, MAX_CHIP_NAME_LEN, "%s", "Ascend");
-    snprintf((char *)chip_info->chip_name, MAX_CHIP_NAME_LEN, "%s", d->chip);
-    snprintf((char *)chip_info->chip_ver, MAX_CHIP_NAME_LEN, "%s", "V1");
+    fill_chip(d, chip_info->chip_type, chip_info->chip_name, chip_info->chip_ver, &chip_info->aicore_cnt);
     snprintf((char *)chip_info->npu_name, MAX_CHIP_NAME_LEN, "%s", d->npu_name);
-    chip_info->aicore_cnt = d->aicore;
     return DCMI_OK;
 }
 #endif
