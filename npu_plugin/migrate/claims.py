@@ -15,6 +15,7 @@ from npu_plugin.migrate.workloads import Container, Workload, claim_name, contai
 SECTIONS = ("limits", "requests")
 REQUEST_NAME = "npu"  # the one device request inside each generated claim
 _DIGITS = re.compile(r"[0-9]+")
+_SLICE = re.compile(r"huawei\.com/Ascend[0-9A-Za-z]+-.+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,32 +35,62 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class ContainerClaim:
-    """One container's NPUs, planned as its own claim from its own template."""
+    """One container's NPUs, planned as its own claim from its own template (count 0: the entry just goes)."""
 
     container: Container
+    resource: str
     line: int  # body line (0-based) of the container's `<resource>:` entry
     count: int
     claim: str
     template: str
 
 
-def plan(workload: Workload, resource: str, place: Place, shared: set[int]) -> list[ContainerClaim]:
-    """The claims a workload needs, after every check; empty when no container asks for `resource`."""
+def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set[int]) -> list[ContainerClaim]:
+    """The claims a workload needs, after every check; empty when no container asks for `resources`."""
     planned: list[ContainerClaim] = []
     for container in containers(workload.pod_spec):
-        asked = _requested_count(container, resource, place)
-        if asked is None:
+        asked = {r: found for r in resources if (found := _requested_count(container, r, place)) is not None}
+        if not asked:
             continue
-        count, line = asked
-        if container.name is None:
-            raise place.error(f"asks for {resource} but has no name", line, container)
-        if workload.name is None:
-            raise place.error(f"metadata.name is needed to name the ResourceClaimTemplate for {resource}", line)
-        claim = claim_name(container.name)
-        planned.append(ContainerClaim(container, line, count, claim, template_name(workload.name, container.name)))
-        _check_editable(workload, container, place, line, shared)
-    _check_claim_names(workload.pod_spec, planned, place)
+        _check_whole_devices(container, asked, place)
+        for resource, (count, line) in asked.items():
+            if container.name is None:
+                raise place.error(f"asks for {resource} but has no name", line, container)
+            if workload.name is None:
+                raise place.error(f"metadata.name is needed to name the ResourceClaimTemplate for {resource}", line)
+            claim = claim_name(container.name)
+            template = template_name(workload.name, container.name, workload.role)
+            planned.append(ContainerClaim(container, resource, line, count, claim, template))
+            _check_editable(workload, container, place, line, shared)
+    _check_claim_names(workload.pod_spec, [item for item in planned if item.count], place)
     return planned
+
+
+def _check_whole_devices(container: Container, asked: dict[str, tuple[int, int]], place: Place) -> None:
+    """One claim of whole NPUs per container: no second NPU resource, no slice of one beside it."""
+    wanted = [resource for resource, (count, _) in asked.items() if count]
+    line = next(iter(asked.values()))[1]
+    if len(wanted) > 1:
+        detail = f"asks for {' and '.join(wanted)}; migrate one of them at a time with --resource-name"
+        raise place.error(detail, line, container)
+    slices = sorted({key for section in _sections(container) for key in section if is_slice_resource(key)})
+    if slices and wanted:
+        detail = (
+            f"asks for {wanted[0]} with the NPU slice resource {', '.join(slices)} (HAMi/vNPU); a DRA claim "
+            "gets whole NPUs, so this container cannot be migrated yet: keep it on the device plugin"
+        )
+        raise place.error(detail, line, container)
+
+
+def is_slice_resource(key: Any) -> bool:
+    """An Ascend resource that stands for part of an NPU (`huawei.com/Ascend310P-memory`, `...-core`, `...-2c`)."""
+    return isinstance(key, str) and _SLICE.fullmatch(key) is not None
+
+
+def _sections(container: Container) -> Iterator[CommentedMap]:
+    resources = container.node.get("resources")
+    if isinstance(resources, CommentedMap):
+        yield from (entries for s in SECTIONS if isinstance(entries := resources.get(s), CommentedMap))
 
 
 def _requested_count(container: Container, resource: str, place: Place) -> tuple[int, int] | None:
@@ -93,10 +124,10 @@ def _count(value: Any, what: str) -> int | str:
     """The device count, or what is wrong with it."""
     if isinstance(value, str) and _DIGITS.fullmatch(value):
         value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)
     shown = f'"{value}"' if isinstance(value, str) else "null" if value is None else str(value).lower()
-    return f"{what} must be a positive whole number, got {shown}"
+    return f"{what} must be a whole number of NPUs (0 or more), got {shown}"
 
 
 def _check_editable(workload: Workload, container: Container, place: Place, line: int, shared: set[int]) -> None:
@@ -136,19 +167,22 @@ def _names(
     yield from (entry["name"] for entry in entries if isinstance(entry, dict) and isinstance(entry.get("name"), str))
 
 
-def apply(workload: Workload, planned: Sequence[ContainerClaim], resource: str) -> None:
-    """Move each planned container from `resource` limits to its claim, and list the claims in the pod."""
+def apply(workload: Workload, planned: Sequence[ContainerClaim]) -> None:
+    """Move each planned container from its resource's limits to its claim, and list the claims in the pod."""
     for item in planned:
         resources = item.container.node["resources"]
         for section in SECTIONS:
             entries = resources.get(section)
-            if isinstance(entries, CommentedMap) and resource in entries:
-                del entries[resource]
+            if isinstance(entries, CommentedMap) and item.resource in entries:
+                del entries[item.resource]
                 if not entries:
                     del resources[section]
-        _list(resources, "claims", len(resources)).append(CommentedMap([("name", item.claim)]))
-    pod_claims = _list(workload.pod_spec, "resourceClaims", _after_containers(workload.pod_spec))
-    for item in planned:
+        if item.count:
+            _list(resources, "claims", len(resources)).append(CommentedMap([("name", item.claim)]))
+    claimed = [item for item in planned if item.count]
+    if claimed:
+        pod_claims = _list(workload.pod_spec, "resourceClaims", _after_containers(workload.pod_spec))
+    for item in claimed:
         pod_claims.append(CommentedMap([("name", item.claim), ("resourceClaimTemplateName", item.template)]))
 
 

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npu_plugin.atomic import write_atomic
 from npu_plugin.config import DNS_SUBDOMAIN, RESOURCE_NAME, matching
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.options import DEFAULT_DEVICE_CLASS, DEFAULT_RESOURCE_NAME, Options
+from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES, Options
 
 if TYPE_CHECKING:
     from npu_plugin.migrate.transform import Result
 
 STDIO = "-"
+SUFFIXES = (".yaml", ".yml", ".json")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LEFT_BEHIND = 0, 1, 2, 3
 _PROG = "npu-plugin migrate"
 
 
@@ -28,91 +31,218 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
     )
     parser.add_argument(
-        "-f", "--filename", default=STDIO, metavar="FILE", help="manifest stream to read; - for stdin (default)"
+        "-f",
+        "--filename",
+        default=STDIO,
+        metavar="FILE|DIR",
+        help="manifests to read: a file, a directory (every *.yaml, *.yml, *.json below it) or - for stdin (default -)",
     )
     parser.add_argument(
         "-o",
         "--output",
-        default=STDIO,
-        metavar="FILE",
-        help="where to write the result, replaced atomically; - for stdout (default)",
+        metavar="FILE|DIR",
+        help="where to write: a file (replaced atomically), a directory receiving the migrated copy of "
+        "-f DIR, or - for stdout (default -)",
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="rewrite the input files themselves, only those that change (default off)",
     )
     parser.add_argument(
         "--resource-name",
-        default=DEFAULT_RESOURCE_NAME,
+        action="append",
+        metavar="NAME",
         type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
-        help=f"extended resource to migrate (default {DEFAULT_RESOURCE_NAME})",
+        help=f"extended resource to migrate; repeat for several (default all of {', '.join(KNOWN_RESOURCE_NAMES)})",
     )
     parser.add_argument(
         "--device-class",
-        default=DEFAULT_DEVICE_CLASS,
+        metavar="NAME",
         type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
-        help=f"DeviceClass the generated claims ask for (default {DEFAULT_DEVICE_CLASS})",
+        help="DeviceClass every generated claim asks for (default per resource name: "
+        + ", ".join(f"{name} -> {cls}" for name, cls in RESOURCE_DEVICE_CLASSES.items())
+        + ")",
     )
     parser.add_argument(
         "--same-topology-group",
         action="store_true",
-        help="claims for more than one NPU must come from one HCCS topology group",
+        help="claims for more than one NPU must come from one HCCS topology group (default off)",
     )
     parser.add_argument(
-        "--check", action="store_true", help="write nothing; list what would change and exit 1 if anything would"
+        "--check",
+        action="store_true",
+        help="write nothing; list what would change and exit 1 if anything would or NPU requests would "
+        "be left behind (default off)",
     )
     parser.set_defaults(func=run)
 
 
+class _UsageError(Exception):
+    """Flags that do not fit together (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One input to migrate and where its result goes (None: nowhere, as with --check)."""
+
+    source: Path | None  # None: stdin
+    target: Path | None
+    to_stdout: bool = False
+    only_if_changed: bool = False
+    make_parents: bool = False  # a file of a migrated copy of a directory
+
+    @property
+    def name(self) -> str:
+        return "<stdin>" if self.source is None else str(self.source)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Migrate `args.filename` to `args.output`; 0 on success (or nothing to change with --check), else 1."""
+    """Migrate the input; 0 done, 1 error (or something to do, with --check), 2 bad flags, 3 left behind."""
     from npu_plugin.migrate.transform import migrate_text
 
-    options = Options(args.resource_name, args.device_class, args.same_topology_group)
     try:
-        result = migrate_text(_read(args.filename), options, _source(args.filename))
+        options = _options(args)
+        jobs = _jobs(args)
+    except _UsageError as error:
+        print(f"{_PROG}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    results: list[tuple[_Job, str, Result]] = []
+    try:
+        for job in jobs:
+            text = _read(job.source)
+            results.append((job, text, migrate_text(text, options, job.name)))
     except MigrateError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
-        return 1
-    for warning in result.warnings:
+        return EXIT_FAILED
+    done = [result for _, _, result in results]
+    for result in done:
+        for warning in (*result.warnings, *result.left_behind):
+            print(f"{_PROG}: warning: {warning}", file=sys.stderr)
+    for warning in _unmatched(done, options, explicit=args.resource_name is not None):
         print(f"{_PROG}: warning: {warning}", file=sys.stderr)
+    left = any(result.left_behind for result in done)
     if args.check:
-        return _report(result)
+        for result in done:
+            for change in result.changes:
+                print(f"would migrate {change}")
+        print(f"{_PROG}: {_summary(done, 'would migrate')}", file=sys.stderr)
+        return EXIT_FAILED if left or any(result.changes for result in done) else EXIT_OK
     try:
-        _write(args.output, result.text)
+        for job, text, result in results:
+            _write(job, text, result.text)
     except MigrateError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
+    print(f"{_PROG}: {_summary(done, 'migrated')}", file=sys.stderr)
+    return EXIT_LEFT_BEHIND if left else EXIT_OK
 
 
-def _report(result: Result) -> int:
-    for change in result.changes:
-        print(f"would migrate {change}")
-    return 1 if result.changes else 0
+def _options(args: argparse.Namespace) -> Options:
+    names = tuple(dict.fromkeys(args.resource_name or KNOWN_RESOURCE_NAMES))
+    options = Options(names, args.device_class, args.same_topology_group)
+    if args.device_class is None and (classless := options.classless()):
+        raise _UsageError(f"--resource-name {', '.join(classless)} has no default DeviceClass: give --device-class")
+    return options
 
 
-def _source(filename: str) -> str:
-    return "<stdin>" if filename == STDIO else filename
+def _jobs(args: argparse.Namespace) -> list[_Job]:
+    source, output, in_place = args.filename, args.output, args.in_place
+    if in_place and output is not None:
+        raise _UsageError("--in-place and -o exclude each other")
+    if source == STDIO:
+        if in_place:
+            raise _UsageError("--in-place needs -f FILE or -f DIR, not stdin")
+        return [_single(None, output, args.check)]
+    path = Path(source)
+    if not path.is_dir():
+        return [
+            _Job(path, path, only_if_changed=True) if in_place and not args.check else _single(path, output, args.check)
+        ]
+    files = _manifests(path)
+    if args.check:
+        return [_Job(file, None) for file in files]
+    if in_place:
+        return [_Job(file, file, only_if_changed=True) for file in files]
+    if output is None or output == STDIO:
+        raise _UsageError(f"-f {source} is a directory: give --in-place, or -o DIR for a migrated copy of it")
+    target = Path(output)
+    if target.exists() and not target.is_dir():
+        raise _UsageError(f"-o {output} must be a directory when -f names one")
+    return [_Job(file, target / file.relative_to(path), make_parents=True) for file in files]
 
 
-def _read(filename: str) -> str:
+def _single(source: Path | None, output: str | None, check: bool) -> _Job:
+    if check:
+        return _Job(source, None)
+    if output is None or output == STDIO:
+        return _Job(source, None, to_stdout=True)
+    return _Job(source, Path(output))
+
+
+def _manifests(directory: Path) -> list[Path]:
+    """Every manifest below `directory`, in a stable order; hidden files and directories (.git) excluded."""
+    return sorted(
+        path
+        for path in directory.rglob("*")
+        if path.suffix in SUFFIXES
+        and path.is_file()
+        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+
+
+def _unmatched(results: list[Result], options: Options, *, explicit: bool) -> list[str]:
+    """A --resource-name that matched nothing, with the Ascend names the input does ask for."""
+    matched = frozenset().union(*(result.matched for result in results))
+    seen = sorted(frozenset().union(*(result.seen for result in results)) - matched)
+    asked = f"the input asks for {', '.join(seen)}" if seen else "the input asks for no Ascend resource"
+    if explicit:
+        return [
+            f"--resource-name {name} matched nothing; {asked}" for name in options.resource_names if name not in matched
+        ]
+    if not matched and seen:
+        return [f"no container asks for {', '.join(options.resource_names)}; {asked}: choose with --resource-name"]
+    return []
+
+
+def _summary(results: list[Result], verb: str) -> str:
+    containers = sum(len(result.changes) for result in results)
+    workloads = sum(result.workloads for result in results)
+    skipped = sum(result.skipped for result in results)
+    line = f"{verb} {containers} container{_s(containers)} in {workloads} workload{_s(workloads)}"
+    return f"{line}, skipped {skipped} (see above)" if skipped else line
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def _read(source: Path | None) -> str:
+    name = "<stdin>" if source is None else str(source)
     try:
-        data = sys.stdin.buffer.read() if filename == STDIO else Path(filename).read_bytes()
+        data = sys.stdin.buffer.read() if source is None else source.read_bytes()
     except OSError as error:
-        raise MigrateError(f"cannot read {filename}: {error.strerror or error}") from None
+        raise MigrateError(f"cannot read {name}: {error.strerror or error}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise MigrateError(f"{_source(filename)}: not UTF-8 text (invalid byte at offset {error.start})") from None
+        line = data.count(b"\n", 0, error.start) + 1
+        raise MigrateError(f"{name}:{line}: not UTF-8 text (invalid byte at offset {error.start})") from None
 
 
-def _write(output: str, text: str) -> None:
-    if output == STDIO:
+def _write(job: _Job, before: str, text: str) -> None:
+    if job.to_stdout:
         _write_stdout(text)
         return
-    path = Path(output).resolve()  # replace a symlink's target, not the link
-    data = text.encode("utf-8")
+    if job.target is None or (job.only_if_changed and text == before):
+        return
+    path = job.target.resolve()  # replace a symlink's target, not the link
     try:
-        write_atomic(path, data, _mode(path))
+        if job.make_parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text.encode("utf-8"), _mode(path))
     except OSError as error:
-        raise MigrateError(f"cannot write {output}: {error.strerror or error}") from None
+        raise MigrateError(f"cannot write {job.target}: {error.strerror or error}") from None
 
 
 def _write_stdout(text: str) -> None:

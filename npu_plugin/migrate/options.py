@@ -4,18 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_RESOURCE_NAME = "huawei.com/Ascend910"
-DEFAULT_DEVICE_CLASS = "npu.huawei.com"
+# Each device-plugin resource name and the shipped DeviceClass selecting what that name could get.
+RESOURCE_DEVICE_CLASSES = {
+    "huawei.com/Ascend910": "ascend910.npu.huawei.com",
+    "huawei.com/Ascend310P": "ascend310p.npu.huawei.com",
+    "huawei.com/Ascend310": "ascend310.npu.huawei.com",
+}
+KNOWN_RESOURCE_NAMES = tuple(RESOURCE_DEVICE_CLASSES)
 # The DRA driver publishes topologyGroup under its own name, whatever the class is called.
 DEFAULT_DRIVER_NAME = "npu.huawei.com"
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    resource_name: str = DEFAULT_RESOURCE_NAME
-    device_class: str = DEFAULT_DEVICE_CLASS
+    resource_names: tuple[str, ...] = KNOWN_RESOURCE_NAMES
+    device_class: str | None = None  # one class for every resource instead of each one's own
     same_topology_group: bool = False
     driver_name: str = DEFAULT_DRIVER_NAME
+
+    def classless(self) -> list[str]:
+        """Resource names with no shipped DeviceClass (they need an explicit device_class)."""
+        return [name for name in self.resource_names if name not in RESOURCE_DEVICE_CLASSES]
+
+    def device_class_for(self, resource: str) -> str:
+        """The class a claim for `resource` asks for (callers first check `classless`)."""
+        return self.device_class or RESOURCE_DEVICE_CLASSES[resource]
 
     @property
     def topology_attribute(self) -> str | None:

@@ -13,9 +13,27 @@ from typing import Any
 
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan
+from npu_plugin.migrate.findings import (
+    Finding,
+    ascend_names,
+    left_behind,
+    mentions,
+    object_label,
+    quota_findings,
+    runtime_findings,
+)
 from npu_plugin.migrate.linemerge import merge
 from npu_plugin.migrate.options import Options
-from npu_plugin.migrate.workloads import Workload, group_kind, identity, objects, qualified, workload
+from npu_plugin.migrate.workloads import (
+    ShapeError,
+    Workload,
+    group_kind,
+    identity,
+    is_workload,
+    objects,
+    qualified,
+    workloads,
+)
 from npu_plugin.migrate.yamlstream import Document, Style, detect_style, dump, load, plain, split_documents
 
 _TEMPLATE_KIND = ("resource.k8s.io", "ResourceClaimTemplate")
@@ -23,7 +41,7 @@ _TEMPLATE_KIND = ("resource.k8s.io", "ResourceClaimTemplate")
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One container moved from an extended-resource limit to a claim."""
+    """One container moved from an extended-resource limit to a claim (count 0: the entry only dropped)."""
 
     source: str
     line: int
@@ -35,10 +53,10 @@ class Change:
     template: str
 
     def __str__(self) -> str:
-        return (
-            f"{self.source}:{self.line}: {self.workload}, {self.container}: {self.resource}: {self.count}"
-            f' -> claim "{self.claim}" from ResourceClaimTemplate {self.template}'
-        )
+        where = f"{self.source}:{self.line}: {self.workload}, {self.container}: {self.resource}: {self.count}"
+        if not self.count:
+            return f"{where} -> entry dropped, no claim"
+        return f'{where} -> claim "{self.claim}" from ResourceClaimTemplate {self.template}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +64,11 @@ class Result:
     text: str
     changes: tuple[Change, ...]
     warnings: tuple[str, ...]
+    left_behind: tuple[str, ...] = ()  # NPU requests in objects migrate cannot rewrite, one line each
+    workloads: int = 0  # objects with a change
+    skipped: int = 0  # objects left with NPU requests migrate cannot rewrite
+    matched: frozenset[str] = frozenset()  # the selected resource names the input asks for
+    seen: frozenset[str] = frozenset()  # every Ascend resource name the input asks for
 
 
 def migrate_text(text: str, options: Options | None = None, source: str = "<stdin>") -> Result:
@@ -55,7 +78,17 @@ def migrate_text(text: str, options: Options | None = None, source: str = "<stdi
     stream = _Stream(source, options or Options(), _existing_templates(documents, parsed, source))
     numbers = _numbers(parsed)
     pieces = [stream.rewrite(doc, data, number) for doc, data, number in zip(documents, parsed, numbers, strict=True)]
-    return Result("".join(pieces), tuple(stream.changes), tuple(stream.warnings))
+    seen = frozenset(name for data in parsed for name in ascend_names(data))
+    return Result(
+        "".join(pieces),
+        tuple(stream.changes),
+        tuple(stream.warnings),
+        tuple(stream.left_behind),
+        len({id(found.obj) for found in stream.migrated}),
+        stream.skipped,
+        frozenset(change.resource for change in stream.changes) | stream.unmigrated,
+        seen,
+    )
 
 
 def _numbers(parsed: list[Any]) -> Iterator[int]:
@@ -86,58 +119,73 @@ class _Stream:
     generated: dict[tuple[str | None, str], str] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    left_behind: list[str] = field(default_factory=list)
+    migrated: list[Workload] = field(default_factory=list)
+    unmigrated: set[str] = field(default_factory=set)
+    skipped: int = 0
 
     def rewrite(self, doc: Document, data: Any, number: int) -> str:
         planned = self._plan(doc, data, number)
-        if not planned:
-            self._warn_unmigrated(doc, data, number)
-            return doc.text
         for found, items in planned:
             self._record(doc, number, found, items)
+        if planned:
 
-        def edit() -> None:
-            for found, items in planned:
-                apply(found, items, self.options.resource_name)
+            def edit() -> None:
+                for found, items in planned:
+                    apply(found, items)
 
-        style = detect_style(data)
-        body = _edit(doc, data, style, edit)
-        templates = [self._template(found, item, style) for found, items in planned for item in items]
-        return _assemble(doc, templates, body)
+            style = detect_style(data)
+            body = _edit(doc, data, style, edit)
+            templates = [self._template(found, item, style) for found, items in planned for item in items if item.count]
+            text = _assemble(doc, templates, body)
+        else:
+            text = doc.text
+        self._report(doc, data, number, [found for found, items in planned if any(i.count for i in items)])
+        return text
 
     def _plan(self, doc: Document, data: Any, number: int) -> list[tuple[Workload, list[ContainerClaim]]]:
-        found = [w for obj in objects(data) if (w := workload(obj)) is not None]
+        found: list[Workload] = []
+        for obj in objects(data):
+            try:
+                found += workloads(obj)
+            except ShapeError as error:
+                raise Place(self.source, number, doc.line, object_label(obj)).error(str(error), error.line) from None
         shared = _shared_nodes(data) if found else set()
-        planned = [(w, plan(w, self.options.resource_name, self._place(doc, number, w), shared)) for w in found]
+        resources = self.options.resource_names
+        planned = [(w, plan(w, resources, self._place(doc, number, w), shared)) for w in found]
         return [(w, items) for w, items in planned if items]
 
     def _place(self, doc: Document, number: int, found: Workload) -> Place:
-        return Place(self.source, number, doc.line, found.label)
+        return Place(self.source, number, doc.line, _who(found))
 
     def _record(self, doc: Document, number: int, found: Workload, items: list[ContainerClaim]) -> None:
         place = self._place(doc, number, found)
+        if found not in self.migrated:
+            self.migrated.append(found)
         for item in items:
             key = (found.namespace, item.template)
             template = qualified(*key)
-            if key in self.existing:
+            if item.count and key in self.existing:
                 raise place.error(
                     f"ResourceClaimTemplate {template} already exists at {self.existing[key]}",
                     item.line,
                     item.container,
                 )
-            if key in self.generated:
+            if item.count and key in self.generated:
                 raise place.error(
                     f"ResourceClaimTemplate {template} would also be generated for {self.generated[key]}",
                     item.line,
                     item.container,
                 )
-            self.generated[key] = f"document {number} ({found.label}), {item.container.label}"
+            if item.count:
+                self.generated[key] = f"document {number} ({_who(found)}), {item.container.label}"
             self.changes.append(
                 Change(
                     self.source,
                     doc.line + item.line,
-                    found.label,
+                    _who(found),
                     item.container.label,
-                    self.options.resource_name,
+                    item.resource,
                     item.count,
                     item.claim,
                     template,
@@ -146,39 +194,41 @@ class _Stream:
 
     def _template(self, found: Workload, item: ContainerClaim, style: Style) -> str:
         options = self.options
-        template = claim_template(
-            item.template, found.namespace, item.count, options.device_class, options.topology_attribute
-        )
+        device_class = options.device_class_for(item.resource)
+        template = claim_template(item.template, found.namespace, item.count, device_class, options.topology_attribute)
         return dump(template, style)
 
-    def _warn_unmigrated(self, doc: Document, data: Any, number: int) -> None:
-        resource = self.options.resource_name
+    def _report(self, doc: Document, data: Any, number: int, migrated: list[Workload]) -> None:
+        """Warnings for this document, in order: runtime breakage, quotas, requests left behind, mentions."""
+        resources = self.options.resource_names
+        classes = {resource: self.options.device_class_for(resource) for resource in resources}
+        say = self._say(doc, number)
+        for found in migrated:
+            self.warnings += [say(f) for f in runtime_findings(found, _who(found))]
         for obj in objects(data):
-            if workload(obj) is None and _mentions(obj, resource):
-                kind = obj.get("kind") or "object"
+            quotas = quota_findings(obj, resources, classes)
+            behind = left_behind(obj, resources)
+            self.warnings += [say(f) for f in quotas]
+            self.left_behind += [say(f) for f in behind]
+            self.skipped += bool(behind)
+            self.unmigrated |= {resource for resource in resources if behind and mentions(obj, [resource])}
+            if not (quotas or behind or is_workload(obj)) and mentions(obj, resources):
                 self.warnings.append(
-                    f"{self.source}:{doc.line + obj.lc.line}: document {number} ({kind} "
-                    f"{qualified(*_named(obj))}) mentions {resource} but is not a workload "
-                    "kind migrate rewrites; left unchanged"
+                    say(
+                        Finding(
+                            obj.lc.line,
+                            f"{object_label(obj)} mentions {', '.join(resources)} but is not a "
+                            "kind migrate rewrites; left unchanged",
+                        )
+                    )
                 )
 
-
-def _named(obj: Any) -> tuple[str | None, str]:
-    namespace, name = identity(obj)
-    return namespace, name or "<unnamed>"
+    def _say(self, doc: Document, number: int) -> Callable[[Finding], str]:
+        return lambda finding: f"{self.source}:{doc.line + finding.line}: document {number}: {finding.text}"
 
 
-def _mentions(node: Any, resource: str) -> bool:
-    """Whether a key names the resource, as limits do and quotas do (`requests.<resource>`)."""
-    if isinstance(node, dict):
-        return any(_names_resource(key, resource) or _mentions(value, resource) for key, value in node.items())
-    if isinstance(node, list):
-        return any(_mentions(item, resource) for item in node)
-    return False
-
-
-def _names_resource(key: Any, resource: str) -> bool:
-    return isinstance(key, str) and (key == resource or key.endswith("." + resource))
+def _who(found: Workload) -> str:
+    return f"{found.label}, {found.role_label}" if found.role_label else found.label
 
 
 def _shared_nodes(data: Any) -> set[int]:

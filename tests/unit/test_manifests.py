@@ -406,34 +406,46 @@ def _device_classes() -> dict[str, Obj]:
     return classes
 
 
-def test_device_classes_select_what_they_say() -> None:
-    classes = _device_classes()
-    assert _one(build("dra"), "DeviceClass")["metadata"]["name"] == DRIVER
+FAMILIES = ("Ascend910", "Ascend910B", "Ascend910C", "Ascend310P", "Ascend310")
+# class -> the device types it selects (of the driver's devices; another driver's never).
+SELECTED_TYPES = {
+    DRIVER: set(FAMILIES),
+    "ascend910.npu.huawei.com": {"Ascend910", "Ascend910B", "Ascend910C"},
+    "ascend310p.npu.huawei.com": {"Ascend310P"},
+    "ascend310.npu.huawei.com": {"Ascend310"},
+    "ascend910b.npu.huawei.com": {"Ascend910B"},
+    "ascend910.extended.npu.huawei.com": {"Ascend910", "Ascend910B", "Ascend910C"},
+}
+# The classes `npu-plugin migrate` names by default, per device-plugin resource name.
+MIGRATE_CLASSES = {
+    "huawei.com/Ascend910": "ascend910.npu.huawei.com",
+    "huawei.com/Ascend310P": "ascend310p.npu.huawei.com",
+    "huawei.com/Ascend310": "ascend310.npu.huawei.com",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTED_TYPES))
+def test_device_class_selects_exactly_its_device_types(name: str) -> None:
+    (expression,) = _cel(_device_classes()[name])
+    chosen = {family for family in FAMILIES if _selects(expression, _device(deviceType=family))}
+    assert chosen == SELECTED_TYPES[name]
+    assert _selects(expression, _device(driver="gpu.example.com", deviceType="Ascend910B")) is False
+
+
+def test_every_device_class_is_described() -> None:
+    assert _device_classes().keys() == SELECTED_TYPES.keys()
+    extended = _device_classes()["ascend910.extended.npu.huawei.com"]
+    assert extended["spec"]["extendedResourceName"] == "huawei.com/Ascend910"
+
+
+def test_overlays_apply_the_classes_migrate_names() -> None:
+    from npu_plugin.migrate.options import RESOURCE_DEVICE_CLASSES
+
+    assert RESOURCE_DEVICE_CLASSES == MIGRATE_CLASSES
+    for mode in ("dra", "both"):
+        applied = {o["metadata"]["name"] for o in build(mode) if o["kind"] == "DeviceClass"}
+        assert applied == {DRIVER, *MIGRATE_CLASSES.values()}, mode
     assert "DeviceClass" not in {o["kind"] for o in build("device-plugin")}
-    cases = {  # class -> (device, selected?)
-        DRIVER: [
-            (_device(), True),
-            (_device(deviceType="Ascend310P"), True),
-            (_device(driver="gpu.example.com"), False),
-        ],
-        "ascend910b.npu.huawei.com": [
-            (_device(), True),
-            (_device(deviceType="Ascend910"), False),
-            (_device(driver="gpu.example.com"), False),
-        ],
-        "ascend910.extended.npu.huawei.com": [
-            (_device(deviceType="Ascend910"), True),
-            (_device(deviceType="Ascend910B"), True),
-            (_device(deviceType="Ascend910C"), True),
-            (_device(deviceType="Ascend310P"), False),
-            (_device(driver="gpu.example.com"), False),
-        ],
-    }
-    assert cases.keys() == classes.keys()
-    for name, devices in cases.items():
-        for device, expected in devices:
-            assert all(_selects(e, device) for e in _cel(classes[name])) is expected, (name, device)
-    assert classes["ascend910.extended.npu.huawei.com"]["spec"]["extendedResourceName"] == "huawei.com/Ascend910"
 
 
 def _example_objects() -> Iterator[tuple[Path, Obj]]:

@@ -17,7 +17,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
 REPO = Path(__file__).resolve().parents[2]
 BAD = (
     "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n"
-    "      limits: {huawei.com/Ascend910: 0}\n"
+    "      limits: {huawei.com/Ascend910: -1}\n"
 )
 
 
@@ -33,13 +33,8 @@ def golden(case: str, suffix: str) -> str:
 
 def test_flags_and_defaults() -> None:
     args = parse()
-    assert (args.filename, args.output, args.resource_name, args.device_class) == (
-        "-",
-        "-",
-        "huawei.com/Ascend910",
-        "npu.huawei.com",
-    )
-    assert (args.same_topology_group, args.check, args.func) == (False, False, run)
+    assert (args.filename, args.output, args.resource_name, args.device_class) == ("-", None, None, None)
+    assert (args.in_place, args.same_topology_group, args.check, args.func) == (False, False, False, run)
     args = parse(
         "-f",
         "in.yaml",
@@ -47,6 +42,8 @@ def test_flags_and_defaults() -> None:
         "out.yaml",
         "--resource-name",
         "huawei.com/Ascend310P",
+        "--resource-name",
+        "huawei.com/Ascend310",
         "--device-class",
         "ascend.npu.huawei.com",
         "--same-topology-group",
@@ -59,7 +56,7 @@ def test_flags_and_defaults() -> None:
         args.device_class,
         args.same_topology_group,
         args.check,
-    ) == ("in.yaml", "out.yaml", "huawei.com/Ascend310P", "ascend.npu.huawei.com", True, True)
+    ) == ("in.yaml", "out.yaml", ["huawei.com/Ascend310P", "huawei.com/Ascend310"], "ascend.npu.huawei.com", True, True)
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--device-class", "Bad_Class"), ("--resource-name", "Ascend910")])
@@ -98,7 +95,7 @@ def test_error_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert captured.out == ""
     assert captured.err == (
         f'npu-plugin migrate: error: {source}:8: document 1 (Pod p), container "c": '
-        "limits[huawei.com/Ascend910] must be a positive whole number, got 0\n"
+        "limits[huawei.com/Ascend910] must be a whole number of NPUs (0 or more), got -1\n"
     )
 
 
@@ -109,7 +106,8 @@ def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"a: caf\xe9\n")
     assert run(parse("-f", str(latin))) == 1
-    assert capsys.readouterr().err == f"npu-plugin migrate: error: {latin}: not UTF-8 text (invalid byte at offset 6)\n"
+    expected = f"npu-plugin migrate: error: {latin}:1: not UTF-8 text (invalid byte at offset 6)\n"
+    assert capsys.readouterr().err == expected
 
 
 def test_unwritable_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,9 +144,10 @@ def test_warnings_go_to_stderr(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     captured = capsys.readouterr()
     assert captured.out == golden("untouched", "in")
     assert captured.err == (
-        "npu-plugin migrate: warning: <stdin>:37: document 3 (ResourceQuota ml/npu-quota) "
-        "mentions huawei.com/Ascend910 but is not a workload kind migrate rewrites; "
-        "left unchanged\n"
+        "npu-plugin migrate: warning: <stdin>:44: document 3: v1/ResourceQuota ml/npu-quota: "
+        "spec.hard[requests.huawei.com/Ascend910] counts only device-plugin pods; DRA claims count against "
+        'spec.hard[ascend910.npu.huawei.com.deviceclass.resource.k8s.io/devices]: "16"\n'
+        "npu-plugin migrate: migrated 0 containers in 0 workloads\n"
     )
 
 
@@ -167,7 +166,7 @@ def _cli(*argv: str, stdin: bytes, env: dict[str, str] | None = None) -> subproc
 
 def test_stdin_to_stdout_through_the_cli() -> None:
     done = _cli("-f", "-", stdin=golden("every-kind", "in").encode())
-    assert (done.returncode, done.stderr) == (0, b"")
+    assert (done.returncode, done.stderr) == (0, b"npu-plugin migrate: migrated 9 containers in 9 workloads\n")
     assert done.stdout.decode() == golden("every-kind", "out")
 
 
@@ -190,4 +189,129 @@ def test_invalid_yaml_through_the_cli() -> None:
     assert done.stderr == (
         b"npu-plugin migrate: error: <stdin>:3:2: invalid YAML: while parsing a flow sequence, "
         b"expected ',' or ']', but got ':'\n"
+    )
+
+
+LEFT_BEHIND = (
+    "apiVersion: example.com/v1\nkind: Trainer\nmetadata: {name: t}\nspec:\n"
+    "  pod: {containers: [{name: c, resources: {limits: {huawei.com/Ascend910: 1}}}]}\n"
+)
+
+
+def test_left_behind_exits_3_after_writing_and_check_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, target = tmp_path / "in.yaml", tmp_path / "out.yaml"
+    source.write_text(golden("helm", "in") + "---\n" + LEFT_BEHIND, encoding="utf-8")
+    assert run(parse("-f", str(source), "-o", str(target))) == 3
+    assert target.read_text(encoding="utf-8") == golden("helm", "out") + "---\n" + LEFT_BEHIND
+    err = capsys.readouterr().err.splitlines()
+    assert err[-2].startswith(f"npu-plugin migrate: warning: {source}:")
+    assert "example.com/v1/Trainer t: spec.pod.containers[0].resources.limits still asks for" in err[-2]
+    assert err[-1] == "npu-plugin migrate: migrated 1 container in 1 workload, skipped 1 (see above)"
+    assert run(parse("-f", str(target), "--check")) == 1
+    assert capsys.readouterr().out == ""
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _manifest_tree(root: Path) -> None:
+    (root / "apps" / "deep").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / "apps" / "train.yaml").write_text(golden("helm", "in"), encoding="utf-8")
+    (root / "apps" / "deep" / "job.yml").write_text(golden("topology-group", "in"), encoding="utf-8")
+    (root / "notes.txt").write_text("huawei.com/Ascend910: 1\n", encoding="utf-8")
+    (root / ".git" / "x.yaml").write_text("not: [yaml\n", encoding="utf-8")
+    (root / "plain.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", encoding="utf-8")
+
+
+def test_directory_in_place_rewrites_only_what_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _manifest_tree(tmp_path)
+    before = _tree(tmp_path)
+    plain_mtime = (tmp_path / "plain.yaml").stat().st_mtime_ns
+    assert run(parse("-f", str(tmp_path), "--check")) == 1
+    assert _tree(tmp_path) == before
+    assert run(parse("-f", str(tmp_path), "--in-place")) == 0
+    after = _tree(tmp_path)
+    assert after["apps/train.yaml"] == golden("helm", "out")
+    assert after["apps/deep/job.yml"] == migrate_text_default(golden("topology-group", "in"))
+    assert {k: v for k, v in after.items() if not k.startswith("apps/")} == {
+        k: v for k, v in before.items() if not k.startswith("apps/")
+    }
+    assert (tmp_path / "plain.yaml").stat().st_mtime_ns == plain_mtime
+    assert capsys.readouterr().err.endswith("npu-plugin migrate: migrated 3 containers in 2 workloads\n")
+    assert run(parse("-f", str(tmp_path), "--check")) == 0
+
+
+def migrate_text_default(text: str) -> str:
+    from npu_plugin.migrate import migrate_text
+
+    return migrate_text(text).text
+
+
+def test_directory_to_a_copy(tmp_path: Path) -> None:
+    source, copy = tmp_path / "src", tmp_path / "copy"
+    source.mkdir()
+    _manifest_tree(source)
+    before = _tree(source)
+    assert run(parse("-f", str(source), "-o", str(copy))) == 0
+    assert _tree(source) == before
+    assert sorted(_tree(copy)) == ["apps/deep/job.yml", "apps/train.yaml", "plain.yaml"]
+    assert _tree(copy)["apps/train.yaml"] == golden("helm", "out")
+
+
+def test_one_bad_file_in_a_directory_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _manifest_tree(tmp_path)
+    (tmp_path / "zz-bad.yaml").write_text(BAD, encoding="utf-8")
+    before = _tree(tmp_path)
+    assert run(parse("-f", str(tmp_path), "--in-place")) == 1
+    assert _tree(tmp_path) == before
+    assert capsys.readouterr().err.startswith(f"npu-plugin migrate: error: {tmp_path / 'zz-bad.yaml'}:8: document 1")
+
+
+USAGE = [
+    ("directory without a destination", ["-f", "{dir}"], "is a directory: give --in-place, or -o DIR"),
+    ("in place and -o", ["-f", "{dir}", "--in-place", "-o", "x"], "--in-place and -o exclude each other"),
+    ("in place on stdin", ["--in-place"], "--in-place needs -f FILE or -f DIR, not stdin"),
+    (
+        "a resource without a class",
+        ["--resource-name", "huawei.com/Ascend910B"],
+        "--resource-name huawei.com/Ascend910B has no default DeviceClass: give --device-class",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), [u[1:] for u in USAGE], ids=[u[0] for u in USAGE])
+def test_flags_that_do_not_fit_exit_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(parse(*(a.replace("{dir}", str(tmp_path)) for a in argv))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("npu-plugin migrate: error: ") and message in err
+
+
+def test_a_resource_name_that_matches_nothing_lists_what_was_seen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "hami.yaml"
+    source.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n"
+        "      limits: {huawei.com/Ascend910B: 1, huawei.com/Ascend910B-memory: 4096}\n",
+        encoding="utf-8",
+    )
+    assert (
+        run(parse("-f", str(source), "--check", "--resource-name", "huawei.com/Ascend301", "--device-class", "x.y"))
+        == 0
+    )
+    assert (
+        "npu-plugin migrate: warning: --resource-name huawei.com/Ascend301 matched nothing; the input asks for "
+        "huawei.com/Ascend910B, huawei.com/Ascend910B-memory\n" in capsys.readouterr().err
+    )
+    assert run(parse("-f", str(source), "--check")) == 0
+    assert (
+        "npu-plugin migrate: warning: no container asks for huawei.com/Ascend910, huawei.com/Ascend310P, "
+        "huawei.com/Ascend310; the input asks for huawei.com/Ascend910B, huawei.com/Ascend910B-memory: choose "
+        "with --resource-name\n" in capsys.readouterr().err
     )

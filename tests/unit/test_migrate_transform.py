@@ -50,7 +50,7 @@ def test_count_comes_from_limits_or_requests(resources: str, count: int) -> None
     result = migrate_text(pod(resources))
     template = objects(result.text)[0]
     assert template["kind"] == "ResourceClaimTemplate"
-    exactly = {"deviceClassName": "npu.huawei.com", "allocationMode": "ExactCount", "count": count}
+    exactly = {"deviceClassName": "ascend910.npu.huawei.com", "allocationMode": "ExactCount", "count": count}
     assert template["spec"]["spec"]["devices"]["requests"] == [{"name": "npu", "exactly": exactly}]  # type: ignore[index]
     assert [c.count for c in result.changes] == [count]
 
@@ -83,7 +83,7 @@ def test_container_resources_after_migration(resources: str, after: object) -> N
 
 def test_options_choose_resource_class_and_constraint_domain() -> None:
     options = Options(
-        resource_name="huawei.com/Ascend310P",
+        resource_names=("huawei.com/Ascend310P",),
         device_class="ascend310p.npu.huawei.com",
         same_topology_group=True,
         driver_name="npu.example.com",
@@ -140,25 +140,26 @@ def test_stream_without_workloads_is_returned_as_is() -> None:
     assert migrate_text(text).text == text
 
 
-def test_other_kinds_that_mention_the_resource_are_left_with_a_warning() -> None:
+def test_unknown_kinds_that_ask_for_the_resource_are_left_behind() -> None:
     text = textwrap.dedent("""\
-        apiVersion: batch.volcano.sh/v1alpha1
-        kind: Job
-        metadata: {name: vj}
+        apiVersion: example.com/v1
+        kind: Trainer
+        metadata: {name: t, namespace: ml}
         spec:
-          tasks:
-          - template:
-              spec:
-                containers:
-                - name: c
-                  resources: {limits: {huawei.com/Ascend910: 8}}
+          workers:
+          - pod:
+              containers:
+              - name: c
+                resources: {limits: {huawei.com/Ascend910: 8}}
         """)
-    result = migrate_text(text, source="v.yaml")
+    result = migrate_text(text, source="t.yaml")
     assert result.text == text
-    assert result.warnings == (
-        "v.yaml:1: document 1 (Job vj) mentions huawei.com/Ascend910 but is not a workload "
-        "kind migrate rewrites; left unchanged",
+    assert result.left_behind == (
+        "t.yaml:9: document 1: example.com/v1/Trainer ml/t: spec.workers[0].pod.containers[0].resources.limits "
+        "still asks for huawei.com/Ascend910: migrate does not know where this kind keeps its pod templates; "
+        "left unchanged",
     )
+    assert (result.warnings, result.changes, result.skipped) == ((), (), 1)
 
 
 # --- refused input ----------------------------------------------------------------------------------------
@@ -225,38 +226,32 @@ ERRORS = [
     (
         "word",
         pod("limits:\n  huawei.com/Ascend910: two"),
-        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-        'number, got "two"',
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a whole number '
+        'of NPUs (0 or more), got "two"',
     ),
     (
         "fraction",
         pod("limits:\n  huawei.com/Ascend910: 1.5"),
-        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-        "number, got 1.5",
-    ),
-    (
-        "zero",
-        pod("requests:\n  huawei.com/Ascend910: 0"),
-        'f.yaml:11: document 1 (Pod p), container "c": requests[huawei.com/Ascend910] must be a positive whole '
-        "number, got 0",
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a whole number '
+        "of NPUs (0 or more), got 1.5",
     ),
     (
         "negative",
         pod("limits:\n  huawei.com/Ascend910: -2"),
-        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-        "number, got -2",
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a whole number '
+        "of NPUs (0 or more), got -2",
     ),
     (
         "null",
         pod("limits:\n  huawei.com/Ascend910:"),
-        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-        "number, got null",
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a whole number '
+        "of NPUs (0 or more), got null",
     ),
     (
         "boolean",
         pod("limits:\n  huawei.com/Ascend910: true"),
-        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a positive whole '
-        "number, got true",
+        'f.yaml:11: document 1 (Pod p), container "c": limits[huawei.com/Ascend910] must be a whole number '
+        "of NPUs (0 or more), got true",
     ),
     (
         "mismatch",

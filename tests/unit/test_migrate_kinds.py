@@ -1,0 +1,326 @@
+"""`migrate` finds pod templates wherever each known kind keeps them, and is loud about what it cannot rewrite."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+import yaml
+
+from npu_plugin.errors import MigrateError
+from npu_plugin.migrate import Options, migrate_text
+
+POD = "{containers: [{name: main, image: i, resources: {limits: {huawei.com/Ascend910: 8}}}]}"
+TEMPLATE = f"{{spec: {POD}}}"
+
+
+def manifest(api_version: str, kind: str, spec: str) -> str:
+    head = f"apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: w, namespace: ml}}\nspec:\n"
+    return head + textwrap.indent(spec, "  ")
+
+
+KINDS = [
+    (
+        "Volcano Job",
+        "batch.volcano.sh/v1alpha1",
+        "Job",
+        f"tasks:\n- name: worker\n  template: {TEMPLATE}\n",
+        ["w-worker-main-npu"],
+    ),
+    (
+        "Volcano Job, unnamed tasks",
+        "batch.volcano.sh/v1alpha1",
+        "Job",
+        f"tasks:\n- template: {TEMPLATE}\n- template: {TEMPLATE}\n",
+        ["w-0-main-npu", "w-1-main-npu"],
+    ),
+    (
+        "AscendJob",
+        "mindxdl.gitee.com/v1",
+        "AscendJob",
+        f"replicaSpecs:\n  Master: {{template: {TEMPLATE}}}\n  Worker: {{template: {TEMPLATE}}}\n",
+        ["w-master-main-npu", "w-worker-main-npu"],
+    ),
+    (
+        "PyTorchJob",
+        "kubeflow.org/v1",
+        "PyTorchJob",
+        f"pytorchReplicaSpecs:\n  Master: {{template: {TEMPLATE}}}\n  Worker: {{template: {TEMPLATE}}}\n",
+        ["w-master-main-npu", "w-worker-main-npu"],
+    ),
+    (
+        "MPIJob",
+        "kubeflow.org/v2beta1",
+        "MPIJob",
+        f"mpiReplicaSpecs:\n  Worker: {{template: {TEMPLATE}}}\n",
+        ["w-worker-main-npu"],
+    ),
+    ("TFJob", "kubeflow.org/v1", "TFJob", f"tfReplicaSpecs:\n  PS: {{template: {TEMPLATE}}}\n", ["w-ps-main-npu"]),
+    (
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io/v1",
+        "LeaderWorkerSet",
+        f"leaderWorkerTemplate:\n  size: 2\n  leaderTemplate: {TEMPLATE}\n  workerTemplate: {TEMPLATE}\n",
+        ["w-leader-main-npu", "w-worker-main-npu"],
+    ),
+    (
+        "RayCluster",
+        "ray.io/v1",
+        "RayCluster",
+        f"headGroupSpec: {{template: {TEMPLATE}}}\nworkerGroupSpecs:\n- groupName: npu\n  template: {TEMPLATE}\n",
+        ["w-head-main-npu", "w-npu-main-npu"],
+    ),
+    (
+        "RayJob",
+        "ray.io/v1",
+        "RayJob",
+        f"rayClusterSpec:\n  workerGroupSpecs:\n  - groupName: g\n    template: {TEMPLATE}\n",
+        ["w-g-main-npu"],
+    ),
+    (
+        "JobSet",
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        f"replicatedJobs:\n- name: workers\n  template: {{spec: {{template: {TEMPLATE}}}}}\n",
+        ["w-workers-main-npu"],
+    ),
+    (
+        "TrainingRuntime",
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainingRuntime",
+        "template:\n  spec:\n    replicatedJobs:\n    - name: node\n"
+        f"      template: {{spec: {{template: {TEMPLATE}}}}}\n",
+        ["w-node-main-npu"],
+    ),
+    ("Deployment", "apps/v1", "Deployment", f"selector: {{}}\ntemplate: {TEMPLATE}\n", ["w-main-npu"]),
+]
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _pod_claims(node: Any) -> list[str]:
+    """Every resourceClaimTemplateName anywhere in `node`, in document order."""
+    if isinstance(node, dict):
+        own = [node["resourceClaimTemplateName"]] if "resourceClaimTemplateName" in node else []
+        return own + [name for value in node.values() for name in _pod_claims(value)]
+    if isinstance(node, list):
+        return [name for item in node for name in _pod_claims(item)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "spec", "templates"), [k[1:] for k in KINDS], ids=[k[0] for k in KINDS]
+)
+def test_each_pod_template_gets_its_own_claim_template(
+    api_version: str, kind: str, spec: str, templates: list[str]
+) -> None:
+    result = migrate_text(manifest(api_version, kind, spec))
+    *made, workload = _objects(result.text)
+    assert [t["metadata"] for t in made] == [{"name": name, "namespace": "ml"} for name in templates]
+    assert {t["kind"] for t in made} == {"ResourceClaimTemplate"}
+    assert _pod_claims(workload) == templates
+    assert "huawei.com/Ascend910" not in result.text.split("---")[-1]
+    assert (result.left_behind, len(result.changes), result.workloads) == ((), len(templates), 1)
+    assert migrate_text(result.text).text == result.text
+
+
+def test_replica_label_names_the_replica_type() -> None:
+    spec = f"pytorchReplicaSpecs:\n  Worker: {{template: {TEMPLATE}}}\n"
+    (change,) = migrate_text(manifest("kubeflow.org/v1", "PyTorchJob", spec), source="p.yaml").changes
+    assert str(change) == (
+        'p.yaml:6: kubeflow.org/v1/PyTorchJob ml/w, replica type "Worker", container "main": huawei.com/Ascend910: 8 '
+        '-> claim "main-npu" from ResourceClaimTemplate ml/w-worker-main-npu'
+    )
+
+
+TRAIN_JOB = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: tj, namespace: ml}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer:
+    numNodes: 2
+    resourcesPerNode:
+      limits:
+        huawei.com/Ascend910: 8
+"""
+
+
+def test_train_job_is_left_behind_with_the_reason() -> None:
+    result = migrate_text(TRAIN_JOB, source="t.yaml")
+    assert result.text == TRAIN_JOB
+    (warning,) = result.left_behind
+    assert warning.startswith(
+        "t.yaml:10: document 1: trainer.kubeflow.org/v1alpha1/TrainJob ml/tj: spec.trainer.resourcesPerNode.limits "
+        "still asks for huawei.com/Ascend910: its pods come from the TrainingRuntime it references"
+    )
+
+
+def test_every_list_item_keeps_its_warning() -> None:
+    migrated = manifest("apps/v1", "Deployment", f"selector: {{}}\ntemplate: {TEMPLATE}\n")
+    text = "apiVersion: v1\nkind: List\nitems:\n" + textwrap.indent(
+        yaml.safe_dump([yaml.safe_load(migrated), yaml.safe_load(TRAIN_JOB)], sort_keys=False), ""
+    )
+    result = migrate_text(text, source="l.yaml")
+    assert len(result.changes) == 1
+    assert len(result.left_behind) == 1 and "TrainJob ml/tj" in result.left_behind[0]
+
+
+SHAPES = [
+    (
+        "tasks not a list",
+        manifest("batch.volcano.sh/v1alpha1", "Job", "tasks: {template: {}}\n"),
+        "f.yaml:5: document 1 (batch.volcano.sh/v1alpha1/Job ml/w): spec.tasks must be a list, got a mapping",
+    ),
+    (
+        "replica spec not a mapping",
+        manifest("kubeflow.org/v1", "PyTorchJob", "pytorchReplicaSpecs:\n  Worker: 3\n"),
+        "f.yaml:6: document 1 (kubeflow.org/v1/PyTorchJob ml/w): spec.pytorchReplicaSpecs.Worker must be a mapping, "
+        "got int 3",
+    ),
+    (
+        "template a string",
+        manifest("apps/v1", "Deployment", "template: nope\n"),
+        "f.yaml:5: document 1 (apps/v1/Deployment ml/w): spec.template must be a mapping, got str 'nope'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [s[1:] for s in SHAPES], ids=[s[0] for s in SHAPES])
+def test_template_path_of_the_wrong_type_is_refused(text: str, message: str) -> None:
+    with pytest.raises(MigrateError) as caught:
+        migrate_text(text, source="f.yaml")
+    assert str(caught.value) == message
+
+
+# --- resource names, classes, count 0, slices -----------------------------------------------------------
+
+
+def pod(limits: str, env: str = "", extra: str = "") -> str:
+    return (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+        f"{extra}  containers:\n  - name: c\n    image: i\n{env}    resources:\n      limits: {limits}\n"
+    )
+
+
+def _devices(text: str) -> list[tuple[str, int]]:
+    return [
+        (r["exactly"]["deviceClassName"], r["exactly"]["count"])
+        for t in _objects(text)
+        if t["kind"] == "ResourceClaimTemplate"
+        for r in t["spec"]["spec"]["devices"]["requests"]
+    ]
+
+
+CLASSES = [
+    ("910", "{huawei.com/Ascend910: 2}", Options(), [("ascend910.npu.huawei.com", 2)]),
+    ("310P", "{huawei.com/Ascend310P: 1}", Options(), [("ascend310p.npu.huawei.com", 1)]),
+    ("310", "{huawei.com/Ascend310: 4}", Options(), [("ascend310.npu.huawei.com", 4)]),
+    ("override", "{huawei.com/Ascend310: 4}", Options(device_class="npu.huawei.com"), [("npu.huawei.com", 4)]),
+    ("not selected", "{huawei.com/Ascend310: 4}", Options(resource_names=("huawei.com/Ascend910",)), []),
+]
+
+
+@pytest.mark.parametrize(("limits", "options", "devices"), [c[1:] for c in CLASSES], ids=[c[0] for c in CLASSES])
+def test_each_resource_gets_its_own_class(limits: str, options: Options, devices: list[tuple[str, int]]) -> None:
+    assert _devices(migrate_text(pod(limits), options).text) == devices
+
+
+def test_count_zero_drops_the_entry_and_adds_no_claim() -> None:
+    result = migrate_text(pod("{huawei.com/Ascend910: 0, cpu: 1}"), source="z.yaml")
+    (obj,) = _objects(result.text)
+    assert obj["spec"]["containers"][0]["resources"] == {"limits": {"cpu": 1}}
+    assert "resourceClaims" not in obj["spec"]
+    assert [str(c) for c in result.changes] == [
+        'z.yaml:9: Pod p, container "c": huawei.com/Ascend910: 0 -> entry dropped, no claim'
+    ]
+    assert migrate_text(result.text).changes == ()
+
+
+REFUSED = [
+    (
+        "HAMi memory slice",
+        pod("{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 4096}"),
+        'f.yaml:9: document 1 (Pod p), container "c": asks for huawei.com/Ascend310P with the NPU slice resource '
+        "huawei.com/Ascend310P-memory (HAMi/vNPU); a DRA claim gets whole NPUs, so this container cannot be "
+        "migrated yet: keep it on the device plugin",
+    ),
+    (
+        "two NPU kinds",
+        pod("{huawei.com/Ascend310P: 1, huawei.com/Ascend910: 1}"),
+        'f.yaml:9: document 1 (Pod p), container "c": asks for huawei.com/Ascend910 and huawei.com/Ascend310P; '
+        "migrate one of them at a time with --resource-name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
+def test_containers_migrate_cannot_express_are_refused(text: str, message: str) -> None:
+    with pytest.raises(MigrateError) as caught:
+        migrate_text(text, source="f.yaml")
+    assert str(caught.value) == message
+
+
+def test_slices_alone_are_not_touched() -> None:
+    text = pod("{huawei.com/Ascend910-2c: 1}")
+    result = migrate_text(text)
+    assert (result.text, result.changes, result.left_behind) == (text, (), ())
+    assert result.seen == {"huawei.com/Ascend910-2c"}
+
+
+# --- runtime warnings -----------------------------------------------------------------------------------
+
+ANNOTATION_ENV = """\
+    env:
+    - name: ASCEND_VISIBLE_DEVICES
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.annotations['huawei.com/Ascend910']
+"""
+
+
+def test_runtime_breakage_is_named_per_workload_and_container() -> None:
+    text = pod("{huawei.com/Ascend910: 1}", env=ANNOTATION_ENV, extra="  schedulerName: volcano\n")
+    result = migrate_text(text, source="r.yaml")
+    assert result.warnings == (
+        "r.yaml:5: document 1: Pod p: schedulerName volcano must support DRA resource claims (Volcano needs its DRA "
+        "support enabled), or the pods stay Pending",
+        'r.yaml:13: document 1: Pod p, container "c": env ASCEND_VISIBLE_DEVICES reads the pod annotation '
+        "huawei.com/Ascend910, which nothing sets under DRA; drop it: the claim's CDI spec injects "
+        "ASCEND_VISIBLE_DEVICES",
+    )
+
+
+def test_unmigrated_workloads_get_no_runtime_warning() -> None:
+    text = pod("{cpu: 1}", env=ANNOTATION_ENV, extra="  schedulerName: volcano\n")
+    assert migrate_text(text).warnings == ()
+
+
+QUOTAS = [
+    (
+        "ResourceQuota",
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: ml}\nspec:\n  hard:\n"
+        "    requests.huawei.com/Ascend310P: 4\n",
+        "q.yaml:6: document 1: v1/ResourceQuota ml/q: spec.hard[requests.huawei.com/Ascend310P] counts only "
+        "device-plugin pods; DRA claims count against "
+        'spec.hard[ascend310p.npu.huawei.com.deviceclass.resource.k8s.io/devices]: "4"',
+    ),
+    (
+        "LimitRange",
+        "apiVersion: v1\nkind: LimitRange\nmetadata: {name: l}\nspec:\n  limits:\n  - type: Container\n"
+        "    max: {huawei.com/Ascend910: 8}\n",
+        "q.yaml:7: document 1: v1/LimitRange l: spec.limits[0].max[huawei.com/Ascend910] applies only to "
+        "device-plugin containers; DRA has no per-container limit: cap claims with a ResourceQuota on "
+        "ascend910.npu.huawei.com.deviceclass.resource.k8s.io/devices",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "warning"), [q[1:] for q in QUOTAS], ids=[q[0] for q in QUOTAS])
+def test_quota_entries_show_the_dra_equivalent(text: str, warning: str) -> None:
+    result = migrate_text(text, source="q.yaml")
+    assert (result.text, result.warnings, result.left_behind) == (text, (warning,), ())
