@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +34,11 @@ class Budget:
     warmup: int
     settle: float  # seconds between registration and the idle RSS read
     rounds: int  # health faults and recoveries
+    idle_window: float  # seconds over which an idle daemon's CPU time and API requests are counted
 
 
-FULL = Budget(calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5)
-QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2)
+FULL = Budget(calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5, idle_window=120.0)
+QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2, idle_window=30.0)
 
 
 @contextlib.contextmanager
@@ -198,3 +199,41 @@ def published(rest: RestClient) -> list[str] | None:
 
 def slice_count(rest: RestClient) -> int:
     return len(rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"])
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """A process's CPU time (every live thread's, from schedstat: nanoseconds, not 10 ms ticks) and its
+    context switches, which count wakeups: a thread that sleeps and wakes switches out once per wakeup."""
+
+    seconds: float
+    switches: int
+
+
+def cpu_reading(pid: int) -> CpuReading:
+    seconds, switches = 0.0, 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            seconds += int((task / "schedstat").read_text().split()[0]) / 1e9
+            status = (task / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended between the listing and the read
+        switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_switches:" in line)
+    return CpuReading(seconds, switches)
+
+
+# The last path segment of a collection; anything else (a name, `status`) addresses one object.
+COLLECTIONS = frozenset({"resourceslices", "resourceclaims", "nodes"})
+WRITES = frozenset({"CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"})
+
+
+def verb(method: str, path: str, query: Mapping[str, str]) -> str:
+    """The Kubernetes verb of one request, as the API server's audit log would name it."""
+    collection = path.rstrip("/").rsplit("/", 1)[-1] in COLLECTIONS
+    if method == "GET":
+        if query.get("watch", "").lower() in ("true", "1"):
+            return "WATCH"
+        return "LIST" if collection else "GET"
+    if method == "DELETE":
+        return "DELETECOLLECTION" if collection else "DELETE"
+    return {"POST": "CREATE", "PUT": "UPDATE", "PATCH": "PATCH"}.get(method, method)

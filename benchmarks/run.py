@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks import bench, bench_both, bench_dra, bench_scale
+from benchmarks import bench, bench_both, bench_dra, bench_health_pass, bench_idle, bench_scale
 from benchmarks.common import FULL, QUICK, Budget
 from benchmarks.report import render
 
@@ -25,6 +25,8 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
     ("DRA mode", bench_dra, "dra"),
     ("both mode (health propagation with --health-interval 0.2)", bench_both, "both"),
     ("scale: 1,024 fake devices", bench_scale, "scale"),
+    ("idle: every mode at rest, default settings", bench_idle, "idle"),
+    ("one health pass per backend", bench_health_pass, "health_pass"),
 ]
 
 

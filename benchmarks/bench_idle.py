@@ -1,0 +1,189 @@
+"""Idle cost of each mode: CPU-seconds per hour, wakeups per second, RSS, ListAndWatch messages and API
+requests at rest, of a daemon with default settings (--health-interval 5) on the fake backend.
+
+The three daemons run side by side, each with its own kubelet simulators and (dra, both) its own fake API
+server in this process. Once they have registered and published, and settled, their CPU time (every
+thread's, from schedstat), context switches (one per wakeup), ListAndWatch messages and the API requests
+their fake server answered are counted over `Budget.idle_window` seconds and scaled to an hour. The
+window is short next to a watch's 5-10 minute life, so a single node's requests-per-hour is coarse here;
+`scripts/bench --fleet` measures it over many nodes. Targets: <= 5 CPU-s/h in every mode; <= 12 API
+requests per hour at rest and no write; no ListAndWatch message while nothing changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    FULL,
+    NODE,
+    RESOURCE,
+    WRITES,
+    Budget,
+    CpuReading,
+    cpu_reading,
+    dev_root,
+    dra_dirs,
+    kubelet_at,
+    process,
+    rss_mib,
+    serve_argv,
+    verb,
+    wait_for,
+)
+from benchmarks.report import Row, at_most
+from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
+from npu_plugin.sim.fakeapi import FakeKubeAPI
+from npu_plugin.sim.kubelet import KubeletSimulator
+from npu_plugin.sim.podresources import PodResourcesSimulator
+
+TARGETS = {"cpu_s_per_hour": 5.0, "requests_per_hour": 12.0, "writes_per_hour": 0.0, "messages": 0}
+MODES = ("device-plugin", "dra", "both")
+HOUR = 3600.0
+
+
+@dataclass
+class Subject:
+    """One idle daemon and what it talks to."""
+
+    mode: str
+    daemon: subprocess.Popen[bytes]
+    kubelet: KubeletSimulator | None
+    api: FakeKubeAPI | None
+
+    def messages(self) -> int:
+        """ListAndWatch messages the kubelet simulator has received on the current stream."""
+        plugin = None if self.kubelet is None else self.kubelet.plugins.get(RESOURCE)
+        return 0 if plugin is None else plugin.updates
+
+    def verbs(self) -> Counter[str]:
+        return Counter(verb(r.method, r.path, r.query) for r in (self.api.requests if self.api else []))
+
+
+@dataclass
+class Idle:
+    mode: str
+    window_s: float
+    cpu_s_per_hour: float
+    wakeups_per_s: float
+    rss_mib: float
+    messages: int
+    requests_per_hour: dict[str, float]
+
+
+async def start(stack: contextlib.AsyncExitStack, work: Path, mode: str) -> Subject:
+    """A daemon of `mode` in `work`, registered (and published), with the simulators it needs."""
+    work.mkdir()
+    argv = ["--mode", mode, "--fake-profile", "atlas-800t-a2", "--dev-root", str(dev_root(work))]
+    kubelet = api = None
+    if mode != "dra":
+        kubelet = await stack.enter_async_context(kubelet_at(work / "dp"))
+        argv += ["--device-plugin-path", str(work / "dp")]
+    if mode != "device-plugin":
+        api = stack.enter_context(FakeKubeAPI())
+        api.add_node(NODE)
+        api.write_kubeconfig(work / "kubeconfig")
+        dra = DraKubeletSimulator(work / "reg", node_name=NODE, api_url=api.url, scan_interval=0.5)
+        await stack.enter_async_context(dra)
+        argv += dra_dirs(work)
+    if mode == "both":
+        pod_resources = PodResourcesSimulator(work / "pr" / "kubelet.sock", RESOURCE)
+        await pod_resources.start()
+        stack.push_async_callback(pod_resources.stop)
+        argv += ["--dra-devices", "4-7", "--pod-resources-socket", str(work / "pr" / "kubelet.sock")]
+    daemon = stack.enter_context(process(serve_argv(*argv), work / "daemon.log"))
+    subject = Subject(mode, daemon, kubelet, api)
+    if kubelet is not None:
+        await kubelet.wait_until(lambda: subject.messages() > 0, 30, f"ListAndWatch of the {mode} daemon")
+    if api is not None:
+        await wait_for(lambda: api.objects("ResourceSlice"), 30, f"a ResourceSlice of the {mode} daemon", 0.05)
+    return subject
+
+
+def idle(subject: Subject, before: CpuReading, after: CpuReading, messages: int, window: float) -> Idle:
+    scale = HOUR / window
+    return Idle(
+        mode=subject.mode,
+        window_s=window,
+        cpu_s_per_hour=round((after.seconds - before.seconds) * scale, 2),
+        wakeups_per_s=round((after.switches - before.switches) / window, 1),
+        rss_mib=round(rss_mib(subject.daemon.pid), 1),
+        messages=subject.messages() - messages,
+        requests_per_hour={name: round(count * scale, 1) for name, count in sorted(subject.verbs().items())},
+    )
+
+
+async def measure(work: Path, window: float, settle: float) -> list[Idle]:
+    async with contextlib.AsyncExitStack() as stack:
+        subjects = [await start(stack, work / mode, mode) for mode in MODES]
+        # Past start-up: the first health samples, the slice publisher's coalescing, the handover.
+        await asyncio.sleep(settle)
+        for subject in subjects:
+            if subject.api is not None:
+                subject.api.clear_requests()
+        before = [(cpu_reading(s.daemon.pid), s.messages()) for s in subjects]
+        await asyncio.sleep(window)
+        after = [cpu_reading(s.daemon.pid) for s in subjects]
+        return [idle(s, b[0], a, b[1], window) for s, b, a in zip(subjects, before, after, strict=True)]
+
+
+def total(requests: dict[str, float], writes: bool = False) -> float:
+    return sum(count for name, count in requests.items() if (name in WRITES) == writes)
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    t = section["targets"]
+    result = []
+    for r in section["results"]:
+        mode, window = r["mode"], f"over {r['window_s']:g} s"
+        result.append(
+            Row(
+                f"idle CPU, {mode}",
+                f"{r['cpu_s_per_hour']:.2f} CPU-s/h",
+                f"{r['wakeups_per_s']:.1f} wakeups/s, RSS {r['rss_mib']:.1f} MiB, {window}",
+                f"<= {t['cpu_s_per_hour']:g} CPU-s/h",
+                at_most(r["cpu_s_per_hour"], t["cpu_s_per_hour"]),
+            )
+        )
+        if mode != "dra":
+            result.append(
+                Row(
+                    f"ListAndWatch messages at rest, {mode}",
+                    str(r["messages"]),
+                    window,
+                    f"<= {t['messages']}",
+                    at_most(r["messages"], t["messages"]),
+                )
+            )
+        if mode != "device-plugin":
+            requests = r["requests_per_hour"]
+            by_verb = ", ".join(f"{name} {count:g}" for name, count in requests.items()) or "none"
+            reads, writes = total(requests), total(requests, writes=True)
+            result.append(
+                Row(
+                    f"API requests at rest, {mode}",
+                    f"{reads + writes:g}/h",
+                    f"{by_verb}; {window}",
+                    f"<= {t['requests_per_hour']:g}/h, 0 writes",
+                    at_most(reads + writes, t["requests_per_hour"]) and writes == 0,
+                )
+            )
+    return result
+
+
+def run(results: dict[str, Any], budget: Budget = FULL) -> None:
+    """Measure every mode at rest and store the numbers and targets under results["idle"]."""
+    work = Path(tempfile.mkdtemp(prefix="npu-bench-idle-", dir="/tmp"))
+    try:
+        measured = asyncio.run(measure(work, budget.idle_window, settle=5.0))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["idle"] = {"results": [asdict(m) for m in measured], "targets": TARGETS}
