@@ -2,7 +2,10 @@
 and what --metrics-port costs Allocate.
 
 `run(results)` adds a "device_plugin" entry to `results`; scripts/bench prints it with the rest. Nothing
-here asserts on time. Targets: Allocate p50 <= 1.5x floor, p99 <= 2x; idle RSS <= 45 MiB; registered
+here asserts on time. There are two floors, each a trivial unary call over a Unix socket in a process of
+its own: an asyncio server like the daemon's and a synchronous grpcio server (thread pool). Targets:
+Allocate p50 <= 1.5x the asyncio floor, p99 <= 2x; p50 <= 1.3x the synchronous floor, p99 <= 1.5x; idle
+RSS <= 45 MiB; registered
 <= 1 s after start; Allocate with --metrics-port 0 within 1.1x (p50) and 1.25x (p99, noisier) of the same
 daemon without it — two daemons served side by side and called interleaved, in the same run — plus the
 noise-free cost of recording one Allocate in the metrics.
@@ -20,10 +23,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import timeit
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -53,13 +58,15 @@ ECHO_METHOD = "/bench.Echo/Echo"
 TARGETS = {
     "allocate_p50_ratio": 1.5,
     "allocate_p99_ratio": 2.0,
+    "allocate_p50_sync_ratio": 1.3,
+    "allocate_p99_sync_ratio": 1.5,
     "idle_rss_mib": 45.0,
     "registered_s": 1.0,
     "metrics_p50_ratio": 1.1,
     "metrics_p99_ratio": 1.25,
 }
 # The daemon measured against the floor, and its twin with Prometheus metrics on.
-PLAIN, METRICS, FLOOR = "plain", "metrics", "floor"
+PLAIN, METRICS, FLOOR, SYNC_FLOOR = "plain", "metrics", "floor", "sync floor"
 PROFILE = ("--fake-profile", "atlas-800t-a2")
 
 
@@ -72,6 +79,10 @@ class Results:
     floor_p99_us: float
     allocate_p50_ratio: float
     allocate_p99_ratio: float
+    sync_floor_p50_us: float
+    sync_floor_p99_us: float
+    allocate_p50_sync_ratio: float
+    allocate_p99_sync_ratio: float
     registered_s: float
     idle_rss_mib: float
     rss_after_load_mib: float
@@ -84,16 +95,30 @@ class Results:
     metrics_record_us: float
 
 
+def echo_handler(echo: Callable[..., Any]) -> grpc.GenericRpcHandler:
+    return grpc.method_handlers_generic_handler("bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+
+
+def serve_sync_echo(socket_path: str) -> None:
+    """The synchronous floor: the echo on a plain grpcio server and its thread pool."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((echo_handler(lambda request, _context: request),))
+    server.add_insecure_port(f"unix://{socket_path}")
+    server.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    stop.wait()
+    server.stop(None)
+
+
 def serve_echo(socket_path: str) -> None:
-    """The floor: a unary method that returns its request bytes, on its own process and Unix socket."""
+    """The asyncio floor: a unary method that returns its request bytes, on its own process and Unix socket."""
 
     async def main() -> None:
         async def echo(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             return request
 
-        handler = grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
-        )
+        handler = echo_handler(echo)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((handler,))
         server.add_insecure_port(f"unix://{socket_path}")
@@ -108,10 +133,10 @@ def serve_echo(socket_path: str) -> None:
 
 
 async def interleaved(
-    daemon_sockets: dict[str, Path], echo_socket: Path, calls: int, warmup: int
+    daemon_sockets: dict[str, Path], echo_sockets: dict[str, Path], calls: int, warmup: int
 ) -> dict[str, list[float]]:
-    """Allocate on every daemon and echo on the floor, rotating which goes first, each over its own
-    channel like the kubelet's; the measured seconds by name (daemon names and FLOOR)."""
+    """Allocate on every daemon and echo on each floor, rotating which goes first, each over its own
+    channel like the kubelet's; the measured seconds by name (daemon and floor names)."""
     request = pb.AllocateRequest(
         container_requests=[pb.ContainerAllocateRequest(devices_ids=["Ascend910-2", "Ascend910-3"])]
     )
@@ -120,9 +145,10 @@ async def interleaved(
         for name, path in daemon_sockets.items():
             channel = await stack.enter_async_context(grpc.aio.insecure_channel(f"unix://{path}"))
             call[name] = partial(pb_grpc.DevicePluginStub(channel).Allocate, request)
-        floor = await stack.enter_async_context(grpc.aio.insecure_channel(f"unix://{echo_socket}"))
-        echo: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = floor.unary_unary(ECHO_METHOD)
-        call[FLOOR] = partial(echo, request.SerializeToString())
+        for name, path in echo_sockets.items():
+            floor = await stack.enter_async_context(grpc.aio.insecure_channel(f"unix://{path}"))
+            echo: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = floor.unary_unary(ECHO_METHOD)
+            call[name] = partial(echo, request.SerializeToString())
         names = list(call)
         samples: dict[str, list[float]] = {name: [] for name in names}
         for i in range(warmup + calls):
@@ -172,10 +198,12 @@ async def served(work: Path, name: str, *extra: str, source: Sequence[str] = PRO
 
 
 @contextlib.contextmanager
-def echo_server(work: Path) -> Iterator[Path]:
-    """The floor's server, in a process of its own like the daemon; its socket."""
-    socket_path = work / "echo.sock"
-    with process([sys.executable, "-m", "benchmarks.bench", "--serve-echo", str(socket_path)], work / "echo.log"):
+def echo_server(work: Path, floor: str = FLOOR) -> Iterator[Path]:
+    """A floor's server (FLOOR or SYNC_FLOOR), in a process of its own like the daemon; its socket."""
+    name = floor.replace(" ", "-")
+    socket_path = work / f"{name}.sock"
+    option = "--serve-echo" if floor == FLOOR else "--serve-sync-echo"
+    with process([sys.executable, "-m", "benchmarks.bench", option, str(socket_path)], work / f"{name}.log"):
         yield socket_path
 
 
@@ -205,11 +233,12 @@ async def measure(work: Path, calls: int, warmup: int, settle: float) -> Results
         served(work, PLAIN) as plain,
         served(work, METRICS, "--metrics-port", str(port), "--bind-address", "127.0.0.1") as metrics,
     ):
-        with echo_server(work) as echo_socket:
-            await wait_for(echo_socket.exists, 30, "echo server")
+        with echo_server(work, FLOOR) as floor, echo_server(work, SYNC_FLOOR) as sync_floor:
+            echo_sockets = {FLOOR: floor, SYNC_FLOOR: sync_floor}
+            await wait_for(lambda: all(path.exists() for path in echo_sockets.values()), 30, "echo servers")
             await asyncio.sleep(settle)
             idle = {PLAIN: plain.rss(), METRICS: metrics.rss()}
-            samples = await interleaved({PLAIN: plain.socket, METRICS: metrics.socket}, echo_socket, calls, warmup)
+            samples = await interleaved({PLAIN: plain.socket, METRICS: metrics.socket}, echo_sockets, calls, warmup)
             loaded = plain.rss()
             counted = await asyncio.to_thread(allocations_counted, port)
     return results(samples, plain.registered_s, idle, loaded, counted)
@@ -228,6 +257,10 @@ def results(
         floor_p99_us=round(p99[FLOOR], 1),
         allocate_p50_ratio=round(p50[PLAIN] / p50[FLOOR], 2),
         allocate_p99_ratio=round(p99[PLAIN] / p99[FLOOR], 2),
+        sync_floor_p50_us=round(p50[SYNC_FLOOR], 1),
+        sync_floor_p99_us=round(p99[SYNC_FLOOR], 1),
+        allocate_p50_sync_ratio=round(p50[PLAIN] / p50[SYNC_FLOOR], 2),
+        allocate_p99_sync_ratio=round(p99[PLAIN] / p99[SYNC_FLOOR], 2),
         registered_s=round(registered, 3),
         idle_rss_mib=round(idle[PLAIN], 1),
         rss_after_load_mib=round(loaded, 1),
@@ -265,6 +298,20 @@ def rows(section: dict[str, Any]) -> list[Row]:
             f"floor {r['floor_p99_us']:.0f} us, {r['allocate_p99_ratio']:.2f}x",
             f"<= {t['allocate_p99_ratio']}x floor",
             at_most(r["allocate_p99_ratio"], t["allocate_p99_ratio"]),
+        ),
+        Row(
+            "Allocate p50 / sync floor",
+            f"{r['allocate_p50_sync_ratio']:.2f}x",
+            f"sync grpcio floor {r['sync_floor_p50_us']:.0f} us",
+            f"<= {t['allocate_p50_sync_ratio']}x",
+            at_most(r["allocate_p50_sync_ratio"], t["allocate_p50_sync_ratio"]),
+        ),
+        Row(
+            "Allocate p99 / sync floor",
+            f"{r['allocate_p99_sync_ratio']:.2f}x",
+            f"sync grpcio floor {r['sync_floor_p99_us']:.0f} us",
+            f"<= {t['allocate_p99_sync_ratio']}x",
+            at_most(r["allocate_p99_sync_ratio"], t["allocate_p99_sync_ratio"]),
         ),
         Row(
             "start -> registered",
@@ -318,10 +365,16 @@ def run(results: dict[str, Any], budget: Budget = FULL) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Only the floor's echo server starts here; scripts/bench runs everything (benchmarks.run)."""
+    """Only the floors' echo servers start here; scripts/bench runs everything (benchmarks.run)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench")
-    parser.add_argument("--serve-echo", metavar="SOCKET", required=True)
-    serve_echo(parser.parse_args(argv).serve_echo)
+    floors = parser.add_mutually_exclusive_group(required=True)
+    floors.add_argument("--serve-echo", metavar="SOCKET")
+    floors.add_argument("--serve-sync-echo", metavar="SOCKET")
+    args = parser.parse_args(argv)
+    if args.serve_echo:
+        serve_echo(args.serve_echo)
+    else:
+        serve_sync_echo(args.serve_sync_echo)
     return 0
 
 

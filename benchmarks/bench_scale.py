@@ -77,7 +77,8 @@ async def device_plugin(work: Path, inventory: Path, budget: Budget) -> dict[str
         message = pb.ListAndWatchResponse(devices=list(big.kubelet.plugin(RESOURCE).devices.values()))
         with echo_server(work) as echo:
             await wait_for(echo.exists, 30, "echo server")
-            samples = await interleaved({BIG: big.socket, SMALL: little.socket}, echo, budget.calls // 2, budget.warmup)
+            daemons = {BIG: big.socket, SMALL: little.socket}
+            samples = await interleaved(daemons, {FLOOR: echo}, budget.calls // 2, budget.warmup)
     p50 = {name: percentile(values, 0.5) * 1e6 for name, values in samples.items()}
     p99 = {name: percentile(values, 0.99) * 1e6 for name, values in samples.items()}
     return {

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from npu_plugin.device import Device, Health
 from npu_plugin.logs import device_key
@@ -35,9 +35,14 @@ class Snapshot:
 
     version: int
     devices: tuple[DeviceView, ...]
+    # Built on the first lookup: Allocate looks devices up by id, the health poller never does.
+    _by_id: dict[int, DeviceView] | None = field(default=None, init=False, repr=False, compare=False)
 
     def get(self, physical_id: int) -> DeviceView | None:
-        return next((v for v in self.devices if v.physical_id == physical_id), None)
+        if self._by_id is None:
+            object.__setattr__(self, "_by_id", {v.physical_id: v for v in self.devices})
+            assert self._by_id is not None
+        return self._by_id.get(physical_id)
 
     def owned_by(self, owner: Owner) -> tuple[DeviceView, ...]:
         return tuple(v for v in self.devices if v.owner is owner)

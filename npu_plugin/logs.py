@@ -60,7 +60,18 @@ class TextFormatter(logging.Formatter):
         return one_line(f"{text} [{context}]" if context else text)
 
 
+def skip_unused_record_fields() -> None:
+    """Neither format shows the caller's file and line, the thread or the process, so LogRecords need not
+    collect them: the logging HOWTO's "Optimization" settings, which take a third off every logged event
+    (Allocate logs one)."""
+    logging._srcfile = None  # documented there; there is no public setter
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+
+
 def setup_logging(level: str, fmt: str) -> None:
+    skip_unused_record_fields()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -26,6 +27,8 @@ from npu_plugin.topology import preferred_allocation
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+# Distinct device sets a node hands out in practice: whole cards, halves, single dies, one per workload shape.
+RESPONSE_CACHE_SIZE = 256
 
 
 def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
@@ -89,6 +92,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         self._prefix = id_prefix(device_type)
         self._cdi_driver = cdi_driver
         self._on_allocate = on_allocate
+        self._response = functools.lru_cache(maxsize=RESPONSE_CACHE_SIZE)(self._build_response)
         self._closing = asyncio.Event()
 
     def close_streams(self) -> None:
@@ -140,21 +144,31 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
         started = time.perf_counter()
         snapshot = self._inventory.snapshot()
-        responses = []
         if not request.container_requests:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Allocate: the request holds no container requests")
+        granted: list[tuple[int, ...]] = []
         for container in request.container_requests:
             try:
                 if not container.devices_ids:
                     raise AllocationError("a container request names no devices")
-                ids = allocatable_ids(snapshot, container.devices_ids, self._prefix)
+                granted.append(tuple(sorted(allocatable_ids(snapshot, container.devices_ids, self._prefix))))
             except AllocationError as error:
                 log.warning("Allocate refused: %s", error, extra={"error": str(error)})
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
+        response = self._response(tuple(granted))
+        if log.isEnabledFor(logging.INFO):
+            for container, ids in zip(request.container_requests, granted, strict=True):
+                log.info("allocated devices %s", ",".join(container.devices_ids), extra={"device": device_key(ids)})
+        self._on_allocate(time.perf_counter() - started, len(granted))
+        return response
+
+    def _build_response(self, granted: tuple[tuple[int, ...], ...]) -> pb.AllocateResponse:
+        """What the kubelet gets for these devices: it depends on nothing but them and the host layout, so
+        the service memoizes it (`_response`); health and ownership are checked on every call first."""
+        responses = []
+        for ids in granted:
             cdi = [static_cdi_id(self._cdi_driver, i) for i in sorted(ids)] if self._cdi_driver else []
             responses.append(container_response(container_edits(self._layout, ids), cdi))
-            log.info("allocated devices %s", ",".join(container.devices_ids), extra={"device": device_key(ids)})
-        self._on_allocate(time.perf_counter() - started, len(responses))
         return pb.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(

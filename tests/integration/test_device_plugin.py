@@ -381,6 +381,29 @@ def test_allocate_answers_env_and_device_nodes(node: Node, launch_daemon: Launch
     run(scenario())
 
 
+def test_a_repeated_allocate_is_checked_against_the_current_health_every_time(
+    node: Node, launch_daemon: Launcher
+) -> None:
+    """Allocate keeps its answers for device sets it has served; health and ownership are still checked per call."""
+
+    async def scenario() -> None:
+        async with kubelet_at(node.plugin_dir) as kubelet:
+            daemon = launch_daemon(*node.args())
+            connection = await registered(kubelet, daemon)
+            first = await kubelet.allocate(RESOURCE, ["Ascend910-3", "Ascend910-1"])
+            assert await kubelet.allocate(RESOURCE, ["Ascend910-1", "Ascend910-3"]) == first
+            write_inventory(node.inventory, with_health(A2, 3, Health.CRITICAL))
+            await until(lambda: connection.devices["Ascend910-3"].health == "Unhealthy", 10, "the fault", daemon)
+            error = await rpc_error(kubelet.allocate(RESOURCE, ["Ascend910-3", "Ascend910-1"]))
+            assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "Ascend910-3 is unhealthy" in (error.details() or ""), error.details()
+            write_inventory(node.inventory, A2)
+            await until(lambda: connection.devices["Ascend910-3"].health == "Healthy", 10, "the recovery", daemon)
+            assert await kubelet.allocate(RESOURCE, ["Ascend910-3", "Ascend910-1"]) == first
+
+    run(scenario())
+
+
 def test_runtime_injection_answers_env_only(node: Node, launch_daemon: Launcher) -> None:
     async def scenario() -> None:
         async with kubelet_at(node.plugin_dir) as kubelet:
