@@ -92,6 +92,8 @@ class Daemon:
         self._log_start()
         if self.handover is not None:
             await self.handover.take_ownership()
+        # Everything that can fail at start on the node's files does so before any task runs.
+        device_plugin = self._device_plugin() if self.config.serves_device_plugin else None
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
         monitor.start_watching()
         apis = [
@@ -105,8 +107,8 @@ class Daemon:
             self._task(self._record_devices(), "device-metrics"),
             self._task(self.telemetry.run(self.stop), "health-service"),
         ]
-        if self.config.serves_device_plugin:
-            tasks.append(self._task(self._device_plugin().run(self.stop), "device-plugin"))
+        if device_plugin is not None:
+            tasks.append(self._task(device_plugin.run(self.stop), "device-plugin"))
         if self.dra is not None:
             tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
         if self.handover is not None:

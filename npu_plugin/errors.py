@@ -8,7 +8,8 @@ NpuPluginError                 anything this program reports to a user without a
 │   └── DcmiError              a DCMI call returned an error code
 ├── AllocationError            a request names a device we must not hand out
 ├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
-├── CheckpointError            the checkpoint file cannot be read or written
+├── CheckpointError            the checkpoint file or the state lock cannot be read or written
+├── CdiError                   a CDI spec file cannot be written or removed
 ├── KubeApiError               the Kubernetes API answered with an error or could not be reached
 └── MigrateError               a manifest cannot be rewritten (names document and container)
 """
@@ -82,6 +83,10 @@ class ClaimError(NpuPluginError):
 
 class CheckpointError(NpuPluginError):
     """The DRA checkpoint cannot be read or written."""
+
+
+class CdiError(NpuPluginError):
+    """A CDI spec file cannot be written or removed."""
 
 
 class KubeApiError(NpuPluginError):

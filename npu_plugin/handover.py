@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory import Inventory
 from npu_plugin.logs import device_key
 from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners
@@ -87,7 +88,12 @@ class Handover:
             if stop.is_set():
                 return
             current = {v.physical_id: v.owner for v in self._inventory.snapshot().devices}
-            for physical_id, owner in next_owners(self._desired, current, await self.holders()).items():
+            try:
+                holders = await self.holders()
+            except NpuPluginError as error:
+                log.warning("handover waits: %s", error, extra={"error": str(error)})
+                continue
+            for physical_id, owner in next_owners(self._desired, current, holders).items():
                 if owner is not current[physical_id]:
                     log.info(
                         "device %d released by %s, now served by %s",

@@ -16,7 +16,15 @@ CONTEXT_KEYS = ("device", "claim", "pod", "error")
 STARTUP_KEYS = ("version", "mode", "backend", "device_count")
 # Everything str.splitlines() breaks on, so no reader can split one event into two lines.
 _LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-_ESCAPES = {ord(c): c.encode("unicode_escape").decode("ascii") for c in _LINE_BREAKS}
+_CONTROLS = "".join(chr(code) for code in (*range(0x20), *range(0x7F, 0xA0)))  # C0, DEL, C1: NUL, ESC, ...
+
+
+def _escapes(characters: str) -> dict[int, str]:
+    return {ord(c): c.encode("unicode_escape").decode("ascii") for c in characters}
+
+
+_ESCAPES = _escapes(_LINE_BREAKS)
+_CONTROL_ESCAPES = _escapes(_LINE_BREAKS + _CONTROLS)
 
 
 def device_key(physical_ids: Iterable[int]) -> str:
@@ -27,6 +35,12 @@ def device_key(physical_ids: Iterable[int]) -> str:
 def one_line(text: str) -> str:
     """Escape line breaks (a traceback, an error quoting a file) so the event stays one line."""
     return text.translate(_ESCAPES)
+
+
+def printable(text: str) -> str:
+    """Escape line breaks as `one_line` does, and every other control character too: for text that leaves the
+    process for another program (a per-claim error the kubelet logs and shows in events)."""
+    return text.translate(_CONTROL_ESCAPES)
 
 
 class JsonFormatter(logging.Formatter):

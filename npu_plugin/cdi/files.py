@@ -13,6 +13,7 @@ from npu_plugin.atomic import make_directories, remove_file, remove_leftovers, w
 from npu_plugin.cdi.spec import claim_spec, spec_bytes, static_spec
 from npu_plugin.device import Device
 from npu_plugin.edits import HostLayout
+from npu_plugin.errors import CdiError, describe_os_error
 
 CDI_DIR_MODE = 0o755  # a --cdi-root we create: every container runtime, rootless ones too, reads it
 # The checkpoint is the durable record (fsync'd); claim specs are derived from it: written atomically but not
@@ -44,9 +45,13 @@ def claim_spec_files(cdi_root: Path, driver: str) -> dict[str, Path]:
 
 
 def write_static_spec(cdi_root: Path, driver: str, layout: HostLayout, devices: Sequence[Device]) -> Path:
-    make_directories(cdi_root, CDI_DIR_MODE)
+    """Write the static spec (creating --cdi-root); CdiError naming the path and errno when it cannot."""
     path = static_spec_path(cdi_root, driver)
-    write_atomic(path, spec_bytes(static_spec(driver, layout, devices)), durable=CDI_DURABLE)
+    try:
+        make_directories(cdi_root, CDI_DIR_MODE)
+        write_atomic(path, spec_bytes(static_spec(driver, layout, devices)), durable=CDI_DURABLE)
+    except OSError as error:
+        raise CdiError(f"cannot write the static CDI spec: {describe_os_error(error, path)}") from None
     return path
 
 

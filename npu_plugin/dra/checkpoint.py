@@ -11,7 +11,7 @@ from typing import Any, NotRequired, TypedDict
 
 from npu_plugin.atomic import write_atomic
 from npu_plugin.device import parse_dra_name
-from npu_plugin.errors import CheckpointError, quoted
+from npu_plugin.errors import CheckpointError, describe_os_error, quoted
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -162,6 +162,9 @@ class Checkpoint:
             raise CheckpointError("`claims` is not an object")
         return cls(str(document.get("bootId", "")), {str(k): ClaimEntry.from_json(v) for k, v in claims.items()})
 
+    def copy(self) -> Checkpoint:
+        return Checkpoint(self.boot_id, dict(self.claims))
+
     def holder_of(self, physical_id: int) -> str | None:
         """UID of the claim that holds a device (prepared or being prepared)."""
         for uid, entry in self.claims.items():
@@ -175,38 +178,87 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock."""
+    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock.
+
+    While serving, what this daemon last read or wrote is the truth: a checkpoint that turns corrupt (or
+    vanishes while it holds claims) is moved aside, logged as an error once per incident, and rewritten
+    from memory, so no prepared claim is forgotten and none of its devices handed out again. Only at
+    start, with nothing in memory yet, does a corrupt checkpoint mean starting empty. Read and write
+    failures (a directory in its place, a full disk) are CheckpointErrors naming the path and the errno.
+    """
 
     def __init__(self, state_dir: Path, boot_id: str) -> None:
         self.path = state_dir / "checkpoint.json"
         self.boot_id = boot_id
+        self._last_good: Checkpoint | None = None  # None until the first load, at start
+        self._incident = False  # the file was found bad and not yet read back good
+        self.restored = False  # the last load rewrote the file from memory
 
     def load(self) -> Checkpoint:
-        """The stored checkpoint; a corrupt file is moved aside loudly and an empty one returned."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return Checkpoint(self.boot_id)
-        try:
-            checkpoint = Checkpoint.from_bytes(data)
-        except CheckpointError as error:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-            self.path.rename(aside)
-            log.error(  # noqa: TRY400 - the cause is in the message; a traceback would only alarm
-                "checkpoint %s is corrupt (%s); moved aside to %s, starting with no prepared claims",
-                self.path,
-                error,
-                aside,
-                extra={"error": str(error)},
-            )
-            return Checkpoint(self.boot_id)
+        """The stored checkpoint (a copy the caller may change and `save`)."""
+        self.restored = False
+        data = self._read()
+        if data is None:
+            if self._last_good is not None and self._last_good.claims:
+                return self._restore("vanished")
+            checkpoint = Checkpoint(self.boot_id)
+        else:
+            try:
+                checkpoint = Checkpoint.from_bytes(data)
+            except CheckpointError as error:
+                aside = self._move_aside()
+                if self._last_good is not None:
+                    return self._restore(f"is corrupt ({error}); moved aside to {aside}")
+                log.error(  # noqa: TRY400 - the cause is in the message; a traceback would only alarm
+                    "checkpoint %s is corrupt (%s); moved aside to %s, starting with no prepared claims",
+                    self.path,
+                    error,
+                    aside,
+                    extra={"error": str(error)},
+                )
+                checkpoint = Checkpoint(self.boot_id)
         if checkpoint.boot_id != self.boot_id:
             log.info(
                 "checkpoint is from an earlier boot; claims stay reserved until the kubelet prepares or "
                 "unprepares them again"
             )
             checkpoint.boot_id = self.boot_id
+        self._incident = False
+        self._last_good = checkpoint.copy()
         return checkpoint
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise CheckpointError(f"cannot read the checkpoint: {describe_os_error(error, self.path)}") from None
+
+    def _move_aside(self) -> Path:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            self.path.rename(aside)
+        except OSError as error:
+            raise CheckpointError(f"cannot move the corrupt checkpoint aside: {describe_os_error(error)}") from None
+        return aside
+
+    def _restore(self, what_happened: str) -> Checkpoint:
+        assert self._last_good is not None
+        if not self._incident:
+            self._incident = True
+            log.error(
+                "checkpoint %s %s while serving; keeping the %d claim(s) this daemon holds in memory and "
+                "writing them back",
+                self.path,
+                what_happened,
+                len(self._last_good.claims),
+                extra={"error": f"checkpoint {what_happened}"},
+            )
+        checkpoint = self._last_good.copy()
+        self.save(checkpoint)
+        self.restored = True
+        return checkpoint.copy()
 
     def completed_claims(self) -> set[str]:
         """UIDs held as completed, read without the lock and without side effects (anything unreadable
@@ -218,7 +270,11 @@ class CheckpointStore:
         return {uid for uid, entry in checkpoint.claims.items() if entry.state == PREPARE_COMPLETED}
 
     def save(self, checkpoint: Checkpoint) -> None:
-        write_atomic(self.path, checkpoint.to_bytes(), mode=0o600)
+        try:
+            write_atomic(self.path, checkpoint.to_bytes(), mode=0o600)
+        except OSError as error:
+            raise CheckpointError(f"cannot write the checkpoint: {describe_os_error(error, self.path)}") from None
+        self._last_good = checkpoint.copy()
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

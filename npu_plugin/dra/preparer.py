@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,11 +31,12 @@ from npu_plugin.dra.checkpoint import (
 )
 from npu_plugin.dra.claims import ClaimDevice, claim_devices
 from npu_plugin.edits import HostLayout
-from npu_plugin.errors import ClaimError, NpuPluginError, clipped, quoted
+from npu_plugin.errors import CdiError, CheckpointError, ClaimError, NpuPluginError, clipped, describe_os_error, quoted
 from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
+LOCK_MODE = 0o600
 # Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 _DNS_LABELISH = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -115,18 +117,49 @@ class Preparer:
         self.cdi_root, self.layout = cdi_root, layout
         self.store, self._snapshot, self._fetch = store, snapshot, fetch_claim
         self._lock_path = state_dir / "prepare.lock"
+        self._unaccounted: set[str] = set()  # claims whose specs exist but no checkpoint we read knows
         self.prepared_claims = 0  # completed claims as of the last locked section, for metrics
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Checkpoint]:
-        with self._lock_path.open("a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                checkpoint = self.store.load()
-                yield checkpoint
-                self.prepared_claims = sum(e.state == PREPARE_COMPLETED for e in checkpoint.claims.values())
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        """The checkpoint under the state lock; CheckpointError when either cannot be read."""
+        fd = self._open_lock()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            checkpoint = self.store.load()
+            if self.store.restored:
+                self._note_unaccounted(checkpoint)
+            yield checkpoint
+            self.prepared_claims = sum(e.state == PREPARE_COMPLETED for e in checkpoint.claims.values())
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _open_lock(self) -> int:
+        # Never through a symlink (a planted one would make us create its target), never left to the umask.
+        try:
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
+        except OSError as error:
+            raise CheckpointError(f"cannot open the state lock: {describe_os_error(error, self._lock_path)}") from None
+        os.fchmod(fd, LOCK_MODE)
+        return fd
+
+    def _note_unaccounted(self, checkpoint: Checkpoint) -> None:
+        """After a rewrite from memory: claim specs of claims the checkpoint does not know were prepared by
+        another daemon of a rolling update since we last read it, on devices we cannot account for."""
+        unknown = set(claim_spec_files(self.cdi_root, self.driver)) - checkpoint.claims.keys()
+        if unknown - self._unaccounted:
+            log.error(
+                "--cdi-root holds specs of claims the rewritten checkpoint does not know (%s); no new claim is "
+                "prepared until they are unprepared",
+                ", ".join(sorted(unknown)),
+            )
+        self._unaccounted |= unknown
+
+    def _unaccounted_claims(self, checkpoint: Checkpoint) -> set[str]:
+        if self._unaccounted:
+            present = claim_spec_files(self.cdi_root, self.driver)
+            self._unaccounted = {uid for uid in self._unaccounted if uid in present and uid not in checkpoint.claims}
+        return self._unaccounted
 
     def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
@@ -141,16 +174,23 @@ class Preparer:
                     fetched[ref.uid] = self._fetch(ref.namespace, ref.name)
             except NpuPluginError as error:
                 results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {error}")
-        with self.locked() as checkpoint:
-            started = self._start(refs, fetched, checkpoint, results)
-            # PrepareStarted reaches the disk before any CDI file does: after a crash the record
-            # says which claims were in flight, and start-up drops them together with their files.
-            if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
-                self.store.save(checkpoint)
-            for ref in started:
-                results[ref.uid] = self._complete(ref, checkpoint)
-            if started:
-                self.store.save(checkpoint)
+        try:
+            with self.locked() as checkpoint:
+                started = self._start(refs, fetched, checkpoint, results)
+                # PrepareStarted reaches the disk before any CDI file does: after a crash the record
+                # says which claims were in flight, and start-up drops them together with their files.
+                if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
+                    self.store.save(checkpoint)
+                for ref in started:
+                    results[ref.uid] = self._complete(ref, checkpoint)
+                if started:
+                    self.store.save(checkpoint)
+        except CheckpointError as error:
+            # Nothing of this batch was recorded as completed: every claim not refused already fails with it.
+            log.error("prepare failed: %s", error, extra={"error": str(error)})  # noqa: TRY400
+            for ref in refs:
+                if ref.uid not in results or not results[ref.uid].error:
+                    results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {error}")
         return results
 
     def _start(
@@ -167,6 +207,12 @@ class Preparer:
             entry = checkpoint.claims.get(ref.uid)
             if entry is None or entry.state != PREPARE_COMPLETED:
                 try:
+                    if unaccounted := self._unaccounted_claims(checkpoint) - {ref.uid}:
+                        raise ClaimError(
+                            "the checkpoint was rewritten from memory after it turned bad, and --cdi-root holds "
+                            f"specs of claims it does not know ({', '.join(sorted(unaccounted))}): no new claim "
+                            "is prepared until those are unprepared"
+                        )
                     # Not read yet when the other daemon (rolling update) unprepared it since we looked.
                     claim = fetched[ref.uid] if ref.uid in fetched else self._fetch(ref.namespace, ref.name)
                     devices = self._resolve(ref, claim, checkpoint)
@@ -202,11 +248,11 @@ class Preparer:
         try:
             write_claim_spec(self.cdi_root, self.driver, ref.uid, requests_of(entry.devices), self.layout)
         except OSError as error:
-            path = claim_spec_path(self.cdi_root, self.driver, ref.uid)
             if entry.state == PREPARE_STARTED:
                 del checkpoint.claims[ref.uid]
-            log.error("cannot write CDI spec %s: %s", path, error, extra={"claim": ref.label})  # noqa: TRY400
-            return PrepareResult(error=f"claim {ref.label}: cannot write {path}: {error.strerror}")
+            problem = describe_os_error(error, claim_spec_path(self.cdi_root, self.driver, ref.uid))
+            log.error("cannot write CDI spec %s", problem, extra={"claim": ref.label})  # noqa: TRY400
+            return PrepareResult(error=f"claim {ref.label}: cannot write CDI spec {problem}")
         checkpoint.claims[ref.uid] = ClaimEntry(entry.namespace, entry.name, PREPARE_COMPLETED, entry.devices)
         log.info(
             "prepared claim %s/%s: %s",
@@ -227,22 +273,29 @@ class Preparer:
                 valid.append(ref)
             except ClaimError as error:
                 errors[ref.uid] = str(error)
-        with self.locked() as checkpoint:
-            forgotten = False
-            for ref in valid:
-                remove_claim_spec(self.cdi_root, self.driver, ref.uid)
-                if checkpoint.claims.pop(ref.uid, None) is not None:
-                    forgotten = True
-                    log.info(
-                        "unprepared claim %s/%s",
-                        ref.namespace,
-                        ref.name,
-                        extra={"claim": ref.label},
-                    )
-                errors[ref.uid] = ""
-            if forgotten:
-                self.store.save(checkpoint)
+        try:
+            with self.locked() as checkpoint:
+                held = len(checkpoint.claims)
+                for ref in valid:
+                    errors[ref.uid] = self._forget(ref, checkpoint)
+                if len(checkpoint.claims) != held:
+                    self.store.save(checkpoint)
+        except CheckpointError as error:
+            log.error("unprepare failed: %s", error, extra={"error": str(error)})  # noqa: TRY400
+            errors |= {ref.uid: f"claim {ref.label}: {error}" for ref in valid}
         return errors
+
+    def _forget(self, ref: ClaimRef, checkpoint: Checkpoint) -> str:
+        """Remove a claim's CDI spec, then its entry; the entry stays while the spec cannot be removed."""
+        try:
+            remove_claim_spec(self.cdi_root, self.driver, ref.uid)
+        except OSError as error:
+            problem = describe_os_error(error, claim_spec_path(self.cdi_root, self.driver, ref.uid))
+            log.error("cannot remove CDI spec %s", problem, extra={"claim": ref.label})  # noqa: TRY400
+            return f"claim {ref.label}: cannot remove CDI spec {problem}"
+        if checkpoint.claims.pop(ref.uid, None) is not None:
+            log.info("unprepared claim %s/%s", ref.namespace, ref.name, extra={"claim": ref.label})
+        return ""
 
     def collect_garbage(self) -> None:
         """At start: forget claims a crash left in PrepareStarted (the kubelet never heard of success and
@@ -255,16 +308,22 @@ class Preparer:
                 del checkpoint.claims[uid]
             if interrupted:
                 self.store.save(checkpoint)
-            for uid, path in claim_spec_files(self.cdi_root, self.driver).items():
-                if uid not in checkpoint.claims:
-                    log.info("removing orphaned CDI spec %s", path)
-                    remove_claim_spec(self.cdi_root, self.driver, uid)
-            # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
-            for path in [
-                *remove_claim_spec_leftovers(self.cdi_root, self.driver),
-                *remove_leftovers(self.store.path.parent, self.store.path.name),
-            ]:
-                log.info("removed %s, left half-written by a crash", path)
+            try:
+                self._remove_orphans(checkpoint)
+            except OSError as error:
+                raise CdiError(f"cannot clean up --cdi-root: {describe_os_error(error)}") from None
+
+    def _remove_orphans(self, checkpoint: Checkpoint) -> None:
+        for uid, path in claim_spec_files(self.cdi_root, self.driver).items():
+            if uid not in checkpoint.claims:
+                log.info("removing orphaned CDI spec %s", path)
+                remove_claim_spec(self.cdi_root, self.driver, uid)
+        # Under the lock no write of ours is in flight, so any temporary file is a crash's leftover.
+        for path in [
+            *remove_claim_spec_leftovers(self.cdi_root, self.driver),
+            *remove_leftovers(self.store.path.parent, self.store.path.name),
+        ]:
+            log.info("removed %s, left half-written by a crash", path)
 
     def held_devices(self) -> set[int]:
         """Physical ids that checkpointed claims hold (prepared or being prepared)."""

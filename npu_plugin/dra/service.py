@@ -19,6 +19,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.inventory import Inventory, Snapshot
+from npu_plugin.logs import printable
 from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
 
@@ -40,7 +41,7 @@ class _DraPluginLogic:
         response = self._pb.NodePrepareResourcesResponse()
         for uid, result in results.items():
             entry = response.claims[uid]
-            entry.error = result.error
+            entry.error = printable(result.error)
             for device in result.devices:
                 entry.devices.add(
                     request_names=list(device.request_names),
@@ -56,7 +57,7 @@ class _DraPluginLogic:
         errors = await asyncio.to_thread(self._preparer.unprepare, refs)
         response = self._pb.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
-            response.claims[uid].error = error
+            response.claims[uid].error = printable(error)
         self._observe("unprepare", 0.0)
         return response
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,74 @@ def test_garbage_collection_removes_temporary_files_a_crash_left(preparer: Prepa
         path.write_text("{")
     preparer.collect_garbage()
     assert [p.exists() for p in leftovers + kept] == [False] * len(leftovers) + [True] * len(kept)
+
+
+def error_records(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+
+
+def test_a_checkpoint_garbled_while_serving_forgets_no_claim(
+    preparer: Preparer, claims: Claims, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = claims.add("a", "u-a", [ours("npu-4")]), claims.add("b", "u-b", [ours("npu-4")])
+    third = claims.add("c", "u-c", [ours("npu-5")])
+    assert preparer.prepare([first])[first.uid].error == ""
+    preparer.store.path.write_bytes(b"\x00garbage{")
+    assert "device npu-4: already prepared for claim u-a" in preparer.prepare([second])[second.uid].error
+    assert preparer.prepare([third])[third.uid].error == ""
+    assert set(checkpoint_claims(preparer)) == {"u-a", "u-c"}, "rewritten good, with the claim it held"
+    [aside] = (tmp_path / "state").glob("checkpoint.json.corrupt-*")
+    assert aside.read_bytes() == b"\x00garbage{"
+    [error] = error_records(caplog)  # once per incident, not once per call
+    assert "is corrupt" in error and "while serving" in error and "keeping the 1 claim(s)" in error
+
+
+def test_a_checkpoint_deleted_while_serving_is_written_back(
+    preparer: Preparer, claims: Claims, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = claims.add("a", "u-a", [ours("npu-4")]), claims.add("b", "u-b", [ours("npu-4")])
+    preparer.prepare([first])
+    preparer.store.path.unlink()
+    assert "already prepared for claim u-a" in preparer.prepare([second])[second.uid].error
+    assert set(checkpoint_claims(preparer)) == {"u-a"}
+    assert ["vanished" in e for e in error_records(caplog)] == [True]
+
+
+def test_after_a_rewrite_from_memory_specs_of_unknown_claims_block_new_claims(
+    tmp_path: Path, claims: Claims, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine, other = make_preparer(tmp_path, claims), make_preparer(tmp_path, claims)  # a rolling update's two pods
+    ours_first, theirs = claims.add("a", "u-a", [ours("npu-1")]), claims.add("t", "u-t", [ours("npu-2")])
+    fresh = claims.add("f", "u-f", [ours("npu-3")])
+    mine.prepare([ours_first])
+    other.prepare([theirs])  # `mine` has not read the checkpoint since
+    mine.store.path.write_bytes(b"{")
+    refused = mine.prepare([fresh])[fresh.uid].error
+    assert "specs of claims it does not know (u-t)" in refused and "no new claim is prepared" in refused
+    assert mine.prepare([theirs])[theirs.uid].error == "", "the unknown claim itself may be prepared again"
+    assert mine.prepare([fresh])[fresh.uid].error == ""
+    assert set(checkpoint_claims(mine)) == {"u-a", "u-t", "u-f"}
+
+
+def test_a_directory_in_place_of_the_checkpoint_while_serving_fails_each_claim_clearly(
+    preparer: Preparer, claims: Claims
+) -> None:
+    first, second = claims.add("a", "u-a", [ours("npu-4")]), claims.add("b", "u-b", [ours("npu-5")])
+    preparer.prepare([first])
+    preparer.store.path.unlink()
+    preparer.store.path.mkdir()
+    expected = f"cannot read the checkpoint: {preparer.store.path}: Is a directory (EISDIR)"
+    assert preparer.prepare([second])[second.uid].error == f"claim ns/b: {expected}"
+    assert preparer.unprepare([first]) == {"u-a": f"claim ns/a: {expected}"}
+    preparer.store.path.rmdir()
+    assert preparer.prepare([second])[second.uid].error == ""
+    assert set(checkpoint_claims(preparer)) == {"u-a", "u-b"}, "the claim held before is still recorded"
+
+
+def test_the_state_lock_never_follows_a_symlink(preparer: Preparer, claims: Claims, tmp_path: Path) -> None:
+    target = tmp_path / "outside"
+    (tmp_path / "state" / "prepare.lock").symlink_to(target)
+    ref = claims.add("a", "u-a", [ours("npu-4")])
+    error = preparer.prepare([ref])[ref.uid].error
+    assert "cannot open the state lock" in error and "(ELOOP)" in error
+    assert not target.exists()
