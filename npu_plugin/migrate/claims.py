@@ -178,19 +178,33 @@ def apply(workload: Workload, planned: Sequence[ContainerClaim]) -> None:
                 if not entries:
                     del resources[section]
         if item.count:
-            _list(resources, "claims", len(resources)).append(CommentedMap([("name", item.claim)]))
+            claims = _list(resources, "claims", len(resources))
+            claims.append(_mapping([("name", item.claim)], claims))
+        elif not resources:
+            del item.container.node["resources"]
     claimed = [item for item in planned if item.count]
     if claimed:
         pod_claims = _list(workload.pod_spec, "resourceClaims", _after_containers(workload.pod_spec))
     for item in claimed:
-        pod_claims.append(CommentedMap([("name", item.claim), ("resourceClaimTemplateName", item.template)]))
+        pod_claims.append(_mapping([("name", item.claim), ("resourceClaimTemplateName", item.template)], pod_claims))
 
 
 def _list(parent: CommentedMap, key: str, position: int) -> CommentedSeq:
     if key not in parent:
-        parent.insert(position, key, CommentedSeq())
-    entries: CommentedSeq = parent[key]
-    return entries
+        entries = CommentedSeq()
+        if parent.fa.flow_style():
+            entries.fa.set_flow_style()
+        parent.insert(position, key, entries)
+    existing: CommentedSeq = parent[key]
+    return existing
+
+
+def _mapping(pairs: list[tuple[str, str]], parent: CommentedSeq) -> CommentedMap:
+    """A new mapping for `parent`: in flow style inside a flow sequence, so it renders as `{name: ...}`."""
+    mapping = CommentedMap(pairs)
+    if parent.fa.flow_style():
+        mapping.fa.set_flow_style()
+    return mapping
 
 
 def _after_containers(pod_spec: CommentedMap) -> int:

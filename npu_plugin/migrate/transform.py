@@ -1,8 +1,8 @@
 """`migrate`'s core: a YAML stream in, the same stream with NPU limits turned into DRA claims out (pure).
 
 Documents that ask for no NPU are copied as their original text. A document that changes is edited
-through a ruamel round trip whose line edits are replayed on the original text (linemerge), so only
-the lines the edit touches change; its ResourceClaimTemplates are inserted just before it.
+on the user's own lines at the positions the parser recorded (lineedits), so only the lines the edit
+touches change; its ResourceClaimTemplates are inserted just before it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from npu_plugin.migrate.findings import (
     quota_findings,
     runtime_findings,
 )
-from npu_plugin.migrate.linemerge import merge
+from npu_plugin.migrate.lineedits import LineEdits
 from npu_plugin.migrate.options import Options
 from npu_plugin.migrate.workloads import (
     ShapeError,
@@ -129,13 +129,8 @@ class _Stream:
         for found, items in planned:
             self._record(doc, number, found, items)
         if planned:
-
-            def edit() -> None:
-                for found, items in planned:
-                    apply(found, items)
-
             style = detect_style(data)
-            body = _edit(doc, data, style, edit)
+            body = _edit(doc, data, style, planned)
             templates = [self._template(found, item, style) for found, items in planned for item in items if item.count]
             text = _assemble(doc, templates, body)
         else:
@@ -248,27 +243,25 @@ def _shared_nodes(data: Any) -> set[int]:
     return shared
 
 
-def _edit(doc: Document, data: Any, style: Style, edit: Callable[[], None]) -> str:
-    """The document body after `edit` mutates `data`, keeping every line the edit did not touch."""
+def _edit(doc: Document, data: Any, style: Style, planned: list[tuple[Workload, list[ContainerClaim]]]) -> str:
+    """The document body with `planned` applied to `data` and to the user's own lines."""
     newline = "\r\n" if "\r\n" in doc.body else "\n"
-    original = doc.body.replace("\r\n", "\n")
-    terminated = original.endswith("\n")
-    original += "" if terminated else "\n"
-    explicit = original.startswith("---")
-    before = dump(data, style, explicit)
-    edit()
-    after = dump(data, style, explicit)
-    merged = merge(original, before, after)
-    if not _means(merged, data):
-        merged = after  # the merge met a region the dumper reformats; its rendering is still right
-    if not terminated:
-        merged = merged.removesuffix("\n")
-    return merged.replace("\n", newline)
+    terminated = doc.body.endswith("\n")
+    edits = LineEdits(doc.body + ("" if terminated else newline), data, newline)
+    for found, items in planned:
+        edits.plan(found, items)
+    for found, items in planned:
+        apply(found, items)
+    text = edits.render()
+    if not _means(text, data):
+        # A shape the line edits do not cover (a key spanning lines, say): the whole document, dumped.
+        text = dump(data, style, doc.body.startswith("---")).replace("\n", newline)
+    return text if terminated else text.removesuffix(newline)
 
 
 def _means(text: str, data: Any) -> bool:
     try:
-        return bool(plain(load(text, "<merge>", 1)) == plain(data))
+        return bool(plain(load(text.replace("\r\n", "\n"), "<edit>", 1)) == plain(data))
     except MigrateError:
         return False
 

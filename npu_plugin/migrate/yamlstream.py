@@ -115,6 +115,7 @@ def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = _WIDTH
+    yaml.brace_single_entry_mapping_in_flow_sequence = True  # [{name: a}], never the terse [name: a]
     return yaml
 
 
@@ -138,6 +139,13 @@ def dump(data: Any, style: Style, explicit_start: bool = False) -> str:
     stream = io.StringIO()
     yaml.dump(data, stream)
     return stream.getvalue()
+
+
+def dump_flow(node: CommentedMap | CommentedSeq) -> str:
+    """A flow collection rendered on its own, without the line break a document ends with."""
+    stream = io.StringIO()
+    _yaml().dump(node, stream)
+    return stream.getvalue().removesuffix("\n").removesuffix("\n...")
 
 
 def detect_style(data: Any) -> Style:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate import Options, migrate_text
-from npu_plugin.migrate.linemerge import merge
 from npu_plugin.migrate.workloads import claim_name, template_name
 from npu_plugin.migrate.yamlstream import Style, detect_style, load, split_documents
 
@@ -339,7 +338,7 @@ def test_derived_names_are_always_valid(workload: str, container: str) -> None:
     assert SUBDOMAIN.fullmatch(name) and len(name) <= 253
 
 
-# --- the stream splitter, the merge and style detection ---------------------------------------------------
+# --- the stream splitter and style detection ---------------------------------------------------
 
 SPLITS = [
     ("bare", "a: 1\n", [("", "a: 1\n", "", 1)]),
@@ -362,32 +361,6 @@ def test_split_documents(text: str, parts: list[tuple[str, str, str, int]]) -> N
 def test_split_documents_loses_no_byte(pieces: list[str]) -> None:
     text = "".join(pieces)
     assert "".join(d.text for d in split_documents(text)) == text
-
-
-MERGES = [
-    ("no edit keeps the original", "a:   1\nb: 2\n", "a: 1\nb: 2\n", "a: 1\nb: 2\n", "a:   1\nb: 2\n"),
-    ("edit beside a reformatted line", "a:   1\nb: 2\n", "a: 1\nb: 2\n", "a: 1\nb: 3\n", "a:   1\nb: 3\n"),
-    (
-        "a dropped comment stays",
-        "a:\n  x: 1\n# about b\nb: 2\n",
-        "a:\n  x: 1\n# about b\nb: 2\n",
-        "a:\n  y: 1\nb: 2\n",
-        "a:\n  y: 1\n# about b\nb: 2\n",
-    ),
-    (
-        "an insertion goes above the comment on the next key",
-        "a: 1\n# about b\nb: 2\n",
-        "a: 1\n# about b\nb: 2\n",
-        "a: 1\n# about b\nc: 3\nb: 2\n",
-        "a: 1\nc: 3\n# about b\nb: 2\n",
-    ),
-    ("a touched reformatted region comes from after", "a: [1,   2]\n", "a: [1, 2]\n", "a: [1, 3]\n", "a: [1, 3]\n"),
-]
-
-
-@pytest.mark.parametrize(("original", "before", "after", "merged"), [c[1:] for c in MERGES], ids=[c[0] for c in MERGES])
-def test_merge(original: str, before: str, after: str, merged: str) -> None:
-    assert merge(original, before, after) == merged
 
 
 STYLES = [

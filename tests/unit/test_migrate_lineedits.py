@@ -1,0 +1,150 @@
+"""`migrate` edits the user's own lines: exact outputs for the layouts real files mix (table-driven)."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_plugin.migrate import migrate_text
+
+
+def workload_text(text: str) -> str:
+    """The migrated workload's document: the last one of the output."""
+    return migrate_text(text).text.split("---\n")[-1]
+
+
+HEAD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n"
+CASES = [
+    (
+        "mixed indentation keeps every untouched line",
+        HEAD + "  nodeSelector: { accelerator: huawei-Ascend910 }\n"
+        "  containers:\n"
+        "    - name: c\n"
+        '      args: [ "--port", "8080" ]\n'
+        "      ports:\n"
+        "      - containerPort: 8080\n"
+        "      resources:\n"
+        "          limits:\n"
+        "              huawei.com/Ascend910: 2   # two dies\n"
+        "              memory: 64Gi\n"
+        "  volumes:\n"
+        "  - name: data\n",
+        HEAD + "  nodeSelector: { accelerator: huawei-Ascend910 }\n"
+        "  containers:\n"
+        "    - name: c\n"
+        '      args: [ "--port", "8080" ]\n'
+        "      ports:\n"
+        "      - containerPort: 8080\n"
+        "      resources:\n"
+        "          limits:\n"
+        "              memory: 64Gi\n"
+        "          claims:\n"
+        "            - name: c-npu\n"
+        "  resourceClaims:\n"
+        "    - name: c-npu\n"
+        "      resourceClaimTemplateName: p-c-npu\n"
+        "  volumes:\n"
+        "  - name: data\n",
+    ),
+    (
+        "comments in and after the removed block stay",
+        HEAD + "  containers:\n"
+        "  - name: c\n"
+        "    resources:\n"
+        "      limits:\n"
+        "        # NPUs for training\n"
+        "        huawei.com/Ascend910: 8   # eight\n"
+        "    env: []\n"
+        "  # volumes follow\n"
+        "  volumes: []\n",
+        HEAD + "  containers:\n"
+        "  - name: c\n"
+        "    resources:\n"
+        "        # NPUs for training\n"
+        "      claims:\n"
+        "      - name: c-npu\n"
+        "    env: []\n"
+        "  resourceClaims:\n"
+        "  - name: c-npu\n"
+        "    resourceClaimTemplateName: p-c-npu\n"
+        "  # volumes follow\n"
+        "  volumes: []\n",
+    ),
+    (
+        "flow collections are re-rendered whole, block ones line by line",
+        HEAD + "  initContainers: [{name: i, image: x, resources: {limits: {huawei.com/Ascend910: 1}}}]\n"
+        "  containers:\n"
+        "  - {name: c, image: \"y\",  resources: {limits: {huawei.com/Ascend910: 2,  cpu: '1'}}}\n"
+        "  - name: d\n"
+        "    resources:\n"
+        "      requests: {huawei.com/Ascend910: 1, memory: 1Gi}\n"
+        "      limits:\n"
+        "        huawei.com/Ascend910: 1\n"
+        "      claims: []\n"
+        "  resourceClaims:\n"
+        "  - name: other\n"
+        "    resourceClaimName: shared\n",
+        HEAD + "  initContainers: [{name: i, image: x, resources: {claims: [{name: i-npu}]}}]\n"
+        "  containers:\n"
+        "  - {name: c, image: \"y\", resources: {limits: {cpu: '1'}, claims: [{name: c-npu}]}}\n"
+        "  - name: d\n"
+        "    resources:\n"
+        "      requests: {memory: 1Gi}\n"
+        "      claims:\n"
+        "      - name: d-npu\n"
+        "  resourceClaims:\n"
+        "  - name: other\n"
+        "    resourceClaimName: shared\n"
+        "  - name: i-npu\n"
+        "    resourceClaimTemplateName: p-i-npu\n"
+        "  - name: c-npu\n"
+        "    resourceClaimTemplateName: p-c-npu\n"
+        "  - name: d-npu\n"
+        "    resourceClaimTemplateName: p-d-npu\n",
+    ),
+    (
+        "count 0 alone removes resources",
+        HEAD
+        + "  containers:\n  - name: c\n    resources:\n      limits:\n        huawei.com/Ascend910: 0\n    image: i\n",
+        HEAD + "  containers:\n  - name: c\n    image: i\n",
+    ),
+    (
+        "wide dashes are copied",
+        HEAD + "    containers:\n    -   name: c\n        resources:\n            limits: {huawei.com/Ascend310P: 1}\n",
+        HEAD + "    containers:\n"
+        "    -   name: c\n"
+        "        resources:\n"
+        "            claims:\n"
+        "            -   name: c-npu\n"
+        "    resourceClaims:\n"
+        "    -   name: c-npu\n"
+        "        resourceClaimTemplateName: p-c-npu\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_line_edits(text: str, expected: str) -> None:
+    assert workload_text(text) == expected
+    assert migrate_text(migrate_text(text).text).changes == ()
+
+
+def test_crlf_without_final_newline() -> None:
+    text = (
+        HEAD + "  containers:\n  - name: c\n    resources:\n      limits:\n        huawei.com/Ascend910: 1"
+    ).replace("\n", "\r\n")
+    output = migrate_text(text).text
+    assert output.endswith("\r\n  - name: c-npu\r\n    resourceClaimTemplateName: p-c-npu")
+    assert "\n" not in output.replace("\r\n", "")
+    assert migrate_text(output).text == output
+
+
+def test_mixed_line_endings_keep_each_line_s_own() -> None:
+    text = (
+        HEAD.replace("\n", "\r\n")
+        + "  containers:\n  - name: c\n    resources:\n      limits: {huawei.com/Ascend910: 1}\r\n"
+    )
+    output = migrate_text(text).text.split("---\r\n")[-1]
+    assert output == HEAD.replace("\n", "\r\n") + (
+        "  containers:\n  - name: c\n    resources:\n      claims:\r\n      - name: c-npu\r\n"
+        "  resourceClaims:\r\n  - name: c-npu\r\n    resourceClaimTemplateName: p-c-npu\r\n"
+    )
