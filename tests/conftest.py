@@ -87,12 +87,17 @@ class Daemons:
         self.started: list[DaemonProcess] = []
 
     def __call__(
-        self, *args: str, python_args: Sequence[str] = (), env: Mapping[str, str] | None = None
+        self,
+        *args: str,
+        python_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        wrapper: Sequence[str] = (),
     ) -> DaemonProcess:
+        """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid)."""
         log_path = self.log_dir / f"daemon-{len(self.started)}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, *python_args, "-m", "npu_plugin", "serve", *args],
+                [*wrapper, sys.executable, *python_args, "-m", "npu_plugin", "serve", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
