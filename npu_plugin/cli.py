@@ -1,111 +1,621 @@
-"""The `npu-plugin` command: parse, validate, dispatch; the only place exit codes are decided."""
+"""The `npu-plugin` command: every flag declared, parsed, validated and dispatched; the only place exit codes
+are decided.
+
+Every flag has an environment twin, `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed
+manifests' `NODE_NAME` and `POD_UID` for --node-name and --pod-uid). A few flags also read the names other
+Ascend DRA manifests use (`CDI_ROOT`, ...). Precedence: the command line, then the twin, then the alias,
+then the built-in default.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, NoReturn
 
 from npu_plugin import __version__
 from npu_plugin.config import (
-    MODES,
-    add_backend_flags,
-    add_log_flags,
-    add_serve_flags,
-    env_arguments,
+    DEFAULT_DRIVER,
+    BackendKind,
+    BackendOptions,
+    Config,
+    Mode,
+    UnhealthyPolicy,
+    address,
+    among,
+    dns_subdomain,
+    non_empty,
+    one_of,
+    port,
+    positive_seconds,
+    resource_name_or_auto,
+    safe_name,
+    threshold,
 )
-from npu_plugin.errors import ConfigError, NpuPluginError
+from npu_plugin.edits import Injection
+from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
+from npu_plugin.profiles import PROFILES
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger(__name__)
+
+# Twins the seed manifests already name.
+_TWIN_OVERRIDES = {"node-name": "NODE_NAME", "pod-uid": "POD_UID"}
+# Names other Ascend DRA manifests (openFuyao, mind-cluster) and kubectl use; read when the twin is unset.
+ENV_ALIASES: dict[str, tuple[str, ...]] = {
+    "cdi-root": ("CDI_ROOT",),
+    "kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
+    "kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH",),
+    "healthcheck-port": ("HEALTHCHECK_PORT",),
+    "kubeconfig": ("KUBECONFIG",),
+}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_COMMAND_LINE = "the command line"
+
+# Flags of Ascend's own device plugin (mind-cluster), as a DaemonSet written for it passes them.
+_ASCEND_FLAGS = {
+    "useAscendDocker": "use --device-injection runtime when Ascend Docker Runtime injects the device nodes, "
+    "else the default --device-injection nodes",
+    "volcanoType": "not needed: with --mode dra the Kubernetes scheduler picks devices by their attributes, "
+    "and the device plugin prefers one topology group on its own",
+    "presetVirtualDevice": "not needed: whole NPUs only, virtual NPUs are not served",
+    "listWatchPeriod": "use --health-interval SECONDS",
+    "mode": "use --mode device-plugin|dra|both to choose the API; the chip family is discovered",
+    "version": "use --version",
+    "logLevel": "use --log-level debug|info|warning|error",
+    "logFile": "not needed: logs go to stderr (--log-format json for collectors)",
+    "edgeLogFile": "not needed: logs go to stderr (--log-format json for collectors)",
+    "logDir": "not needed: logs go to stderr (--log-format json for collectors)",
+    "maxAge": "not needed: logs go to stderr and the container runtime rotates them",
+    "maxBackups": "not needed: logs go to stderr and the container runtime rotates them",
+    "fdFlag": "not supported: FusionDirector management is not offered",
+    "autoStowing": "not needed: a recovered device returns after --health-recovery-threshold good samples",
+    "hotReset": "not supported: the daemon never resets devices",
+    "use310PMixedInsert": "not needed: each card's model is discovered",
+    "useLargeModel": "not supported: the daemon never resets devices",
+    "shareDevCount": "not supported: an NPU goes to one container at a time",
+    "cacheExpirePeriod": "not needed: the daemon reads no Pod cache",
+}
+
+
+def env_name(flag: str) -> str:
+    """The environment twin of `--flag`."""
+    return _TWIN_OVERRIDES.get(flag, "NPU_PLUGIN_" + flag.upper().replace("-", "_"))
+
+
+@dataclass(frozen=True, slots=True)
+class _BadEnvironment:
+    """A default taken from the environment that its flag's checker refused; reported after parsing."""
+
+    variable: str
+    value: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.variable}={self.value!r}: {self.problem}"
+
+
+class _Given(argparse.Action):
+    """Stores the value and records that the flag was given on the command line."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        _record(namespace, self.option_strings)
+
+
+class _Switch(argparse.Action):
+    """`store_true` that records that the flag was given."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, True)
+        _record(namespace, self.option_strings)
+
+
+def _record(namespace: argparse.Namespace, option_strings: Sequence[str]) -> None:
+    long = next(s for s in option_strings if s.startswith("--"))
+    given: dict[str, str] = getattr(namespace, "given", {})
+    namespace.given = {**given, long: _COMMAND_LINE}
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line and exits 2, without the usage block."""
+    """argparse with environment twins as defaults, help naming default and variable, and one-line errors.
+
+    Every long flag declared through it (its argument groups included) gets the same treatment, so a
+    sub-command declaring its own flags cannot forget its twins.
+    """
+
+    def __init__(self, *args: Any, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.environ = environ
+        self.flags: list[str] = []
+        self.from_environment: dict[str, str] = {}  # flag -> the variable that supplied its default
+        self.subcommands: dict[str, _Parser] = {}
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        return self._declare(super().add_argument, names, kwargs)
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="npu-plugin", description="Huawei Ascend NPUs for Kubernetes: Device Plugin and DRA.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    def add_flag_group(self, title: str, description: str | None = None) -> _FlagGroup:
+        return _FlagGroup(self, self.add_argument_group(title, description))
 
-    serve = commands.add_parser("serve", help="run the daemon")
-    add_serve_flags(serve)
-    serve.set_defaults(func=_serve)
+    def _declare(
+        self, add: Callable[..., argparse.Action], names: tuple[str, ...], kwargs: dict[str, Any]
+    ) -> argparse.Action:
+        long = next((n for n in names if isinstance(n, str) and n.startswith("--")), None)
+        if long is None or kwargs.get("action") in ("help", "version"):
+            return add(*names, **kwargs)
+        self.flags.append(long)
+        flag = long[2:]
+        variables = (env_name(flag), *ENV_ALIASES.get(flag, ()))
+        switch = kwargs.get("action") == "store_true"
+        kwargs["action"] = _Switch if switch else _Given
+        shown = kwargs.pop("shown_default", "off" if switch else _shown(kwargs.get("default")))
+        kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
+        if switch:
+            kwargs.setdefault("default", False)
+        source = self._environment_source(variables)
+        if source is not None:
+            self.from_environment[long] = source
+            kwargs["default"] = _environment_value(
+                source, self.environ[source], long if switch else None, kwargs.get("type")
+            )
+        return add(*names, **kwargs)
 
-    inventory = commands.add_parser("inventory", help="print what discovery finds")
-    add_backend_flags(inventory)
-    inventory.add_argument("--output", "-o", choices=("table", "json", "yaml", "resourceslice"), default="table")
-    inventory.add_argument("--node-name")
-    inventory.add_argument("--driver-name", default="npu.huawei.com")
-    inventory.add_argument("--unhealthy-policy", choices=("remove", "taint"), default="remove")
-    add_log_flags(inventory)
-    inventory.set_defaults(func=_inventory)
+    def _environment_source(self, variables: tuple[str, ...]) -> str | None:
+        twin, *aliases = variables
+        if twin in self.environ:
+            return twin
+        return next((alias for alias in aliases if self.environ.get(alias)), None)
 
+
+class _FlagGroup:
+    """An argument group whose flags get the parser's environment twins and help."""
+
+    def __init__(self, parser: _Parser, group: argparse._ArgumentGroup) -> None:
+        self._parser, self._group = parser, group
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        return self._parser._declare(self._group.add_argument, names, kwargs)
+
+
+def _shown(default: Any) -> str:
+    return "none" if default is None else str(default)
+
+
+def _help(description: str, shown: str, variables: tuple[str, ...]) -> str:
+    # Help strings are %-formatted by argparse.
+    env = " or ".join(variables)
+    default = "" if "default" in description else f"default: {shown}; "
+    return f"{description} ({default}env: {env})".replace("%", "%%")
+
+
+def _environment_value(
+    variable: str, text: str, switch: str | None, convert: Callable[[str], Any] | None
+) -> Any | _BadEnvironment:
+    """The default `variable` gives a flag: converted by the flag's checker, or the reason it is refused."""
+    if switch is not None:
+        word = text.strip().lower()
+        if word not in _TRUE | _FALSE:
+            return _BadEnvironment(variable, text, f"{switch} takes true or false")
+        return word in _TRUE
+    try:
+        return convert(text) if convert is not None else text
+    except (argparse.ArgumentTypeError, ValueError) as error:
+        return _BadEnvironment(variable, text, str(error))
+
+
+# ---- the flags
+
+
+def _add_backend_flags(parser: _Parser, default: BackendKind = BackendKind.AUTO) -> None:
+    group = parser.add_flag_group("discovery", "where the NPUs are read from")
+    add = group.add_argument
+    add(
+        "--backend",
+        type=one_of(BackendKind),
+        metavar="{auto,dcmi,npu-smi,fake}",
+        default=default,
+        help="discovery source: auto tries DCMI, then npu-smi",
+    )
+    add("--fake-inventory", type=Path, metavar="PATH", help="fake backend: inventory file, re-read whenever it changes")
+    add(
+        "--fake-profile",
+        type=among(sorted(PROFILES)),
+        metavar="NAME",
+        help=f"fake backend: built-in inventory ({', '.join(sorted(PROFILES))})",
+    )
+    add(
+        "--npu-smi",
+        type=non_empty,
+        default="npu-smi",
+        metavar="PATH",
+        help="npu-smi executable for the npu-smi backend",
+        shown_default="npu-smi on PATH",
+    )
+    add(
+        "--dcmi-library",
+        type=non_empty,
+        metavar="PATH",
+        help="DCMI library for the dcmi backend",
+        shown_default="libdcmi.so via the loader path",
+    )
+    add("--dev-root", type=Path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live")
+
+
+def _add_log_flags(parser: _Parser, default_level: str = "info") -> None:
+    group = parser.add_flag_group("logging")
+    group.add_argument(
+        "--log-level",
+        type=among(("debug", "info", "warning", "error"), str.lower),
+        default=default_level,
+        metavar="{debug,info,warning,error}",
+        help="least severe event logged",
+    )
+    group.add_argument(
+        "--log-format",
+        type=among(("text", "json")),
+        default="text",
+        metavar="{text,json}",
+        help="one line per event: plain text, or a JSON object for collectors",
+    )
+
+
+def _add_serve_flags(serve: _Parser) -> None:
+    what = serve.add_flag_group("what to serve")
+    what.add_argument(
+        "--mode",
+        type=one_of(Mode),
+        default=Mode.DEVICE_PLUGIN,
+        metavar="{device-plugin,dra,both}",
+        help="which kubelet APIs to serve",
+    )
+    what.add_argument(
+        "--node-name", type=dns_subdomain, metavar="NAME", help="this node's name; required with --mode dra|both"
+    )
+    what.add_argument(
+        "--dra-devices",
+        type=non_empty,
+        metavar="LIST",
+        help="--mode both: devices DRA serves, ids, ranges or topology groups (4-7,9 or ring-1)",
+    )
+    what.add_argument(
+        "--pod-uid",
+        type=safe_name,
+        metavar="UID",
+        help="this pod's UID, carried in socket names so two daemons can overlap in a rolling update",
+    )
+    what.add_argument(
+        "--device-injection",
+        type=one_of(Injection),
+        default=Injection.NODES,
+        metavar="{nodes,runtime}",
+        help="nodes: device nodes and env; runtime: env only (Ascend Docker Runtime adds the nodes)",
+    )
+    what.add_argument("--mount-driver", action="store_true", help="also mount the driver read-only into containers")
+    _add_backend_flags(serve)
+    health = serve.add_flag_group("health")
+    health.add_argument(
+        "--health-interval", type=positive_seconds, default=5.0, metavar="SECONDS", help="time between health samples"
+    )
+    health.add_argument(
+        "--health-failure-threshold",
+        type=threshold,
+        default=2,
+        metavar="N",
+        help="consecutive bad samples before a device turns Unhealthy",
+    )
+    health.add_argument(
+        "--health-recovery-threshold",
+        type=threshold,
+        default=3,
+        metavar="N",
+        help="consecutive good samples before it turns Healthy again",
+    )
+    plugin = serve.add_flag_group("device plugin (--mode device-plugin|both)")
+    plugin.add_argument(
+        "--resource-name",
+        type=resource_name_or_auto,
+        default="auto",
+        metavar="NAME",
+        help="extended resource; auto picks huawei.com/Ascend910, Ascend310P or Ascend310",
+    )
+    plugin.add_argument(
+        "--device-plugin-path",
+        type=Path,
+        default=Path("/var/lib/kubelet/device-plugins"),
+        metavar="DIR",
+        help="holds kubelet.sock and the plugin's socket",
+    )
+    plugin.add_argument(
+        "--cdi-enabled",
+        action="store_true",
+        help="also answer Allocate with CDI device names (spec written to --cdi-root, vendor --driver-name)",
+    )
+    dra = serve.add_flag_group("DRA (--mode dra|both)")
+    dra.add_argument(
+        "--driver-name",
+        type=dns_subdomain,
+        default=DEFAULT_DRIVER,
+        metavar="NAME",
+        help="DRA driver name (also the CDI vendor with --cdi-enabled)",
+    )
+    dra.add_argument(
+        "--device-profile",
+        type=among(("npu",)),
+        default="npu",
+        metavar="{npu}",
+        help="whole NPUs, the only profile so far",
+    )
+    dra.add_argument(
+        "--kubelet-registrar-directory-path",
+        type=Path,
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        metavar="DIR",
+        help="where the kubelet's plugin watcher looks for registration sockets",
+    )
+    dra.add_argument(
+        "--kubelet-plugins-directory-path",
+        type=Path,
+        default=Path("/var/lib/kubelet/plugins"),
+        metavar="DIR",
+        help="the DRA socket goes in DIR/<driver name>/",
+    )
+    dra.add_argument(
+        "--cdi-root",
+        type=Path,
+        default=Path("/var/run/cdi"),
+        metavar="DIR",
+        help="where CDI spec files are written (also with --cdi-enabled)",
+    )
+    dra.add_argument(
+        "--state-dir",
+        type=Path,
+        metavar="DIR",
+        help="checkpoint and lock files",
+        shown_default="<plugins dir>/<driver name>",
+    )
+    dra.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file to reach the API server",
+        shown_default="in-cluster service account",
+    )
+    dra.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
+        metavar="PATH",
+        help="kubelet PodResources API, read to see which devices containers hold",
+    )
+    dra.add_argument(
+        "--unhealthy-policy",
+        type=one_of(UnhealthyPolicy),
+        default=UnhealthyPolicy.REMOVE,
+        metavar="{remove,taint}",
+        help="unhealthy devices leave the slice, or stay with a NoSchedule taint",
+    )
+    probes = serve.add_flag_group("probes and metrics")
+    probes.add_argument(
+        "--healthcheck-port",
+        type=port,
+        default=-1,
+        metavar="N",
+        help="gRPC health service port; -1 off, 0 any free port",
+    )
+    probes.add_argument("--metrics-port", type=port, default=-1, metavar="N", help="Prometheus /metrics port; -1 off")
+    probes.add_argument(
+        "--bind-address", type=address, default="0.0.0.0", metavar="ADDR", help="address of the two ports above"
+    )
+    _add_log_flags(serve)
+
+
+def _add_inventory_flags(inventory: _Parser) -> None:
+    _add_backend_flags(inventory)
+    output = inventory.add_flag_group("output")
+    output.add_argument(
+        "--output",
+        "-o",
+        type=among(("table", "json", "yaml", "resourceslice")),
+        default="table",
+        metavar="{table,json,yaml,resourceslice}",
+        help="what to print",
+    )
+    output.add_argument(
+        "--node-name", type=dns_subdomain, metavar="NAME", help="-o resourceslice: the node the slices are for"
+    )
+    output.add_argument(
+        "--driver-name",
+        type=dns_subdomain,
+        default=DEFAULT_DRIVER,
+        metavar="NAME",
+        help="-o resourceslice: DRA driver name",
+    )
+    output.add_argument(
+        "--unhealthy-policy",
+        type=one_of(UnhealthyPolicy),
+        default=UnhealthyPolicy.REMOVE,
+        metavar="{remove,taint}",
+        help="-o resourceslice: what unhealthy devices do",
+    )
+    _add_log_flags(inventory)
+
+
+def _add_simulate_flags(simulate: _Parser) -> None:
+    what = simulate.add_flag_group("what to simulate")
+    what.add_argument(
+        "--mode",
+        type=one_of(Mode),
+        default=Mode.BOTH,
+        metavar="{device-plugin,dra,both}",
+        help="which kubelet APIs the simulated daemon serves",
+    )
+    what.add_argument(
+        "--dra-devices",
+        type=non_empty,
+        metavar="LIST",
+        help="--mode both: devices DRA serves",
+        shown_default="the upper half of the node",
+    )
+    _add_backend_flags(simulate, BackendKind.FAKE)
+    _add_log_flags(simulate, "error")
+
+
+def _parser_class(environ: Mapping[str, str]) -> type[_Parser]:
+    """`_Parser` bound to `environ`, for argparse to build the sub-command parsers with."""
+
+    class Parser(_Parser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, environ=environ, **kwargs)
+
+    return Parser
+
+
+def build_parser(environ: Mapping[str, str]) -> _Parser:
+    parser_class = _parser_class(environ)
+    parser = parser_class(prog="npu-plugin", description="Huawei Ascend NPUs for Kubernetes: Device Plugin and DRA.")
+    parser.add_argument("--version", action="version", version=f"npu-plugin {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
+
+    def command(name: str, help_text: str, add_flags: Callable[[_Parser], None] | None = None) -> _Parser:
+        sub: _Parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser.subcommands[name] = sub
+        if add_flags is not None:
+            add_flags(sub)
+        return sub
+
+    command("serve", "run the daemon", _add_serve_flags).set_defaults(func=_serve)
+    command("inventory", "print what discovery finds", _add_inventory_flags).set_defaults(func=_inventory)
     from npu_plugin.migrate.command import add_parser as add_migrate
 
     add_migrate(commands)  # type: ignore[arg-type]
-
-    simulate = commands.add_parser("simulate", help="the whole flow on this machine, no cluster needed")
-    simulate.add_argument("--mode", choices=MODES, default="both")
-    add_backend_flags(simulate)
-    simulate.set_defaults(backend="fake")
-    simulate.add_argument("--dra-devices")
-    add_log_flags(simulate)
-    simulate.set_defaults(func=_simulate, log_level="error")
-
-    version = commands.add_parser("version", help="print the version")
-    version.set_defaults(func=lambda _args: print(f"npu-plugin {__version__}") or EXIT_OK)
+    parser.subcommands["migrate"] = commands.choices["migrate"]
+    command("simulate", "the whole flow on this machine, no cluster needed", _add_simulate_flags).set_defaults(
+        func=_simulate
+    )
+    command("version", "print the version").set_defaults(func=lambda _args: print(f"npu-plugin {__version__}") or 0)
     return parser
 
 
+# ---- parsing
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """Parse `argv` with environment twins applied; exits 2 on a bad flag or environment value."""
+    parser = build_parser(os.environ if environ is None else environ)
+    argv = list(argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces it.
+        argv.insert(0, "serve")
+    args, unknown = parser.parse_known_args(argv)
+    sub = parser.subcommands[args.command]
+    if unknown:
+        sub.error(_unrecognized(unknown, sub.flags))
+    if bad := [value for value in vars(args).values() if isinstance(value, _BadEnvironment)]:
+        sub.error(str(bad[0]))
+    args.given = {**sub.from_environment, **getattr(args, "given", {})}
+    return args
+
+
+def _unrecognized(unknown: Sequence[str], flags: Sequence[str]) -> str:
+    """The first unknown argument, with the closest flag or what replaces an Ascend device-plugin flag."""
+    first = next((arg for arg in unknown if arg.startswith("-")), unknown[0])
+    name = first.split("=", 1)[0]
+    if name.startswith("-") and (advice := _ASCEND_FLAGS.get(name.lstrip("-"))):
+        return f"unrecognized argument {name}: a flag of Ascend's device plugin; {advice}"
+    close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, flags, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unrecognized argument {name}{hint}"
+
+
+# ---- the commands
+
+
+def backend_options(args: argparse.Namespace) -> BackendOptions:
+    return BackendOptions(
+        kind=args.backend,
+        fake_inventory=args.fake_inventory,
+        fake_profile=args.fake_profile,
+        npu_smi=args.npu_smi,
+        dcmi_library=args.dcmi_library,
+        dev_root=args.dev_root,
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    values = {f.name: getattr(args, f.name) for f in fields(Config) if f.name != "backend"}
+    return Config(backend=backend_options(args), **values)
+
+
+# Flags only DRA reads, and the two that device-plugin mode reads too when --cdi-enabled is given.
+_DRA_ONLY = (
+    "--kubelet-registrar-directory-path",
+    "--kubelet-plugins-directory-path",
+    "--device-profile",
+    "--state-dir",
+    "--kubeconfig",
+    "--unhealthy-policy",
+)
+_CDI_FLAGS = ("--cdi-root", "--driver-name")
+
+
+def unused_dra_flags(config: Config, given: Mapping[str, str]) -> list[str]:
+    """DRA flags given (on the command line or through the environment) that this mode never reads.
+
+    The standard KUBECONFIG variable does not count: it is often set for other programs.
+    """
+    if config.serves_dra:
+        return []
+    unused = [*_DRA_ONLY, *(() if config.cdi_enabled else _CDI_FLAGS)]
+    return [flag for flag in unused if flag in given and given[flag] != "KUBECONFIG"]
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from npu_plugin.config import config_from_args
     from npu_plugin.daemon import run_daemon
 
-    return run_daemon(config_from_args(args))
+    config = config_from_args(args)
+    if unused := unused_dra_flags(config, args.given):
+        log.warning(
+            "%s only apply to DRA and are unused in --mode %s; add --mode dra (or --mode both with "
+            "--dra-devices LIST) to serve DRA",
+            ", ".join(unused),
+            config.mode,
+            extra={"flags": unused},
+        )
+    return run_daemon(config)
 
 
 def _inventory(args: argparse.Namespace) -> int:
-    from npu_plugin.inventory_command import run_inventory
+    from npu_plugin.inventory_command import Output, run_inventory
 
-    return run_inventory(args)
+    return run_inventory(
+        backend_options(args),
+        Output(args.output, node_name=args.node_name, driver=args.driver_name, unhealthy_policy=args.unhealthy_policy),
+    )
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from npu_plugin.sim.walkthrough import run_simulation
+    from npu_plugin.sim.walkthrough import DEMO_PROFILE, run_simulation
 
-    return run_simulation(args)
-
-
-def parse_args(argv: Sequence[str], environ: dict[str, str] | None = None) -> argparse.Namespace:
-    """Parse `argv` with environment twins applied; exits 2 on a bad flag or environment value."""
-    parser = build_parser()
-    environ = dict(os.environ) if environ is None else environ
-    argv = list(argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
-        # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces it.
-        argv.insert(0, "serve")
-    command = next((a for a in argv if not a.startswith("-")), None)
-    sub = _subparser(parser, command)
-    if sub is not None:
-        try:
-            extra = env_arguments(sub, argv[argv.index(command) + 1 :], environ)  # type: ignore[arg-type]
-        except ConfigError as error:
-            parser.exit(EXIT_USAGE, f"npu-plugin {command}: error: {error}\n")
-        argv += extra
-    return parser.parse_args(argv)
-
-
-def _subparser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser | None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
-            return action.choices[name]  # type: ignore[no-any-return]
-    return None
+    kind, inventory, profile = args.backend, args.fake_inventory, args.fake_profile
+    if kind is BackendKind.FAKE and inventory is None and profile is None:
+        args.fake_profile = DEMO_PROFILE
+    return run_simulation(args.mode, backend_options(args), args.dra_devices)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,10 +627,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigError as error:
-        _report(args, error)
+        _report(args, str(error))
         return EXIT_USAGE
     except NpuPluginError as error:
-        _report(args, error)
+        _report(args, str(error))
+        return EXIT_FAILURE
+    except OSError as error:
+        # The environment, not a bug: a directory or socket we may not use, a disk that is full.
+        _report(args, describe_os_error(error))
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
@@ -132,10 +646,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-def _report(args: argparse.Namespace, error: Exception) -> None:
+def _report(args: argparse.Namespace, message: str) -> None:
     """An expected failure: one plain line, or one JSON event when machines read the log."""
-    message = f"npu-plugin {args.command}: error: {error}"
+    line = f"npu-plugin {args.command}: error: {message}"
     if getattr(args, "log_format", "text") == "json":
-        logging.getLogger(__name__).error(message, extra={"error": str(error)})
+        logging.getLogger(__name__).error(line, extra={"error": message})
     else:
-        print(message, file=sys.stderr)
+        print(line, file=sys.stderr)

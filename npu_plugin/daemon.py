@@ -13,7 +13,7 @@ from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend
 from npu_plugin.cdi.files import write_static_spec
-from npu_plugin.config import Config, check_directories
+from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.device import Device, resource_name_for
 from npu_plugin.deviceplugin.plugin import DevicePlugin
 from npu_plugin.deviceplugin.service import DevicePluginService
@@ -34,15 +34,8 @@ SHUTDOWN_GRACE = 3.0
 
 
 def run_daemon(config: Config) -> int:
-    check_directories(config)
-    backend = open_backend(
-        config.backend,
-        fake_inventory=config.fake_inventory,
-        fake_profile=config.fake_profile,
-        npu_smi=config.npu_smi,
-        dcmi_library=config.dcmi_library,
-        dev_root=config.dev_root,
-    )
+    check_paths(config)
+    backend = open_backend(config.backend)
     try:
         devices = discover(backend)
         return asyncio.run(Daemon(config, backend, devices).run())
@@ -66,7 +59,7 @@ class Daemon:
         self.config, self.backend, self.devices = config, backend, devices
         self.resource_name = resolve_resource_name(config, devices)
         dra_devices: frozenset[int] = frozenset()
-        if config.mode == "both":
+        if config.mode is Mode.BOTH:
             assert config.dra_devices is not None
             dra_devices = parse_device_list(config.dra_devices, devices)
         elif config.dra_devices:
@@ -98,7 +91,7 @@ class Daemon:
         monitor.start_watching()
         apis = [
             api
-            for api, on in (("device-plugin", self.config.serves_device_plugin), ("dra", self.config.serves_dra))
+            for api, on in ((Mode.DEVICE_PLUGIN, self.config.serves_device_plugin), (Mode.DRA, self.config.serves_dra))
             if on
         ]
         await self.telemetry.start(apis, lambda: self.inventory.last_sample, self.config.health_interval)
@@ -158,7 +151,7 @@ class Daemon:
             self.resource_name,
             self.config.pod_uid,
             make_service,
-            on_registered=lambda up: self.telemetry.registered("device-plugin", up),
+            on_registered=lambda up: self.telemetry.registered(Mode.DEVICE_PLUGIN, up),
         )
 
     def _dra_plugin(self) -> DraPlugin:
@@ -173,7 +166,7 @@ class Daemon:
             driver=config.driver_name,
             pod_uid=config.pod_uid,
             cdi_root=config.cdi_root,
-            state_dir=config.state_dir,
+            state_dir=config.dra_state_dir,
         )
         plugin = DraPlugin(
             paths=paths,
@@ -186,7 +179,7 @@ class Daemon:
             health_timeout_seconds=max(30, int(config.health_interval * 3)),
             observe=self.telemetry.dra_call,
             on_publish=self.telemetry.published,
-            on_registered=lambda up: self.telemetry.registered("dra", up),
+            on_registered=lambda up: self.telemetry.registered(Mode.DRA, up),
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
@@ -199,7 +192,7 @@ class Daemon:
             resource_name=self.resource_name,
             driver=self.config.driver_name,
             dra_held=dra.preparer.held_devices,
-            keeps_device_plugin_side=self.config.mode == "both",
+            keeps_device_plugin_side=self.config.mode is Mode.BOTH,
             on_handed_over=self.telemetry.handed_over,
         )
 

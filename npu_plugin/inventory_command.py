@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
-from npu_plugin.config import check_backend_args
+from npu_plugin.config import BackendOptions, UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 from npu_plugin.inventory_file import inventory_document
@@ -46,40 +46,42 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def render_slices(args: argparse.Namespace, devices: Sequence[Device]) -> str:
+@dataclass(frozen=True, slots=True)
+class Output:
+    """What `inventory` prints: `form` is table, json, yaml or resourceslice; the rest is for slices."""
+
+    form: str
+    node_name: str | None = None
+    driver: str = "npu.huawei.com"
+    unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.REMOVE
+
+
+def render_slices(output: Output, devices: Sequence[Device]) -> str:
     from npu_plugin.dra.slices import SliceSettings, build_slices
 
-    if not args.node_name:
+    if not output.node_name:
         raise ConfigError("--output resourceslice needs --node-name (or NODE_NAME)")
     settings = SliceSettings(
-        driver=args.driver_name, node_name=args.node_name, node_uid=None, unhealthy_policy=args.unhealthy_policy
+        driver=output.driver, node_name=output.node_name, node_uid=None, unhealthy_policy=output.unhealthy_policy
     )
     slices = build_slices(settings, [(d, d.health.healthy) for d in devices], generation=1)
     return yaml.safe_dump_all(slices, sort_keys=False)
 
 
-def run_inventory(args: argparse.Namespace) -> int:
-    check_backend_args(args)
-    backend = open_backend(
-        args.backend,
-        fake_inventory=args.fake_inventory,
-        fake_profile=args.fake_profile,
-        npu_smi=args.npu_smi,
-        dcmi_library=args.dcmi_library,
-        dev_root=args.dev_root,
-    )
+def run_inventory(options: BackendOptions, output: Output) -> int:
+    backend = open_backend(options)
     try:
         devices = discover(backend)
     finally:
         backend.close()
     document: dict[str, Any] = inventory_document(devices)
-    if args.output == "table":
+    if output.form == "table":
         text = render_table(devices)
-    elif args.output == "json":
+    elif output.form == "json":
         text = json.dumps(document, indent=2)
-    elif args.output == "yaml":
+    elif output.form == "yaml":
         text = yaml.safe_dump(document, sort_keys=False).rstrip("\n")
     else:
-        text = render_slices(args, devices).rstrip("\n")
+        text = render_slices(output, devices).rstrip("\n")
     sys.stdout.write(text + "\n")
     return 0

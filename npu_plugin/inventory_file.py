@@ -13,6 +13,8 @@ from npu_plugin.errors import InventoryFileError
 from npu_plugin.quantity import format_bytes, parse_bytes
 from npu_plugin.topology import derive_topology_group
 
+# Far above any real node (a device entry is ~300 bytes), far below what would strain the daemon's memory.
+MAX_INVENTORY_BYTES = 4 * 2**20
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _FIELDS = (
     "physicalId",

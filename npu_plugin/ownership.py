@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from npu_plugin.config import Mode
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 
@@ -66,11 +67,11 @@ def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]])
     return ids
 
 
-def partition(devices: Sequence[Device], mode: str, dra_devices: frozenset[int]) -> dict[int, Owner]:
+def partition(devices: Sequence[Device], mode: Mode, dra_devices: frozenset[int]) -> dict[int, Owner]:
     """The owner each device should have: the partition, before any handover."""
-    if mode == "device-plugin":
+    if mode is Mode.DEVICE_PLUGIN:
         return {d.physical_id: Owner.DEVICE_PLUGIN for d in devices}
-    if mode == "dra":
+    if mode is Mode.DRA:
         return {d.physical_id: Owner.DRA for d in devices}
     return {d.physical_id: Owner.DRA if d.physical_id in dra_devices else Owner.DEVICE_PLUGIN for d in devices}
 

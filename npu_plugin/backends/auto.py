@@ -8,6 +8,7 @@ from pathlib import Path
 
 from npu_plugin.backends.base import Backend
 from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.config import BackendKind, BackendOptions
 from npu_plugin.device import Device
 from npu_plugin.errors import BackendError
 from npu_plugin.topology import derive_topology_group, groups_from_peers
@@ -15,29 +16,21 @@ from npu_plugin.topology import derive_topology_group, groups_from_peers
 log = logging.getLogger(__name__)
 
 
-def open_backend(
-    kind: str,
-    *,
-    fake_inventory: Path | None = None,
-    fake_profile: str | None = None,
-    npu_smi: str = "npu-smi",
-    dcmi_library: str | None = None,
-    dev_root: Path = Path("/dev"),
-) -> Backend:
-    """The backend `kind` names; `auto` with fake flags given means the fake backend."""
-    if kind == "fake" or (kind == "auto" and (fake_inventory or fake_profile)):
-        return FakeBackend(fake_inventory, fake_profile)
-    if kind == "dcmi":
-        return _dcmi(dcmi_library)
-    if kind == "npu-smi":
-        return _npu_smi(npu_smi, dev_root)
+def open_backend(options: BackendOptions) -> Backend:
+    """The backend `options` name; `auto` with a fake inventory or profile given means the fake backend."""
+    if options.uses_fake:
+        return FakeBackend(options.fake_inventory, options.fake_profile)
+    if options.kind is BackendKind.DCMI:
+        return _dcmi(options.dcmi_library)
+    if options.kind is BackendKind.NPU_SMI:
+        return _npu_smi(options.npu_smi, options.dev_root)
     try:
-        return _working(_dcmi(dcmi_library))
+        return _working(_dcmi(options.dcmi_library))
     except BackendError as error:
         dcmi_failure = str(error)
     log.warning("giving up DCMI, using npu-smi: %s", dcmi_failure, extra={"error": dcmi_failure})
     try:
-        return _working(_npu_smi(npu_smi, dev_root))
+        return _working(_npu_smi(options.npu_smi, options.dev_root))
     except BackendError as error:
         raise BackendError(f"no NPU discovery backend works; dcmi: {dcmi_failure}; npu-smi: {error}") from None
 
@@ -74,8 +67,7 @@ def discover(backend: Backend, sys_root: Path = Path("/sys")) -> list[Device]:
     if not devices:
         raise BackendError(f"the {backend.name} backend found no NPUs")
     groups = groups_from_peers(backend.hccs_peers())
-    # Fake devices are not this host's: their bus ids must not pick up a real device's sysfs facts.
-    sysfs = None if backend.name == "fake" else sys_root
+    sysfs = sys_root if backend.host_sysfs else None
     return sorted((_complete(d, sysfs, groups) for d in devices), key=lambda d: d.physical_id)
 
 

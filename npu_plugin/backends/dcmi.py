@@ -63,6 +63,7 @@ class DcmiBackend:
     """
 
     name = "dcmi"
+    host_sysfs = True
 
     def __init__(self, library: str | None = None, *, driver_version_file: Path = DRIVER_VERSION_FILE) -> None:
         self._library = library or DEFAULT_LIBRARY

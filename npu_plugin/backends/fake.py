@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, InventoryFileError
-from npu_plugin.inventory_file import parse_inventory
+from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.inventory_file import MAX_INVENTORY_BYTES, parse_inventory
 from npu_plugin.profiles import profile_devices
 
 log = logging.getLogger(__name__)
 
 
 class FakeBackend:
-    """Devices from `--fake-inventory` (re-read on every call) or from `--fake-profile`.
+    """Devices from `--fake-inventory` (re-read whenever it changes) or from `--fake-profile`.
 
     A malformed rewrite while serving keeps the last good inventory: writers may rewrite the file in
-    place, so a reader can see it empty or half-written.
+    place, so a reader can see it empty or half-written. Health samples read the last good inventory;
+    the file itself is parsed only at discovery and after it changes.
     """
 
     name = "fake"
+    host_sysfs = False  # fake bus ids must not pick up a real device's sysfs facts
 
     def __init__(self, inventory_path: Path | None = None, profile: str | None = None) -> None:
         if inventory_path is None and profile is None:
@@ -34,11 +38,13 @@ class FakeBackend:
         if self.inventory_path is None:
             assert self._profile is not None
             try:
-                return profile_devices(self._profile)
+                devices = profile_devices(self._profile)
             except ValueError as error:
                 raise BackendError(str(error)) from None
-        devices = self._read()
-        self._last_good, self._rejected = devices, None
+        else:
+            devices = self._read()
+            self._rejected = None
+        self._last_good = devices
         return devices
 
     def reload(self) -> list[Device]:
@@ -48,7 +54,7 @@ class FakeBackend:
         except InventoryFileError as error:
             if self._last_good is None:
                 raise
-            if str(error) != self._rejected:  # once per bad rewrite, not once per poll
+            if str(error) != self._rejected:  # once per bad rewrite, not once per event
                 self._rejected = str(error)
                 log.warning(
                     "inventory file rewrite rejected, keeping the last good inventory: %s",
@@ -57,12 +63,12 @@ class FakeBackend:
                 )
             return self._last_good
 
+    def watch_changes(self, watch: DirectoryWatch, on_change: Callable[[list[Device]], None]) -> None:
+        if self.inventory_path is not None:
+            watch.add_file(self.inventory_path, self.reload, on_change)
+
     def sample(self) -> dict[int, Health]:
-        try:
-            devices = self.reload()
-        except InventoryFileError:
-            return {}
-        return {d.physical_id: d.health for d in devices}
+        return {d.physical_id: d.health for d in self._last_good or ()}
 
     def hccs_peers(self) -> dict[int, frozenset[int]]:
         return {}  # the inventory file names topology groups itself
@@ -73,9 +79,16 @@ class FakeBackend:
     def _read(self) -> list[Device]:
         assert self.inventory_path is not None
         try:
-            text = self.inventory_path.read_text(encoding="utf-8")
+            with self.inventory_path.open("rb") as file:
+                data = file.read(MAX_INVENTORY_BYTES + 1)
         except OSError as error:
             raise InventoryFileError(f"{self.inventory_path}: cannot read: {error.strerror}") from None
+        if len(data) > MAX_INVENTORY_BYTES:
+            raise InventoryFileError(
+                f"{self.inventory_path}: larger than the {MAX_INVENTORY_BYTES // 2**20} MiB an inventory file may have"
+            )
+        try:
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise InventoryFileError(f"{self.inventory_path}: not UTF-8 text") from None
         return parse_inventory(text, str(self.inventory_path))

@@ -44,6 +44,7 @@ class NpuSmiBackend:
     """
 
     name = "npu-smi"
+    host_sysfs = True
 
     def __init__(self, executable: str, timeout: float = 10.0, *, dev_root: Path | None = None) -> None:
         self.executable = executable

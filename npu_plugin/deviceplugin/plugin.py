@@ -8,13 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.backoff import retry_forever
 from npu_plugin.deviceplugin.service import DevicePluginService
+from npu_plugin.fswatch import DirectoryWatch
 from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
 from npu_plugin.tasks import first_of
 
@@ -41,22 +40,6 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino, stat.st_ctime_ns
-
-
-class _KubeletWatch(FileSystemEventHandler):
-    def __init__(self, loop: asyncio.AbstractEventLoop, plugin: DevicePlugin) -> None:
-        self._loop, self._plugin = loop, plugin
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type == "moved":
-            self._relay(event.src_path, "deleted")
-            self._relay(event.dest_path, "created")
-        else:
-            self._relay(event.src_path, event.event_type)
-
-    def _relay(self, path: str | bytes, kind: str) -> None:
-        name = Path(path.decode() if isinstance(path, bytes) else path).name
-        self._loop.call_soon_threadsafe(self._plugin.on_file_event, name, kind)
 
 
 class DevicePlugin:
@@ -97,16 +80,14 @@ class DevicePlugin:
     async def run(self, stop: asyncio.Event) -> None:
         # The kubelet may not have created its directory yet; registration waits for it either way.
         prepare_socket_dir(self.directory)
-        observer = Observer()
-        observer.schedule(_KubeletWatch(asyncio.get_running_loop(), self), str(self.directory), recursive=False)
-        observer.daemon = True
-        observer.start()
+        watch = DirectoryWatch()
+        watch.add(self.directory, lambda path, kind: self.on_file_event(Path(path).name, kind))
+        watch.start()
         try:
             while not stop.is_set():
                 await self._serve_once(stop)
         finally:
-            observer.stop()
-            await asyncio.to_thread(observer.join, 2)
+            await asyncio.to_thread(watch.stop)
 
     async def _serve_once(self, stop: asyncio.Event) -> None:
         service = self._make_service()

@@ -16,6 +16,7 @@ from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.atomic import make_directories
 from npu_plugin.cdi.files import CDI_DIR_MODE
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
@@ -71,7 +72,7 @@ class DraPlugin:
         inventory: Inventory,
         layout: HostLayout,
         client: KubeClient,
-        unhealthy_policy: str,
+        unhealthy_policy: UnhealthyPolicy,
         health_timeout_seconds: int,
         observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
         on_publish: Callable[[str], None] = lambda _result: None,

@@ -13,6 +13,7 @@ from http import HTTPStatus
 from typing import Any, TypeVar
 
 from npu_plugin.backoff import retry_forever
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings, build_slices, slice_specs
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
@@ -74,7 +75,7 @@ class SlicePublisher:
         *,
         driver: str,
         node_name: str,
-        unhealthy_policy: str,
+        unhealthy_policy: UnhealthyPolicy,
         on_publish: Callable[[str], None] = lambda _result: None,
     ) -> None:
         self._client, self._inventory = client, inventory

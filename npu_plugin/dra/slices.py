@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.quantity import format_bytes
 
@@ -20,12 +21,12 @@ class SliceSettings:
     driver: str
     node_name: str
     node_uid: str | None
-    unhealthy_policy: str  # "remove" | "taint"
+    unhealthy_policy: UnhealthyPolicy
 
 
-def device_entry(driver: str, device: Device, healthy: bool, policy: str) -> dict[str, Any] | None:
+def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy) -> dict[str, Any] | None:
     """A device of a slice; None when the remove policy keeps an unhealthy device out."""
-    if not healthy and policy == "remove":
+    if not healthy and policy is UnhealthyPolicy.REMOVE:
         return None
     attributes: dict[str, dict[str, Any]] = {
         "chipName": {"string": device.chip_name},

@@ -6,7 +6,6 @@ discovered read-only and served from a copy, so nothing of the kubelet's is touc
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -24,13 +23,13 @@ import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.cdi.files import claim_spec_path
-from npu_plugin.config import check_backend_args, config_from_args
+from npu_plugin.config import BackendKind, BackendOptions, Config, Mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.device import Device, Health, resource_name_for
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory_command import render_table
 from npu_plugin.inventory_file import inventory_document
-from npu_plugin.ownership import parse_device_list
+from npu_plugin.ownership import Owner, parse_device_list
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator
@@ -41,6 +40,7 @@ from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 NODE, DRIVER, NAMESPACE = "sim-node", "npu.huawei.com", "default"
+DEMO_PROFILE = "atlas-800t-a2"
 STEP_TIMEOUT = 10.0
 
 
@@ -113,25 +113,23 @@ def default_dra_devices(devices: list[Device]) -> str:
     return ",".join(str(i) for i in upper)
 
 
-def _daemon_argv(mode: str, paths: Paths, dra_devices: str | None) -> list[str]:
-    argv = [
-        "serve",
-        f"--mode={mode}",
-        f"--node-name={NODE}",
-        "--backend=fake",
-        f"--fake-inventory={paths.inventory_yaml}",
-        f"--dev-root={paths.dev}",
-        f"--device-plugin-path={paths.device_plugins}",
-        f"--kubelet-registrar-directory-path={paths.plugins_registry}",
-        f"--kubelet-plugins-directory-path={paths.plugins}",
-        f"--cdi-root={paths.cdi}",
-        f"--kubeconfig={paths.kubeconfig}",
-        f"--pod-resources-socket={paths.pod_resources}/kubelet.sock",
-        "--health-interval=0.1",
-        "--health-failure-threshold=1",
-        "--health-recovery-threshold=1",
-    ]
-    return argv + ([f"--dra-devices={dra_devices}"] if mode == "both" and dra_devices else [])
+def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None) -> Config:
+    """The configuration of the simulated daemon: everything under `paths`, health decided in one sample."""
+    return Config(
+        mode=mode,
+        node_name=NODE,
+        backend=BackendOptions(kind=BackendKind.FAKE, fake_inventory=paths.inventory_yaml, dev_root=paths.dev),
+        device_plugin_path=paths.device_plugins,
+        kubelet_registrar_directory_path=paths.plugins_registry,
+        kubelet_plugins_directory_path=paths.plugins,
+        cdi_root=paths.cdi,
+        kubeconfig=paths.kubeconfig,
+        pod_resources_socket=paths.pod_resources / "kubelet.sock",
+        health_interval=0.1,
+        health_failure_threshold=1,
+        health_recovery_threshold=1,
+        dra_devices=dra_devices if mode is Mode.BOTH else None,
+    )
 
 
 async def _until(check: Callable[[], T | None], what: str, timeout: float = STEP_TIMEOUT) -> T:
@@ -144,12 +142,12 @@ async def _until(check: Callable[[], T | None], what: str, timeout: float = STEP
 
 
 class Walkthrough:
-    def __init__(self, mode: str, devices: list[Device], dra_devices: str | None, paths: Paths) -> None:
+    def __init__(self, mode: Mode, devices: list[Device], dra_devices: str | None, paths: Paths) -> None:
         self.mode, self.devices, self.dra_devices, self.paths = mode, devices, dra_devices, paths
         self.report = Report()
         self.resource = resource_name_for(devices[0].device_type)
-        self.dp = mode in ("device-plugin", "both")
-        self.dra = mode in ("dra", "both")
+        self.dp = mode.serves_device_plugin
+        self.dra = mode.serves_dra
 
     # ---- set-up and tear-down
 
@@ -187,11 +185,8 @@ class Walkthrough:
 
     @contextlib.asynccontextmanager
     async def _daemon(self) -> AsyncIterator[None]:
-        from npu_plugin.backends.fake import FakeBackend
-        from npu_plugin.cli import parse_args
-
-        config = config_from_args(parse_args(_daemon_argv(self.mode, self.paths, self.dra_devices), environ={}))
-        backend = FakeBackend(config.fake_inventory)
+        config = daemon_config(self.mode, self.paths, self.dra_devices)
+        backend = open_backend(config.backend)
         self.daemon = Daemon(config, backend, discover(backend))
         task = asyncio.create_task(self.daemon.run(), name="simulated-daemon")
         try:
@@ -350,7 +345,7 @@ class Walkthrough:
                 continue
             view = self.daemon.inventory.snapshot().get(device.physical_id)
             assert view is not None
-            if view.owner.value == "device-plugin" and self.dp:
+            if view.owner is Owner.DEVICE_PLUGIN and self.dp:
                 await self._listed_as(device, "Healthy" if healthy else "Unhealthy")
             elif self.dra:
 
@@ -379,32 +374,22 @@ def _slice_summary(slices: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _discover(args: argparse.Namespace) -> list[Device]:
-    if args.backend == "fake" and args.fake_inventory is None and args.fake_profile is None:
-        args.fake_profile = "atlas-800t-a2"
-    check_backend_args(args)
-    backend = open_backend(
-        args.backend,
-        fake_inventory=args.fake_inventory,
-        fake_profile=args.fake_profile,
-        npu_smi=args.npu_smi,
-        dcmi_library=args.dcmi_library,
-        dev_root=args.dev_root,
-    )
+def _discover(options: BackendOptions) -> list[Device]:
+    backend = open_backend(options)
     try:
         return discover(backend)
     finally:
         backend.close()
 
 
-def run_simulation(args: argparse.Namespace) -> int:
-    devices = _discover(args)
-    dra_devices = args.dra_devices or (default_dra_devices(devices) if args.mode == "both" else None)
-    if args.mode == "both" and dra_devices:
+def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None) -> int:
+    devices = _discover(backend)
+    if mode is Mode.BOTH:
+        dra_devices = dra_devices or default_dra_devices(devices)
         parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="npu-sim-") as root:
-        walkthrough = Walkthrough(args.mode, devices, dra_devices, Paths(Path(root)))
+        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)))
         try:
             asyncio.run(walkthrough.run())
         except (NpuPluginError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:

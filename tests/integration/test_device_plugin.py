@@ -42,6 +42,8 @@ class Node:
     cdi_root: Path
 
     def args(self, *extra: str) -> list[str]:
+        # --cdi-root is read in device-plugin mode only with --cdi-enabled; given without it, it is warned about.
+        cdi = ["--cdi-root", str(self.cdi_root)] if "--cdi-enabled" in extra else []
         return [
             "--mode",
             "device-plugin",
@@ -53,8 +55,7 @@ class Node:
             str(self.dev_root),
             "--device-plugin-path",
             str(self.plugin_dir),
-            "--cdi-root",
-            str(self.cdi_root),
+            *cdi,
             "--health-interval",
             "0.1",
             "--health-failure-threshold",

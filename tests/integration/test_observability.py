@@ -317,7 +317,7 @@ def test_json_log_is_one_event_per_line_with_stable_keys(node: Node, launch_daem
             bad.write_text("devices:\n  - physicalId: zero\n")
             bad.replace(node.inventory)
             await asyncio.to_thread(daemon.wait_for_log, "rewrite rejected")
-            await asyncio.sleep(0.5)  # the poller reads the bad file again every 0.1 s
+            await asyncio.sleep(0.5)  # the poller samples the last good inventory every 0.1 s meanwhile
             assert (await asyncio.to_thread(daemon.signal, signal.SIGTERM, 10))[0] == 0
 
     run(scenario())

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from npu_plugin.cli import parse_args
-from npu_plugin.config import check_directories, config_from_args, env_name
+from npu_plugin.cli import config_from_args, env_name, parse_args
+from npu_plugin.config import BackendKind, Mode, UnhealthyPolicy, check_paths
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
 
@@ -18,10 +19,10 @@ BASE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
 
 # (flag, value given, Config attribute, parsed value)
 FLAGS: list[tuple[str, str, str, Any]] = [
-    ("--mode", "dra", "mode", "dra"),
+    ("--mode", "dra", "mode", Mode.DRA),
     ("--node-name", "node-1.example", "node_name", "node-1.example"),
-    ("--npu-smi", "/opt/npu-smi", "npu_smi", "/opt/npu-smi"),
-    ("--dcmi-library", "/opt/libdcmi.so", "dcmi_library", "/opt/libdcmi.so"),
+    ("--npu-smi", "/opt/npu-smi", "backend.npu_smi", "/opt/npu-smi"),
+    ("--dcmi-library", "/opt/libdcmi.so", "backend.dcmi_library", "/opt/libdcmi.so"),
     ("--dev-root", "/tmp/dev", "dev_root", Path("/tmp/dev")),
     ("--health-interval", "0.1", "health_interval", 0.1),
     ("--health-failure-threshold", "4", "health_failure_threshold", 4),
@@ -39,7 +40,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--pod-resources-socket", "/tmp/pr.sock", "pod_resources_socket", Path("/tmp/pr.sock")),
     ("--dra-devices", "4-7,9", "dra_devices", "4-7,9"),
     ("--device-injection", "runtime", "device_injection", Injection.RUNTIME),
-    ("--unhealthy-policy", "taint", "unhealthy_policy", "taint"),
+    ("--unhealthy-policy", "taint", "unhealthy_policy", UnhealthyPolicy.TAINT),
     ("--healthcheck-port", "0", "healthcheck_port", 0),
     ("--metrics-port", "9400", "metrics_port", 9400),
     ("--bind-address", "127.0.0.1", "bind_address", "127.0.0.1"),
@@ -48,9 +49,9 @@ FLAGS: list[tuple[str, str, str, Any]] = [
 ]
 SWITCHES = [("--mount-driver", "mount_driver"), ("--cdi-enabled", "cdi_enabled")]
 BACKEND_FLAGS: list[tuple[str, str, str, Any]] = [
-    ("--backend", "fake", "backend", "fake"),
-    ("--fake-inventory", "/tmp/inv.yaml", "fake_inventory", Path("/tmp/inv.yaml")),
-    ("--fake-profile", "atlas-300i-duo", "fake_profile", "atlas-300i-duo"),
+    ("--backend", "fake", "backend.kind", BackendKind.FAKE),
+    ("--fake-inventory", "/tmp/inv.yaml", "backend.fake_inventory", Path("/tmp/inv.yaml")),
+    ("--fake-profile", "atlas-300i-duo", "backend.fake_profile", "atlas-300i-duo"),
 ]
 NEEDS = {"--mode": ["--node-name", "n1"]}
 
@@ -77,7 +78,7 @@ def test_defaults() -> None:
         3,
     )
     assert c.device_plugin_path == Path("/var/lib/kubelet/device-plugins")
-    assert c.state_dir == Path("/var/lib/kubelet/plugins/npu.huawei.com")
+    assert c.dra_state_dir == Path("/var/lib/kubelet/plugins/npu.huawei.com")
     assert (c.resource_name, c.driver_name, c.cdi_root) == ("auto", "npu.huawei.com", Path("/var/run/cdi"))
     assert (c.device_injection, c.mount_driver, c.cdi_enabled) == (Injection.NODES, False, False)
     assert (c.healthcheck_port, c.metrics_port, c.bind_address) == (-1, -1, "0.0.0.0")
@@ -87,9 +88,10 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(("flag", "value", "attr", "parsed"), FLAGS + BACKEND_FLAGS, ids=str)
 def test_flag_and_its_environment_twin(flag: str, value: str, attr: str, parsed: Any) -> None:
     base = [*base_without(flag), *NEEDS.get(flag, [])]
-    assert getattr(config([*base, flag, value]), attr) == parsed
-    assert getattr(config([*base, f"{flag}={value}"]), attr) == parsed
-    assert getattr(config(base, {env_name(flag[2:]): value}), attr) == parsed
+    get = attrgetter(attr)
+    assert get(config([*base, flag, value])) == parsed
+    assert get(config([*base, f"{flag}={value}"])) == parsed
+    assert get(config(base, {env_name(flag[2:]): value})) == parsed
 
 
 def test_a_flag_beats_its_environment_twin() -> None:
@@ -172,14 +174,15 @@ def test_bad_flag_values_exit_2_with_one_line_naming_the_flag(
 
 
 @pytest.mark.parametrize(("flag", "value"), BAD_FLAGS)
-def test_bad_environment_values_are_rejected_the_same_way(
+def test_bad_environment_values_are_rejected_naming_the_variable(
     flag: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    variable = env_name(flag[2:])
     with pytest.raises(SystemExit) as exited:
-        parse_args(base_without(flag), {env_name(flag[2:]): value})
+        parse_args(base_without(flag), {variable: value})
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and flag in err, err
+    assert err.count("\n") == 1 and err.startswith(f"npu-plugin serve: error: {variable}={value!r}: "), err
 
 
 def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> None:
@@ -249,4 +252,4 @@ def test_a_directory_flag_pointing_under_a_file_is_refused(tmp_path: Path, flag:
     argv = ["serve", "--mode", mode, "--node-name", "n", "--dra-devices", "0", flag, str(blocker / "sub")]
     config = config_from_args(parse_args(argv, environ={}))
     with pytest.raises(ConfigError, match=f"^{flag} {blocker}/sub: {blocker} exists and is not a directory$"):
-        check_directories(config)
+        check_paths(config)

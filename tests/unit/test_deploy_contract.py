@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin import kube
-from npu_plugin.cli import parse_args
-from npu_plugin.config import config_from_args
+from npu_plugin.cli import config_from_args, parse_args
 from tests.unit.test_manifests import MODES, build, overlay_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.dra.publisher import slices_match
 from npu_plugin.dra.slices import SliceSettings, build_slices, device_entry, slice_specs
@@ -38,7 +39,7 @@ BARE = Device(
 
 
 def settings(policy: str = "remove", uid: str | None = "node-uid") -> SliceSettings:
-    return SliceSettings(DRIVER, "node-a", uid, policy)
+    return SliceSettings(DRIVER, "node-a", uid, UnhealthyPolicy(policy))
 
 
 def devices(count: int, unhealthy: frozenset[int] = frozenset()) -> list[tuple[Device, bool]]:
@@ -46,7 +47,7 @@ def devices(count: int, unhealthy: frozenset[int] = frozenset()) -> list[tuple[D
 
 
 def test_a_full_device_publishes_every_attribute_typed() -> None:
-    assert device_entry(DRIVER, FULL, healthy=True, policy="remove") == {
+    assert device_entry(DRIVER, FULL, healthy=True, policy=UnhealthyPolicy.REMOVE) == {
         "name": "npu-3",
         "attributes": {
             "chipName": {"string": "910B3"},
@@ -65,7 +66,7 @@ def test_a_full_device_publishes_every_attribute_typed() -> None:
 
 
 def test_unknown_optional_fields_are_left_out() -> None:
-    entry = device_entry(DRIVER, BARE, healthy=True, policy="remove")
+    entry = device_entry(DRIVER, BARE, healthy=True, policy=UnhealthyPolicy.REMOVE)
     assert entry is not None
     assert set(entry["attributes"]) == {
         "chipName",
@@ -88,12 +89,12 @@ def test_unknown_optional_fields_are_left_out() -> None:
     ],
 )
 def test_unhealthy_policy(policy: str, healthy: bool, taints: list[dict[str, str]] | None) -> None:
-    entry = device_entry(DRIVER, FULL, healthy=healthy, policy=policy)
+    entry = device_entry(DRIVER, FULL, healthy=healthy, policy=UnhealthyPolicy(policy))
     assert entry is not None and entry.get("taints") == taints
 
 
 def test_remove_policy_drops_an_unhealthy_device() -> None:
-    assert device_entry(DRIVER, FULL, healthy=False, policy="remove") is None
+    assert device_entry(DRIVER, FULL, healthy=False, policy=UnhealthyPolicy.REMOVE) is None
 
 
 @pytest.mark.parametrize(

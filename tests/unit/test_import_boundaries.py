@@ -8,14 +8,13 @@ import textwrap
 
 BUILD_DP_DAEMON = textwrap.dedent("""
     import sys
-    from npu_plugin.cli import parse_args
-    from npu_plugin.config import config_from_args
+    from npu_plugin.cli import config_from_args, parse_args
     from npu_plugin.backends.auto import discover, open_backend
     from npu_plugin.daemon import Daemon
 
     config = config_from_args(parse_args(
         ["serve", "--mode", "device-plugin", "--backend", "fake", "--fake-profile", "atlas-800t-a2"], {}))
-    backend = open_backend("fake", fake_profile="atlas-800t-a2")
+    backend = open_backend(config.backend)
     Daemon(config, backend, discover(backend))
     print(",".join(sorted(m for m in sys.modules if m.split(".")[0] == "kubernetes")))
 """)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from npu_plugin.config import Mode
 from npu_plugin.errors import ConfigError
 from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners, parse_device_list, partition
 from npu_plugin.profiles import profile_devices
@@ -58,7 +59,7 @@ def test_bad_device_lists_are_refused_with_the_reason(text: str, message: str) -
     ],
 )
 def test_partition_by_mode(mode: str, expected: list[Owner]) -> None:
-    assert list(partition(A2, mode, frozenset({4, 5, 6, 7})).values()) == expected
+    assert list(partition(A2, Mode(mode), frozenset({4, 5, 6, 7})).values()) == expected
 
 
 DESIRED = {0: DP, 1: DP, 2: DRA, 3: DRA}

@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from npu_plugin.config import Mode, UnhealthyPolicy
 from npu_plugin.device import Health
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.dra.checkpoint import CheckpointStore
@@ -66,7 +67,7 @@ class Ledger(RuleBasedStateMachine):
         return Holders(device_plugin=device_plugin, dra=frozenset(self.preparer.held_devices()))
 
     def _start(self, dra_devices: frozenset[int]) -> None:
-        self.desired = partition(DEVICES, "both", dra_devices)
+        self.desired = partition(DEVICES, Mode.BOTH, dra_devices)
         self.inventory = Inventory(
             DEVICES, failure_threshold=1, recovery_threshold=1, owners=self.desired, desired=self.desired
         )
@@ -139,7 +140,7 @@ class Ledger(RuleBasedStateMachine):
         assert not claimed & set(self.containers), "a device is held by a container and a claim"
         assert len(claimed) == len(self.prepared), "two claims hold one device"
         healthy_in_law = {int(d.ID.split("-")[1]) for d in list_response(snapshot).devices if d.health == "Healthy"}
-        settings_ = SliceSettings(DRIVER, NODE, None, "remove")
+        settings_ = SliceSettings(DRIVER, NODE, None, UnhealthyPolicy.REMOVE)
         published = {
             int(d["name"].split("-")[1])
             for chunk in slice_specs(settings_, [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)])

@@ -1,0 +1,110 @@
+"""Directory watches whose events run on the event loop, and files re-read on change one read at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from npu_plugin.errors import NpuPluginError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+# What a watcher hears: the path and "created", "deleted", "modified" or "closed" (after a write).
+FileEvent = Callable[[str, str], None]
+_KINDS = ("created", "deleted", "modified", "closed")
+
+
+class Relay(FileSystemEventHandler):
+    """Hands watchdog events (on its thread) to `callback(path, kind)` on the event loop; a move is the
+    deletion of its source and the creation of its destination."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, callback: FileEvent) -> None:
+        self._loop, self._callback = loop, callback
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type == "moved":
+            self._relay(event.src_path, "deleted")
+            self._relay(event.dest_path, "created")
+        elif event.event_type in _KINDS:
+            self._relay(event.src_path, event.event_type)
+
+    def _relay(self, path: str | bytes, kind: str) -> None:
+        self._loop.call_soon_threadsafe(self._callback, path.decode() if isinstance(path, bytes) else path, kind)
+
+
+class _Reread(Generic[T]):
+    """Re-reads one file after it changes: at most one read in flight; events during a read make one more
+    read after it, so a burst of writes costs one or two reads and the latest content wins."""
+
+    def __init__(self, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
+        self._read, self._deliver = read, deliver
+        self._task: asyncio.Task[None] | None = None
+        self._again = False
+
+    def changed(self) -> None:
+        if self._task is not None:
+            self._again = True
+            return
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="file-reread")
+
+    async def _run(self) -> None:
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                try:
+                    result = await asyncio.to_thread(self._read)
+                except NpuPluginError as error:
+                    log.warning("re-reading a changed file failed: %s", error, extra={"error": str(error)})
+                    continue
+                if not self._again:  # a newer read follows; its result replaces this one
+                    self._deliver(result)
+        finally:
+            self._task = None
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+class DirectoryWatch:
+    """One watchdog observer for the directories a component follows; start and stop it on the loop."""
+
+    def __init__(self) -> None:
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._rereads: list[_Reread[object]] = []
+
+    def add(self, directory: Path, callback: FileEvent) -> None:
+        """Call `callback` on the running loop for each change directly in `directory`."""
+        relay = Relay(asyncio.get_running_loop(), callback)
+        self._observer.schedule(relay, str(directory), recursive=False)
+
+    def add_file(self, path: Path, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
+        """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop."""
+        target = path.resolve()
+        reread: _Reread[T] = _Reread(read, deliver)
+        self._rereads.append(reread)  # type: ignore[arg-type]
+
+        def on_event(changed: str, _kind: str) -> None:
+            if Path(changed).resolve() == target:
+                reread.changed()
+
+        self.add(target.parent, on_event)
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the observer thread and any re-read in flight."""
+        for reread in self._rereads:
+            reread.cancel()
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join(timeout)
