@@ -171,9 +171,8 @@ class _Parser(argparse.ArgumentParser):
         source = self._environment_source(variables)
         if source is not None:
             self.from_environment[long] = source
-            kwargs["default"] = _environment_value(
-                source, self.environ[source], long if switch else None, kwargs.get("type")
-            )
+            text = self.environ[source]
+            kwargs["default"] = _environment_value(source, text, long if switch else None, kwargs.get("type"))
         return add(*names, **kwargs)
 
     def _environment_source(self, variables: tuple[str, ...]) -> str | None:

@@ -90,7 +90,7 @@ class Daemon:
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
         monitor.start_watching()
         apis = [
-            api
+            api.value
             for api, on in ((Mode.DEVICE_PLUGIN, self.config.serves_device_plugin), (Mode.DRA, self.config.serves_dra))
             if on
         ]

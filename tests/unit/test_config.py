@@ -105,6 +105,18 @@ def test_switches_and_their_environment_twins(flag: str, attr: str, env_value: s
     assert getattr(config(BASE, {env_name(flag[2:]): env_value}), attr) is expected
 
 
+def test_a_config_is_built_by_keywords_with_the_flags_defaults() -> None:
+    c = Config(mode=Mode.DRA, node_name="n1")
+    assert (c.serves_dra, c.serves_device_plugin, c.backend.kind) == (True, False, BackendKind.AUTO)
+    assert c.dra_state_dir == Path("/var/lib/kubelet/plugins/npu.huawei.com")
+    assert Config() == config(["serve"]), "the keyword defaults are the flags' defaults"
+    with pytest.raises(ConfigError, match="--node-name"):
+        Config(mode=Mode.BOTH, dra_devices="4-7")
+    with pytest.raises(ConfigError, match="--fake-inventory"):
+        BackendOptions(kind=BackendKind.FAKE)
+    assert BackendOptions(fake_profile="atlas-800t-a2").uses_fake
+
+
 def test_environment_names() -> None:
     assert env_name("mode") == "NPU_PLUGIN_MODE"
     assert env_name("health-failure-threshold") == "NPU_PLUGIN_HEALTH_FAILURE_THRESHOLD"
