@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import logging
 import os
 import sys
@@ -54,6 +55,13 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH",),
     "healthcheck-port": ("HEALTHCHECK_PORT",),
     "kubeconfig": ("KUBECONFIG",),
+}
+# What an operator can do about an OSError that stops the daemon.
+_REMEDIES = {
+    errno.EACCES: "run as root or give the daemon write access",
+    errno.EPERM: "run as root or give the daemon write access",
+    errno.EROFS: "mount it read-write or choose another path",
+    errno.ENOSPC: "free some space",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 _COMMAND_LINE = "the command line"
@@ -633,7 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except OSError as error:
         # The environment, not a bug: a directory or socket we may not use, a disk that is full.
-        _report(args, describe_os_error(error))
+        remedy = _REMEDIES.get(error.errno or 0)
+        _report(args, describe_os_error(error) + (f": {remedy}" if remedy else ""))
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

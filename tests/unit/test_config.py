@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.cli import config_from_args, env_name, parse_args
-from npu_plugin.config import BackendKind, Mode, UnhealthyPolicy, check_paths
+from npu_plugin.config import BackendKind, BackendOptions, Config, Mode, UnhealthyPolicy, check_paths
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
 
