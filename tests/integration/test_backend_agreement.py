@@ -17,6 +17,7 @@ from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.dcmi import DcmiBackend
 from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.config import BackendOptions
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError
 from tests.integration.fake_hardware import FakeDie, FakeHost, npu_smi_for, script
@@ -128,7 +129,9 @@ def test_auto_falls_back_to_npu_smi_when_dcmi_fails_after_loading(
     host.write(config_path)
 
     with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.auto"):
-        backend = open_backend("auto", npu_smi=str(npu_smi), dcmi_library=_library(fake_builds, tmp_path / "lib"))
+        backend = open_backend(
+            BackendOptions(npu_smi=str(npu_smi), dcmi_library=_library(fake_builds, tmp_path / "lib"))
+        )
 
     assert backend.name == "npu-smi"
     assert [d.physical_id for d in discover(backend, tmp_path / "sys")] == list(range(4, 12))
@@ -141,7 +144,7 @@ def test_auto_keeps_dcmi_when_it_discovers(fake_builds: dict[str, Path], config_
     atlas_a3_container().write(config_path)
 
     backend = open_backend(
-        "auto", npu_smi=str(tmp_path / "no-npu-smi"), dcmi_library=_library(fake_builds, tmp_path / "lib")
+        BackendOptions(npu_smi=str(tmp_path / "no-npu-smi"), dcmi_library=_library(fake_builds, tmp_path / "lib"))
     )
 
     assert backend.name == "dcmi"
@@ -158,7 +161,7 @@ def test_auto_names_both_reasons_when_both_fail(
     npu_smi = script(tmp_path / "npu-smi", "#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005'\nexit 255\n")
 
     with pytest.raises(BackendError) as raised:
-        open_backend("auto", npu_smi=str(npu_smi), dcmi_library=_library(fake_builds, tmp_path / "lib"))
+        open_backend(BackendOptions(npu_smi=str(npu_smi), dcmi_library=_library(fake_builds, tmp_path / "lib")))
 
     message = str(raised.value)
     assert message.startswith("no NPU discovery backend works; dcmi: DCMI dcmi_init failed with error code -8005; ")
@@ -168,4 +171,4 @@ def test_auto_names_both_reasons_when_both_fail(
 
 def test_auto_without_a_library_or_npu_smi_says_both(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match=r"dcmi: cannot load DCMI library .*; npu-smi: .* not found"):
-        open_backend("auto", npu_smi=str(tmp_path / "no-npu-smi"), dcmi_library=str(tmp_path / "libdcmi.so"))
+        open_backend(BackendOptions(npu_smi=str(tmp_path / "no-npu-smi"), dcmi_library=str(tmp_path / "libdcmi.so")))
