@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.config import Mode
 from npu_plugin.handover import Handover
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner, partition
@@ -19,7 +20,7 @@ RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"
 
 
 def _setup(socket: Path, *, keeps_device_plugin_side: bool, dra_held: set[int]) -> tuple[Inventory, Handover]:
-    desired = partition(DEVICES, "both", frozenset({4, 5, 6, 7}))
+    desired = partition(DEVICES, Mode.BOTH, frozenset({4, 5, 6, 7}))
     inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=desired, desired=desired)
     handover = Handover(
         inventory=inventory,

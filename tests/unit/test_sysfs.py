@@ -9,6 +9,7 @@ import pytest
 
 from npu_plugin.backends.auto import discover, numa_from_sysfs, pcie_root_from_sysfs
 from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import device_entry
 from npu_plugin.profiles import profile_devices
 
@@ -49,7 +50,7 @@ def test_fake_devices_never_take_this_hosts_sysfs_facts(tmp_path: Path) -> None:
 
 def test_the_slice_carries_the_standard_pcie_attributes() -> None:
     device = profile_devices("atlas-800t-a2")[0]
-    entry = device_entry("npu.huawei.com", replace(device, pcie_root="pci0000:c0"), True, "remove")
+    entry = device_entry("npu.huawei.com", replace(device, pcie_root="pci0000:c0"), True, UnhealthyPolicy.REMOVE)
     assert entry is not None
     assert entry["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": BUS}
     assert entry["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:c0"}
