@@ -18,8 +18,21 @@ import yaml
 from npu_plugin.device import Device
 from npu_plugin.edits import COMMON_NODES
 from npu_plugin.inventory_file import inventory_document
+from tests.leaks import LeakWatch
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail any test that leaves asyncio tasks, threads or child processes running (see tests/leaks.py).
+    Children it reports are then killed by pid, so one leak does not spill into the next test."""
+    with LeakWatch() as watch:
+        yield
+    leaks = watch.leaks()
+    watch.stop_children()
+    if leaks:
+        pytest.fail("the test left these running:\n" + "\n".join(leaks), pytrace=False)
 
 
 def write_inventory(path: Path, devices: Sequence[Device]) -> None:

@@ -455,24 +455,26 @@ class _PodResources(podresources_v1_pb2_grpc.PodResourcesListerServicer):
         return podresources_v1_pb2.ListPodResourcesResponse(pod_resources=[pod])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def channel() -> Iterator[grpc.Channel]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    # The servicers implement only what the tests call; the generated runtime base classes answer
-    # UNIMPLEMENTED for the rest, while the .pyi marks every method abstract to make real servers complete.
-    deviceplugin_v1beta1_pb2_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(), server)  # type: ignore[abstract]
-    pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(), server)  # type: ignore[abstract]
-    dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAv1(), server)  # type: ignore[abstract]
-    dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAv1beta1(), server)  # type: ignore[abstract]
-    dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(_Health(), server)
-    podresources_v1_pb2_grpc.add_PodResourcesListerServicer_to_server(_PodResources(), server)  # type: ignore[abstract]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as chan:
-            yield chan
-    finally:
-        server.stop(grace=None).wait()
+    """A server per test, so its worker threads start and stop within the test that uses them."""
+    with futures.ThreadPoolExecutor(max_workers=2) as workers:
+        server = grpc.server(workers)
+        # The servicers implement only what the tests call; the generated runtime base classes answer
+        # UNIMPLEMENTED for the rest, while the .pyi marks every method abstract to make real servers complete.
+        deviceplugin_v1beta1_pb2_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(), server)  # type: ignore[abstract]
+        pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(), server)  # type: ignore[abstract]
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAv1(), server)  # type: ignore[abstract]
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAv1beta1(), server)  # type: ignore[abstract]
+        dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server(_Health(), server)
+        podresources_v1_pb2_grpc.add_PodResourcesListerServicer_to_server(_PodResources(), server)  # type: ignore[abstract]
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as chan:
+                yield chan
+        finally:
+            server.stop(grace=None).wait()
 
 
 def _raw_unary(chan: grpc.Channel, path: str, request: bytes) -> bytes:
