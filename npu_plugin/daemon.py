@@ -31,6 +31,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
+# Every catchable signal whose default action ends the process: each stops the daemon in order instead, so it
+# leaves no socket behind. SIGHUP (a terminal hanging up, or an operator's reload habit) is logged and ignored.
+STOP_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGVTALRM,
+    signal.SIGPROF,
+    signal.SIGXCPU,
+    signal.SIGXFSZ,
+    signal.SIGPWR,
+    signal.SIGIO,
+)
 
 
 def run_daemon(config: Config) -> int:
@@ -80,8 +96,9 @@ class Daemon:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
         self._log_start()
         if self.handover is not None:
             await self.handover.take_ownership()
@@ -201,6 +218,12 @@ class Daemon:
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("received %s, shutting down", sig.name)
         self.stop.set()
+
+    def _on_hangup(self) -> None:
+        log.info(
+            "received SIGHUP; ignored: there is nothing to reload (the inventory file is watched and health "
+            "sampled all the time; flags change with a restart)"
+        )
 
     def _task(self, coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return asyncio.create_task(coroutine, name=name)
