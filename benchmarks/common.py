@@ -51,13 +51,22 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield child
     finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+        stop([child])
+
+
+def stop(children: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM to every child still running, all at once; after `grace` seconds, SIGKILL to the group of
+    each one that has not exited. Only these pids (and their groups) are signalled."""
+    running = [child for child in children if child.poll() is None]
+    for child in running:
+        child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for child in running:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
 
 
 def serve_argv(*args: str) -> list[str]:
@@ -170,11 +179,11 @@ def write_inventory(path: Path, devices: list[Device]) -> Path:
     return path
 
 
-def dra_dirs(work: Path) -> list[str]:
-    """The directory flags of a DRA daemon living in `work`."""
+def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> list[str]:
+    """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless given)."""
     return [
         "--node-name",
-        NODE,
+        node,
         "--kubelet-registrar-directory-path",
         str(work / "reg"),
         "--kubelet-plugins-directory-path",
@@ -184,13 +193,17 @@ def dra_dirs(work: Path) -> list[str]:
         "--state-dir",
         str(work / "state"),
         "--kubeconfig",
-        str(work / "kubeconfig"),
+        str(kubeconfig or work / "kubeconfig"),
     ]
 
 
 def published(rest: RestClient) -> list[str] | None:
     """This node's published device names when the pool is complete (one generation, every slice there)."""
-    items = rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"]
+    return pool_devices(rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"])
+
+
+def pool_devices(items: list[dict[str, Any]]) -> list[str] | None:
+    """The device names of one node's slices when its pool is complete (one generation, every slice there)."""
     pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
     if len(pools) != 1 or next(iter(pools))[1] != len(items):
         return None

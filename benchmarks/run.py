@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks import bench, bench_both, bench_dra, bench_health_pass, bench_idle, bench_scale
+from benchmarks import bench, bench_both, bench_dra, bench_fleet, bench_health_pass, bench_idle, bench_scale
 from benchmarks.common import FULL, QUICK, Budget
 from benchmarks.report import render
 
@@ -50,14 +50,42 @@ def measure_all(budget: Budget, say: Callable[[str], None]) -> dict[str, Any]:
     return results
 
 
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def fleet_size(text: str) -> int:
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"--fleet takes a number of nodes (1 or more), got {text!r}")
+    return size
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__)
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds: a rough table, sooner")
+    parser.add_argument(
+        "--fleet",
+        type=fleet_size,
+        nargs="?",
+        const=50,
+        metavar="N",
+        help="only the fleet benchmark: N DRA daemons (default 50) sharing one fake API server",
+    )
     args = parser.parse_args(argv)
     budget = QUICK if args.quick else FULL
-    results = measure_all(budget, lambda line: print(line, file=sys.stderr, flush=True))
-    sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
+    if args.fleet is None:
+        results = measure_all(budget, say)
+        sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
+    else:
+        results = {"environment": environment(budget)}
+        say(f"bench: fleet of {args.fleet} ...")
+        bench_fleet.run(results, budget, args.fleet)
+        sections = [(f"fleet: {args.fleet} DRA nodes, one fake API server", bench_fleet.rows(results["fleet"]))]
     print(render(sections))
     results["missed"] = [f"{title}: {row.metric}" for title, rows in sections for row in rows if row.met is False]
     args.json.write_text(json.dumps(results, indent=2) + "\n")

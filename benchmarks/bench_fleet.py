@@ -1,0 +1,330 @@
+"""scripts/bench --fleet N: what a fleet of N DRA nodes costs the API server, and how it comes back.
+
+N daemons in DRA mode (default settings, each on its own fake inventory file, node name and directories)
+share one fake API server, run in this process on 127.0.0.1 so its request log can be read directly.
+Phases, in order:
+
+1. cold start: every daemon starts at once; the time until every node's pool is published and complete;
+2. rest: API requests per node-hour by verb over `Budget.idle_window` seconds (from the request log),
+   CPU-seconds per node-hour and RSS;
+3. outage: one device of every node turns Critical, the API server stops for 30 s and restarts on the
+   same port with the same store; the time from its return until every node's slices drop that device,
+   and the peak LIST rate (over any one second) while they come back;
+4. flap: one device of one node turns Critical and back; the writes that causes, and on how many nodes.
+
+The daemons share this machine's cores, so a cold start of many on few cores measures CPU contention as
+much as the daemon. Every process started here is stopped by its pid, on error too.
+Targets: <= 12 requests per node-hour at rest and no write; all pools published <= 10 s after start;
+every node correct <= 30 s after the API returns, with at most N/5 LISTs in any second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    FULL,
+    WRITES,
+    Budget,
+    cpu_reading,
+    dev_root,
+    dra_dirs,
+    fake_devices,
+    percentile,
+    pool_devices,
+    rss_mib,
+    serve_argv,
+    stop,
+    verb,
+    write_inventory,
+)
+from benchmarks.report import Row, at_most
+from npu_plugin.device import Health
+from npu_plugin.sim.fakeapi import FakeKubeAPI, RecordedRequest
+
+TARGETS = {
+    "requests_per_node_hour": 12.0,
+    "writes_per_node_hour": 0.0,
+    "cold_start_s": 10.0,
+    "recovery_s": 30.0,
+    "peak_lists_per_s_per_node": 0.2,
+}
+DEVICES = 8
+OUTAGE_S = 30.0
+SETTLE_S = 10.0
+TIMEOUT_S = 300.0
+POLL_S = 0.1
+HOUR = 3600.0
+OUTAGE_DEVICE, FLAP_DEVICE = 7, 1
+
+
+@dataclass
+class Member:
+    """One node of the fleet: its daemon and the inventory file it reads."""
+
+    node: str
+    inventory: Path
+    daemon: subprocess.Popen[bytes]
+
+    def set_critical(self, physical_ids: set[int]) -> None:
+        devices = fake_devices(DEVICES)
+        write_inventory(
+            self.inventory,
+            [replace(d, health=Health.CRITICAL) if d.physical_id in physical_ids else d for d in devices],
+        )
+
+
+@dataclass
+class FleetResults:
+    nodes: int
+    cpus: int | None
+    cold_start_s: float
+    cold_start_node_p50_s: float
+    rest_window_s: float
+    requests_per_node_hour: dict[str, float]
+    cpu_s_per_node_hour: float
+    cpu_s_per_node_hour_max: float
+    rss_mib_mean: float
+    outage_s: float
+    recovery_s: float
+    peak_lists_per_s: int
+    recovery_requests: dict[str, int]
+    flap_writes: int
+    flap_writing_nodes: int
+
+
+def names(critical: set[int]) -> list[str]:
+    return [f"npu-{i}" for i in range(DEVICES) if i not in critical]
+
+
+def pools(api: FakeKubeAPI) -> dict[str, list[str] | None]:
+    """Every node's complete pool (device names), None while one is incomplete."""
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for item in api.objects("ResourceSlice"):
+        by_node.setdefault(item["spec"]["nodeName"], []).append(item)
+    return {node: pool_devices(items) for node, items in by_node.items()}
+
+
+def wait_until_correct(
+    api: FakeKubeAPI, nodes: list[str], want: Callable[[str], list[str]], on_poll: Callable[[], None] = lambda: None
+) -> dict[str, float]:
+    """Seconds (from now) until each node's pool is `want(node)`; TimeoutError after TIMEOUT_S."""
+    started, done = time.monotonic(), dict[str, float]()
+    while len(done) < len(nodes):
+        on_poll()
+        current = pools(api)
+        for node in nodes:
+            if node not in done and current.get(node) == want(node):
+                done[node] = time.monotonic() - started
+        if time.monotonic() - started > TIMEOUT_S:
+            late = sorted(set(nodes) - done.keys())
+            raise TimeoutError(f"{len(late)} node(s) not correct within {TIMEOUT_S:g} s: {', '.join(late[:5])}")
+        time.sleep(POLL_S)
+    return done
+
+
+def verbs(requests: list[RecordedRequest]) -> Counter[str]:
+    return Counter(verb(r.method, r.path, r.query) for r in requests)
+
+
+class ListRate:
+    """The most LISTs the API server answered within any one second, from request-log samples."""
+
+    def __init__(self, api: FakeKubeAPI) -> None:
+        self._api = api
+        self._samples: list[tuple[float, int]] = []
+
+    def sample(self) -> None:
+        lists = sum(1 for r in self._api.requests if verb(r.method, r.path, r.query) == "LIST")
+        self._samples.append((time.monotonic(), lists))
+
+    def peak(self) -> int:
+        best = 0
+        for end, count in self._samples:
+            before = [c for t, c in self._samples if t <= end - 1.0]
+            best = max(best, count - (before[-1] if before else 0))
+        return best
+
+
+@contextlib.contextmanager
+def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
+    """`size` DRA daemons, started at once; every one is stopped by its pid when the block ends."""
+    kubeconfig = work / "kubeconfig"
+    api.write_kubeconfig(kubeconfig)
+    members: list[Member] = []
+    try:
+        for index in range(size):
+            node = f"node-{index:03d}"
+            home = work / node
+            home.mkdir()
+            inventory = write_inventory(home / "inventory.yaml", fake_devices(DEVICES))
+            argv = serve_argv(
+                "--mode",
+                "dra",
+                "--fake-inventory",
+                str(inventory),
+                "--dev-root",
+                str(dev_root(home, DEVICES)),
+                *dra_dirs(home, node, kubeconfig),
+            )
+            with (home / "daemon.log").open("wb") as out:
+                daemon = subprocess.Popen(
+                    argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                )
+            members.append(Member(node, inventory, daemon))
+        yield members
+    finally:
+        stop([m.daemon for m in members])
+
+
+@dataclass
+class Rest:
+    requests: Counter[str]
+    cpu_s_per_hour: list[float]
+    rss_mib: list[float]
+
+
+def at_rest(api: FakeKubeAPI, members: list[Member], window: float) -> Rest:
+    """Requests, CPU and RSS of the settled fleet over `window` seconds."""
+    time.sleep(SETTLE_S)
+    api.clear_requests()
+    before = [cpu_reading(m.daemon.pid).seconds for m in members]
+    time.sleep(window)
+    after = [cpu_reading(m.daemon.pid).seconds for m in members]
+    return Rest(
+        verbs(api.requests),
+        [(a - b) * HOUR / window for a, b in zip(after, before, strict=True)],
+        [rss_mib(m.daemon.pid) for m in members],
+    )
+
+
+def outage(api: FakeKubeAPI, members: list[Member]) -> tuple[float, ListRate, Counter[str]]:
+    """A device of every node fails while the API server is away; seconds from its return until every
+    node is correct, the LIST rate, and the requests of the recovery."""
+    for member in members:
+        member.set_critical({OUTAGE_DEVICE})
+    api.set_down(True)
+    time.sleep(OUTAGE_S)
+    api.clear_requests()
+    rate = ListRate(api)
+    api.set_down(False)
+    recovered = wait_until_correct(api, [m.node for m in members], lambda _node: names({OUTAGE_DEVICE}), rate.sample)
+    time.sleep(2.0)  # stragglers: requests that follow the last correct pool still count
+    rate.sample()
+    return max(recovered.values()), rate, verbs(api.requests)
+
+
+def flap(api: FakeKubeAPI, member: Member) -> tuple[int, int]:
+    """One device of one node turns Critical and back: the writes, and how many nodes wrote."""
+    time.sleep(SETTLE_S)
+    api.clear_requests()
+    member.set_critical({OUTAGE_DEVICE, FLAP_DEVICE})
+    wait_until_correct(api, [member.node], lambda _node: names({OUTAGE_DEVICE, FLAP_DEVICE}))
+    member.set_critical({OUTAGE_DEVICE})
+    wait_until_correct(api, [member.node], lambda _node: names({OUTAGE_DEVICE}))
+    time.sleep(2.0)  # our own writes coming back through the watch must not cause more
+    writes = [r for r in api.requests if verb(r.method, r.path, r.query) in WRITES]
+    writers = {r.body.get("spec", {}).get("nodeName") for r in writes if isinstance(r.body, dict)}
+    return len(writes), len(writers - {None})
+
+
+def measure(work: Path, size: int, window: float) -> FleetResults:
+    nodes = [f"node-{index:03d}" for index in range(size)]
+    with FakeKubeAPI() as api:
+        for node in nodes:
+            api.add_node(node)
+        started = time.monotonic()
+        with fleet(work, api, size) as members:
+            published = wait_until_correct(api, nodes, lambda _node: names(set()))
+            cold_start = time.monotonic() - started
+            rest = at_rest(api, members, window)
+            recovery, rate, during_recovery = outage(api, members)
+            writes, writers = flap(api, members[0])
+    node_hours = size * window / HOUR
+    return FleetResults(
+        nodes=size,
+        cpus=os.cpu_count(),
+        cold_start_s=round(cold_start, 2),
+        cold_start_node_p50_s=round(percentile(list(published.values()), 0.5), 2),
+        rest_window_s=window,
+        requests_per_node_hour={name: round(count / node_hours, 1) for name, count in sorted(rest.requests.items())},
+        cpu_s_per_node_hour=round(sum(rest.cpu_s_per_hour) / size, 2),
+        cpu_s_per_node_hour_max=round(max(rest.cpu_s_per_hour), 2),
+        rss_mib_mean=round(sum(rest.rss_mib) / size, 1),
+        outage_s=OUTAGE_S,
+        recovery_s=round(recovery, 2),
+        peak_lists_per_s=rate.peak(),
+        recovery_requests=dict(sorted(during_recovery.items())),
+        flap_writes=writes,
+        flap_writing_nodes=writers,
+    )
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    r, t = section["results"], section["targets"]
+    n = r["nodes"]
+    at_rest = r["requests_per_node_hour"]
+    writes = sum(count for name, count in at_rest.items() if name in WRITES)
+    total = sum(at_rest.values())
+    peak_limit = n * t["peak_lists_per_s_per_node"]
+    return [
+        Row(
+            "cold start -> every pool published",
+            f"{r['cold_start_s']:.2f} s",
+            f"{n} daemons on {r['cpus']} cores; per node p50 {r['cold_start_node_p50_s']:.2f} s",
+            f"<= {t['cold_start_s']:g} s",
+            at_most(r["cold_start_s"], t["cold_start_s"]),
+        ),
+        Row(
+            "API requests at rest per node-hour",
+            f"{total:g}",
+            (", ".join(f"{name} {count:g}" for name, count in at_rest.items()) or "none")
+            + f"; over {r['rest_window_s']:g} s",
+            f"<= {t['requests_per_node_hour']:g}, 0 writes",
+            at_most(total, t["requests_per_node_hour"]) and writes == 0,
+        ),
+        Row(
+            "CPU at rest per node-hour",
+            f"{r['cpu_s_per_node_hour']:.2f} CPU-s/h",
+            f"max {r['cpu_s_per_node_hour_max']:.2f}; RSS mean {r['rss_mib_mean']:.1f} MiB; --fake-inventory",
+        ),
+        Row(
+            f"API back after {r['outage_s']:g} s -> every node correct",
+            f"{r['recovery_s']:.2f} s",
+            ", ".join(f"{name} {count}" for name, count in r["recovery_requests"].items()),
+            f"<= {t['recovery_s']:g} s",
+            at_most(r["recovery_s"], t["recovery_s"]),
+        ),
+        Row(
+            "peak LIST rate during recovery",
+            f"{r['peak_lists_per_s']}/s",
+            "most LISTs answered within any one second",
+            f"<= {peak_limit:g}/s (N/5)",
+            at_most(r["peak_lists_per_s"], peak_limit),
+        ),
+        Row(
+            "writes when one device flaps",
+            str(r["flap_writes"]),
+            f"fault and recovery on one node; {r['flap_writing_nodes']} node(s) wrote",
+        ),
+    ]
+
+
+def run(results: dict[str, Any], budget: Budget = FULL, size: int = 50) -> None:
+    """Measure a fleet of `size` nodes and store the numbers and targets under results["fleet"]."""
+    work = Path(tempfile.mkdtemp(prefix="npu-bench-fleet-", dir="/tmp"))
+    try:
+        measured = measure(work, size, budget.idle_window)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["fleet"] = {"results": asdict(measured), "targets": TARGETS}
