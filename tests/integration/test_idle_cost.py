@@ -1,0 +1,96 @@
+"""At rest nothing is re-announced: health passes over an unchanged node notify no server, and one pass is one
+backend call for every device. Events are counted, never time."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
+from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.device import Device, Health
+from npu_plugin.deviceplugin.service import DevicePluginService
+from npu_plugin.edits import Injection, probe_host
+from npu_plugin.health import HealthMonitor
+from npu_plugin.inventory import Inventory
+from npu_plugin.profiles import profile_devices
+from tests.conftest import populate_dev_root, write_inventory
+from tests.integration.fake_hardware import fake_npu_smi, script
+
+DEVICES = profile_devices("atlas-800t-a2")
+PASSES = 20
+# Counts its runs in a file beside it, then answers as the fixture-driven fake does.
+COUNTING_NPU_SMI = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/runs"
+exec "$(dirname "$0")/fixture/npu-smi" "$@"
+"""
+
+
+def critical(physical_id: int) -> list[Device]:
+    return [replace(d, health=Health.CRITICAL) if d.physical_id == physical_id else d for d in DEVICES]
+
+
+async def settle() -> None:
+    """Let every task woken by the last step run (a few loop turns, not a clock)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+class FakeContext:
+    """The one thing ListAndWatch asks of its gRPC context: nothing; it only streams."""
+
+
+def test_health_passes_over_an_unchanged_node_notify_no_server(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        inventory_file = tmp_path / "inventory.yaml"
+        write_inventory(inventory_file, DEVICES)
+        dev_root = populate_dev_root(tmp_path / "dev")
+        backend = FakeBackend(inventory_path=inventory_file)
+        inventory = Inventory(backend.discover(), failure_threshold=2, recovery_threshold=3)
+        monitor = HealthMonitor(backend, inventory, dev_root, interval=3600)
+        service = DevicePluginService(inventory, probe_host(dev_root, Injection.NODES, False), "Ascend910B", None)
+        snapshots: list[int] = []
+        messages: list[pb.ListAndWatchResponse] = []
+
+        async def follow_inventory() -> None:
+            async for snapshot in inventory.watch():
+                snapshots.append(snapshot.version)
+
+        async def follow_list_and_watch() -> None:
+            async for message in service.ListAndWatch(pb.Empty(), FakeContext()):  # type: ignore[arg-type]
+                messages.append(message)
+
+        followers = [asyncio.create_task(follow_inventory()), asyncio.create_task(follow_list_and_watch())]
+        await settle()
+        for _ in range(PASSES):
+            await monitor.sample_once()
+            await settle()
+        assert (snapshots, len(messages)) == ([0], 1), "only the first snapshot and the first ListAndWatch message"
+        write_inventory(inventory_file, critical(3))
+        inventory.update_devices(backend.reload())  # what the daemon's watch of the file does on a change
+        for _ in range(2):  # the failure threshold
+            await monitor.sample_once()
+            await settle()
+        # The first bad sample changes the device's last level (a new snapshot), the second its verdict; the
+        # kubelet hears about the verdict only.
+        assert (snapshots, len(messages)) == ([0, 1, 2], 2)
+        assert [d.health for d in messages[-1].devices if d.ID == "Ascend910-3"] == ["Unhealthy"]
+        service.close_streams()
+        for task in followers:
+            task.cancel()
+        await asyncio.gather(*followers, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_one_npu_smi_health_pass_is_one_run_for_every_device(tmp_path: Path) -> None:
+    fake_npu_smi(tmp_path / "fixture", "910b3-x8.info.txt", "910b3-x8.mapping.txt", "910b3-x8.topo.txt")
+    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", COUNTING_NPU_SMI)))
+    devices = backend.discover()
+    runs = tmp_path / "runs"
+    before = runs.read_text().splitlines()
+    for _ in range(3):
+        assert len(backend.sample()) == len(devices) == 8
+    assert runs.read_text().splitlines()[len(before) :] == ["info"] * 3
