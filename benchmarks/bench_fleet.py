@@ -149,11 +149,17 @@ class ListRate:
         self._samples.append((time.monotonic(), lists))
 
     def peak(self) -> int:
-        best = 0
-        for end, count in self._samples:
-            before = [c for t, c in self._samples if t <= end - 1.0]
-            best = max(best, count - (before[-1] if before else 0))
-        return best
+        return peak_per_second(self._samples)
+
+
+def peak_per_second(samples: list[tuple[float, int]]) -> int:
+    """The largest growth of a running count within one second, from (seconds, count so far) samples in
+    time order; a sample less than a second after the first counts from zero."""
+    best = 0
+    for end, count in samples:
+        before = [c for t, c in samples if t <= end - 1.0]
+        best = max(best, count - (before[-1] if before else 0))
+    return best
 
 
 @contextlib.contextmanager
