@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,9 @@ async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], No
             f"socket path {path} is {len(os.fsencode(path))} bytes; Unix sockets allow "
             f"{MAX_SOCKET_PATH}: choose a shorter directory"
         )
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        # gRPC would report only "Failed to bind to address"; name the directory and the reason instead.
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path.parent))
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     server = grpc.aio.server()

@@ -1,0 +1,212 @@
+"""The first hour with `npu-plugin`: help that teaches, mistyped and foreign flags, --version, environment
+aliases, DRA flags that a mode would ignore, and `inventory` checking names like `serve`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from npu_plugin import __version__
+from npu_plugin.cli import build_parser, config_from_args, env_name, main, parse_args, unused_dra_flags
+
+SERVE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """Each flag of a --help text with its help, whitespace collapsed."""
+    entries: dict[str, str] = {}
+    for block in re.split(r"\n(?=  -)", text):
+        if block.startswith("  -"):
+            options = re.split(r"\s{2,}|\n", block.strip())[0]
+            for flag in re.findall(r"(?:^|, )(--?[\w-]+)", options):
+                entries[flag] = " ".join(block.split())
+    return entries
+
+
+@pytest.mark.parametrize("command", sorted(build_parser({}).subcommands))
+def test_every_flag_says_what_it_does_its_default_and_its_environment_variable(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser({})
+    flags = parser.subcommands[command].flags
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    entries = help_entries(capsys.readouterr().out)
+    for flag in flags:
+        entry = entries[flag]
+        description = re.sub(r"^\S+( \S+)?(, \S+( \S+)?)? ", "", entry).split(" (")[0]
+        assert len(description) > 10, (flag, entry)
+        assert "default" in entry, (flag, entry)
+        assert f"env: {env_name(flag[2:])}" in entry, (flag, entry)
+
+
+def test_serve_help_groups_flags_by_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    groups = ["what to serve:", "discovery:", "health:", "device plugin (--mode device-plugin|both):"]
+    groups += ["DRA (--mode dra|both):", "probes and metrics:", "logging:"]
+    positions = [out.index(group) for group in groups]
+    assert positions == sorted(positions)
+    dra = out[out.index("DRA (--mode dra|both):") : out.index("probes and metrics:")]
+    assert "--kubelet-registrar-directory-path" in dra and "--health-interval" not in dra
+    assert "env: NPU_PLUGIN_CDI_ROOT or CDI_ROOT" in " ".join(dra.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["serve", "--health-intervl", "3"],
+            "npu-plugin serve: error: unrecognized argument --health-intervl (did you mean --health-interval?)",
+        ),
+        (
+            ["serve", "--cdi-rot=/etc/cdi"],
+            "npu-plugin serve: error: unrecognized argument --cdi-rot (did you mean --cdi-root?)",
+        ),
+        (
+            ["inventory", "--outptu", "json"],
+            "npu-plugin inventory: error: unrecognized argument --outptu (did you mean --output?)",
+        ),
+        (["serve", "--zzz"], "npu-plugin serve: error: unrecognized argument --zzz"),
+    ],
+)
+def test_a_mistyped_flag_names_the_command_and_the_closest_flag(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv, {})
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == expected + "\n"
+
+
+@pytest.mark.parametrize(
+    ("argument", "advice"),
+    [
+        ("-useAscendDocker=true", "--device-injection runtime"),
+        ("-volcanoType=false", "scheduler"),
+        ("-presetVirtualDevice=true", "whole NPUs only"),
+        ("-listWatchPeriod=5", "--health-interval"),
+        ("-mode=ascend910", "--mode device-plugin|dra|both"),
+        ("-logFile=/var/log/x.log", "stderr"),
+    ],
+)
+def test_ascend_device_plugin_flags_say_what_to_use_instead(
+    argument: str, advice: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args([argument], {})  # a DaemonSet's args: replace the image's `serve`
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    name = argument.split("=", 1)[0]
+    assert err.startswith(f"npu-plugin serve: error: unrecognized argument {name}: a flag of Ascend's device plugin; ")
+    assert advice in err and err.count("\n") == 1
+
+
+def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"npu-plugin {__version__}\n"
+
+
+# (alias, flag, Config attribute, value, parsed)
+ALIASES = [
+    ("CDI_ROOT", "--cdi-root", "cdi_root", "/etc/cdi", Path("/etc/cdi")),
+    (
+        "KUBELET_REGISTRAR_DIRECTORY_PATH",
+        "--kubelet-registrar-directory-path",
+        "kubelet_registrar_directory_path",
+        "/r",
+        Path("/r"),
+    ),
+    (
+        "KUBELET_PLUGINS_DIRECTORY_PATH",
+        "--kubelet-plugins-directory-path",
+        "kubelet_plugins_directory_path",
+        "/p",
+        Path("/p"),
+    ),
+    ("HEALTHCHECK_PORT", "--healthcheck-port", "healthcheck_port", "8081", 8081),
+    ("KUBECONFIG", "--kubeconfig", "kubeconfig", "/root/.kube/config", Path("/root/.kube/config")),
+    ("NODE_NAME", "--node-name", "node_name", "worker-3", "worker-3"),
+]
+
+
+@pytest.mark.parametrize(("alias", "flag", "attr", "value", "parsed"), ALIASES)
+def test_environment_names_of_other_ascend_manifests_are_read(
+    alias: str, flag: str, attr: str, value: str, parsed: object
+) -> None:
+    argv = [*SERVE, "--mode", "dra", *(["--node-name", "n1"] if flag != "--node-name" else [])]
+    assert getattr(config_from_args(parse_args(argv, {alias: value})), attr) == parsed
+
+
+@pytest.mark.parametrize(("alias", "flag", "attr", "value", "parsed"), [a for a in ALIASES if a[0] != "NODE_NAME"])
+def test_the_command_line_beats_the_twin_which_beats_the_alias(
+    alias: str, flag: str, attr: str, value: str, parsed: object
+) -> None:
+    twin = env_name(flag[2:])
+    assert twin.startswith("NPU_PLUGIN_") and twin != alias
+    other, third = ("9001", "9002") if flag == "--healthcheck-port" else ("/twin", "/flag")
+    argv = [*SERVE, "--mode", "dra", "--node-name", "n1"]
+    by_twin = config_from_args(parse_args(argv, {alias: value, twin: other}))
+    assert str(getattr(by_twin, attr)) == other
+    by_flag = config_from_args(parse_args([*argv, f"{flag}={third}"], {alias: value, twin: other}))
+    assert str(getattr(by_flag, attr)) == third
+
+
+def test_a_bad_alias_value_names_the_alias(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(SERVE, {"HEALTHCHECK_PORT": "http"})
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("npu-plugin serve: error: HEALTHCHECK_PORT='http': ")
+
+
+def test_an_empty_alias_is_unset() -> None:
+    assert config_from_args(parse_args(SERVE, {"CDI_ROOT": ""})).cdi_root == Path("/var/run/cdi")
+
+
+@pytest.mark.parametrize(
+    ("extra", "environ", "unused"),
+    [
+        (
+            ["--kubelet-registrar-directory-path=/r", "--device-profile=npu"],
+            {},
+            ["--kubelet-registrar-directory-path", "--device-profile"],
+        ),
+        (["--cdi-root=/etc/cdi", "--driver-name=npu.huawei.com"], {}, ["--cdi-root", "--driver-name"]),
+        (["--cdi-enabled", "--cdi-root=/etc/cdi", "--driver-name=npu.huawei.com"], {}, []),
+        ([], {"CDI_ROOT": "/etc/cdi", "NPU_PLUGIN_STATE_DIR": "/s"}, ["--state-dir", "--cdi-root"]),
+        ([], {"KUBECONFIG": "/root/.kube/config"}, []),  # the standard variable is set for many programs
+        (["--kubeconfig=/k"], {}, ["--kubeconfig"]),
+        (["--mode=dra", "--node-name=n1", "--cdi-root=/etc/cdi"], {}, []),
+        (["--mode=both", "--node-name=n1", "--dra-devices=4-7", "--device-profile=npu"], {}, []),
+        ([], {}, []),
+    ],
+)
+def test_dra_flags_that_the_mode_never_reads_are_named(
+    extra: list[str], environ: dict[str, str], unused: list[str]
+) -> None:
+    args = parse_args([*SERVE, *extra], environ)
+    assert sorted(unused_dra_flags(config_from_args(args), args.given)) == sorted(unused)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--node-name", "Not_A_Node"), ("--driver-name", "NPU"), ("--unhealthy-policy", "evict")]
+)
+def test_inventory_checks_names_like_serve(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["inventory", "--backend", "fake", "--fake-profile", "atlas-800t-a2", "-o", "resourceslice"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"npu-plugin inventory: error: argument {flag}: {value!r} is not ") and err.count("\n") == 1
+
+
+def test_inventory_resourceslice_names_the_node(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["inventory", "--backend", "fake", "--fake-profile", "atlas-800t-a2", "-o", "resourceslice"]
+    assert main([*argv, "--node-name", "worker-1.example"]) == 0
+    assert "nodeName: worker-1.example" in capsys.readouterr().out
