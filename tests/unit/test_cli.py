@@ -3,7 +3,9 @@ aliases, DRA flags that a mode would ignore, and `inventory` checking names like
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,17 @@ from npu_plugin import __version__
 from npu_plugin.cli import build_parser, config_from_args, env_name, main, parse_args, unused_dra_flags
 
 SERVE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """`main` sets up logging for the process; each test leaves it as it found it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
 
 
 def help_entries(text: str) -> dict[str, str]:
