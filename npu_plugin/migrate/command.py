@@ -99,7 +99,7 @@ class _Job:
 
 def run(args: argparse.Namespace) -> int:
     """Migrate the input; 0 done, 1 error (or something to do, with --check), 2 bad flags, 3 left behind."""
-    from npu_plugin.migrate.transform import migrate_text
+    from npu_plugin.migrate.transform import migrate_json, migrate_text
 
     try:
         options = _options(args)
@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for job in jobs:
             text = _read(job.source)
-            results.append((job, text, migrate_text(text, options, job.name)))
+            migrate = migrate_json if job.source is not None and job.source.suffix == ".json" else migrate_text
+            results.append((job, text, migrate(text, options, job.name)))
     except MigrateError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -227,7 +228,15 @@ def _read(source: Path | None) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise MigrateError(f"{name}:{line}: not UTF-8 text (invalid byte at offset {error.start})") from None
+        where = f"{name}:{line}: document {_document_at(data, error.start)}"
+        raise MigrateError(f"{where}: not UTF-8 text (invalid byte at offset {error.start})") from None
+
+
+def _document_at(data: bytes, offset: int) -> int:
+    """The 1-based number of the document holding byte `offset`, counting its `---` starts."""
+    from npu_plugin.migrate.yamlstream import split_documents
+
+    return max(1, len(split_documents(data[: offset + 1].decode("utf-8", errors="replace"))))
 
 
 def _write(job: _Job, before: str, text: str) -> None:

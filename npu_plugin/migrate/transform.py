@@ -7,9 +7,13 @@ touches change; its ResourceClaimTemplates are inserted just before it.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from ruamel.yaml.comments import CommentedMap
 
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan
@@ -37,6 +41,7 @@ from npu_plugin.migrate.workloads import (
 from npu_plugin.migrate.yamlstream import Document, Style, detect_style, dump, load, plain, split_documents
 
 _TEMPLATE_KIND = ("resource.k8s.io", "ResourceClaimTemplate")
+_JSON_INDENT = re.compile(r"\n( +)\S")  # the first indented line of a JSON file
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +79,51 @@ class Result:
 def migrate_text(text: str, options: Options | None = None, source: str = "<stdin>") -> Result:
     """Rewrite every workload in `text`; MigrateError (naming file, line, document) on bad input."""
     documents = split_documents(text)
-    parsed = [load(doc.body.replace("\r\n", "\n"), source, doc.line) for doc in documents]
+    parsed = _parse(documents, source)
     stream = _Stream(source, options or Options(), _existing_templates(documents, parsed, source))
     numbers = _numbers(parsed)
     pieces = [stream.rewrite(doc, data, number) for doc, data, number in zip(documents, parsed, numbers, strict=True)]
-    seen = frozenset(name for data in parsed for name in ascend_names(data))
-    return Result(
-        "".join(pieces),
-        tuple(stream.changes),
-        tuple(stream.warnings),
-        tuple(stream.left_behind),
-        len({id(found.obj) for found in stream.migrated}),
-        stream.skipped,
-        frozenset(change.resource for change in stream.changes) | stream.unmigrated,
-        seen,
-    )
+    return stream.result("".join(pieces), parsed)
+
+
+def migrate_json(text: str, options: Options | None = None, source: str = "<stdin>") -> Result:
+    """Rewrite a JSON manifest (one object, or a `kind: List`) and write it back as JSON.
+
+    The templates join the workload in a `kind: List` (the object's own, or a new one around it), so
+    the file stays one JSON value that `kubectl apply -f` reads; it is re-serialised with its indentation.
+    """
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        raise MigrateError(f"{source}:{error.lineno}:{error.colno}: document 1: invalid JSON: {error.msg}") from None
+    document = Document("", text, "", 1)
+    data = load(text, source, 1)
+    stream = _Stream(source, options or Options(), _existing_templates([document], [data], source))
+    planned = stream.prepare(document, data, 1)
+    for found, items in planned:
+        apply(found, items)
+    stream.report(document, data, 1, planned)
+    if not planned:
+        return stream.result(text, [data])
+    templates = {
+        id(found.obj): [stream.template(found, item) for item in items if item.count] for found, items in planned
+    }
+    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list):
+        items = [plain(t) for item in data["items"] for t in [*templates.get(id(item), []), item]]
+        value = plain(data) | {"items": items}
+    else:
+        value = {"apiVersion": "v1", "kind": "List", "items": [*map(plain, templates[id(data)]), plain(data)]}
+    indent = _JSON_INDENT.search(text)
+    rendered = json.dumps(value, indent=len(indent[1]) if indent else 2, ensure_ascii=False)
+    return stream.result(rendered + ("\n" if text.endswith("\n") else ""), [data])
+
+
+def _parse(documents: list[Document], source: str) -> list[Any]:
+    parsed: list[Any] = []
+    for doc in documents:
+        number = sum(data is not None for data in parsed) + 1
+        parsed.append(load(doc.body.replace("\r\n", "\n"), source, doc.line, number))
+    return parsed
 
 
 def _numbers(parsed: list[Any]) -> Iterator[int]:
@@ -125,18 +160,38 @@ class _Stream:
     skipped: int = 0
 
     def rewrite(self, doc: Document, data: Any, number: int) -> str:
-        planned = self._plan(doc, data, number)
-        for found, items in planned:
-            self._record(doc, number, found, items)
+        planned = self.prepare(doc, data, number)
         if planned:
             style = detect_style(data)
             body = _edit(doc, data, style, planned)
-            templates = [self._template(found, item, style) for found, items in planned for item in items if item.count]
+            templates = [
+                dump(self.template(found, item), style) for found, items in planned for item in items if item.count
+            ]
             text = _assemble(doc, templates, body)
         else:
             text = doc.text
-        self._report(doc, data, number, [found for found, items in planned if any(i.count for i in items)])
+        self.report(doc, data, number, planned)
         return text
+
+    def prepare(self, doc: Document, data: Any, number: int) -> list[tuple[Workload, list[ContainerClaim]]]:
+        """The document's checked plan, recorded as changes; the data is not edited yet."""
+        planned = self._plan(doc, data, number)
+        for found, items in planned:
+            self._record(doc, number, found, items)
+        return planned
+
+    def result(self, text: str, parsed: list[Any]) -> Result:
+        seen = frozenset(name for data in parsed for name in ascend_names(data))
+        return Result(
+            text,
+            tuple(self.changes),
+            tuple(self.warnings),
+            tuple(self.left_behind),
+            len({id(found.obj) for found in self.migrated}),
+            self.skipped,
+            frozenset(change.resource for change in self.changes) | self.unmigrated,
+            seen,
+        )
 
     def _plan(self, doc: Document, data: Any, number: int) -> list[tuple[Workload, list[ContainerClaim]]]:
         found: list[Workload] = []
@@ -187,14 +242,16 @@ class _Stream:
                 )
             )
 
-    def _template(self, found: Workload, item: ContainerClaim, style: Style) -> str:
+    def template(self, found: Workload, item: ContainerClaim) -> CommentedMap:
         options = self.options
         device_class = options.device_class_for(item.resource)
-        template = claim_template(item.template, found.namespace, item.count, device_class, options.topology_attribute)
-        return dump(template, style)
+        return claim_template(item.template, found.namespace, item.count, device_class, options.topology_attribute)
 
-    def _report(self, doc: Document, data: Any, number: int, migrated: list[Workload]) -> None:
+    def report(
+        self, doc: Document, data: Any, number: int, planned: list[tuple[Workload, list[ContainerClaim]]]
+    ) -> None:
         """Warnings for this document, in order: runtime breakage, quotas, requests left behind, mentions."""
+        migrated = [found for found, items in planned if any(item.count for item in items)]
         resources = self.options.resource_names
         classes = {resource: self.options.device_class_for(resource) for resource in resources}
         say = self._say(doc, number)

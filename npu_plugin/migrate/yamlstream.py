@@ -119,17 +119,17 @@ def _yaml() -> YAML:
     return yaml
 
 
-def load(body: str, source: str, first_line: int) -> Any:
-    """Round-trip load one document's body; MigrateError names the stream's file, line and column."""
+def load(body: str, source: str, first_line: int, document: int = 1) -> Any:
+    """Round-trip load one document's body; MigrateError names the stream's file, line, column and document."""
     try:
         return _yaml().load(body)
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"{source}:{first_line + mark.line}:{mark.column + 1}" if mark else f"{source}:{first_line}"
         detail = ", ".join(str(part) for part in (error.context, error.problem) if part)
-        raise MigrateError(f"{where}: invalid YAML: {detail or error}") from None
+        raise MigrateError(f"{where}: document {document}: invalid YAML: {detail or error}") from None
     except YAMLError as error:
-        raise MigrateError(f"{source}:{first_line}: invalid YAML: {error}") from None
+        raise MigrateError(f"{source}:{first_line}: document {document}: invalid YAML: {error}") from None
 
 
 def dump(data: Any, style: Style, explicit_start: bool = False) -> str:

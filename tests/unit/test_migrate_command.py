@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"a: caf\xe9\n")
     assert run(parse("-f", str(latin))) == 1
-    expected = f"npu-plugin migrate: error: {latin}:1: not UTF-8 text (invalid byte at offset 6)\n"
+    expected = f"npu-plugin migrate: error: {latin}:1: document 1: not UTF-8 text (invalid byte at offset 6)\n"
     assert capsys.readouterr().err == expected
 
 
@@ -187,7 +188,7 @@ def test_invalid_yaml_through_the_cli() -> None:
     done = _cli(stdin=b"a: 1\nb: [1\nc: 2\n")
     assert (done.returncode, done.stdout) == (1, b"")
     assert done.stderr == (
-        b"npu-plugin migrate: error: <stdin>:3:2: invalid YAML: while parsing a flow sequence, "
+        b"npu-plugin migrate: error: <stdin>:3:2: document 1: invalid YAML: while parsing a flow sequence, "
         b"expected ',' or ']', but got ':'\n"
     )
 
@@ -314,4 +315,56 @@ def test_a_resource_name_that_matches_nothing_lists_what_was_seen(
         "npu-plugin migrate: warning: no container asks for huawei.com/Ascend910, huawei.com/Ascend310P, "
         "huawei.com/Ascend310; the input asks for huawei.com/Ascend910B, huawei.com/Ascend910B-memory: choose "
         "with --resource-name\n" in capsys.readouterr().err
+    )
+
+
+JSON_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "web", "namespace": "ml"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"huawei.com/Ascend910": 2}}}]},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["object", "list"])
+def test_json_files_stay_json(wrapped: bool, tmp_path: Path) -> None:
+    source = {"apiVersion": "v1", "kind": "List", "items": [JSON_DEPLOYMENT]} if wrapped else JSON_DEPLOYMENT
+    path = tmp_path / "web.json"
+    path.write_text(json.dumps(source, indent=4) + "\n", encoding="utf-8")
+    assert run(parse("-f", str(tmp_path), "--in-place")) == 0
+    text = path.read_text(encoding="utf-8")
+    migrated = json.loads(text)
+    assert text.startswith('{\n    "apiVersion": "v1",\n    "kind": "List",\n') and text.endswith("}\n")
+    assert [(o["kind"], o["metadata"]["name"]) for o in migrated["items"]] == [
+        ("ResourceClaimTemplate", "web-c-npu"),
+        ("Deployment", "web"),
+    ]
+    spec = migrated["items"][1]["spec"]["template"]["spec"]
+    assert spec["containers"][0]["resources"] == {"claims": [{"name": "c-npu"}]}
+    assert spec["resourceClaims"] == [{"name": "c-npu", "resourceClaimTemplateName": "web-c-npu"}]
+    assert run(parse("-f", str(tmp_path), "--check")) == 0
+
+
+def test_invalid_json_names_file_line_and_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "kind": "Pod",\n  "spec": }\n', encoding="utf-8")
+    assert run(parse("-f", str(path), "-o", str(tmp_path / "out.json"))) == 1
+    assert capsys.readouterr().err == (
+        f"npu-plugin migrate: error: {path}:3:11: document 1: invalid JSON: Expecting value\n"
+    )
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_non_utf8_in_a_later_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_bytes(b"a: 1\n---\nb: 2\nc: caf\xe9\n")
+    assert run(parse("-f", str(path))) == 1
+    assert capsys.readouterr().err == (
+        f"npu-plugin migrate: error: {path}:4: document 2: not UTF-8 text (invalid byte at offset 20)\n"
     )

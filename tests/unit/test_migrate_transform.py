@@ -209,17 +209,17 @@ ERRORS = [
     (
         "invalid YAML",
         "a: 1\nb: [1\nc: 2\n",
-        "f.yaml:3:2: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got ':'",
+        "f.yaml:3:2: document 1: invalid YAML: while parsing a flow sequence, expected ',' or ']', but got ':'",
     ),
     (
         "invalid YAML in a later document",
         "a: 1\n---\nkind: Pod\n  x: 1\n",
-        "f.yaml:4:4: invalid YAML: mapping values are not allowed here",
+        "f.yaml:4:4: document 2: invalid YAML: mapping values are not allowed here",
     ),
     (
         "duplicate key",
         "a: 1\na: 2\n",
-        'f.yaml:2:1: invalid YAML: while constructing a mapping, found duplicate key "a" with value "2" '
+        'f.yaml:2:1: document 1: invalid YAML: while constructing a mapping, found duplicate key "a" with value "2" '
         '(original value: "1")',
     ),
     (
