@@ -1,4 +1,4 @@
-"""Device Plugin lifecycle: serve the socket, register with the kubelet, follow kubelet restarts."""
+"""Device Plugin lifecycle: serve the socket, register with the kubelet, follow kubelet stops and restarts."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.backoff import retry_forever
 from npu_plugin.deviceplugin.service import DevicePluginService
+from npu_plugin.dirwait import wait_for_directory
 from npu_plugin.fswatch import DirectoryWatch
-from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
+from npu_plugin.sockets import start_unix_server, stop_unix_server
 from npu_plugin.tasks import first_of
 
 log = logging.getLogger(__name__)
@@ -63,23 +64,30 @@ class DevicePlugin:
         self._restart = asyncio.Event()
 
     def on_file_event(self, name: str, kind: str) -> None:
-        """Kubelet restart: it deletes every socket here and re-creates kubelet.sock.
+        """Kubelet stop: kubelet.sock goes, and with it our registration. Kubelet start: it deletes every
+        socket here and creates kubelet.sock.
 
         Events arrive late and out of step with our own unlink/bind, so each one is checked against
         the files as they are now: a stale event changes nothing.
         """
-        if name == KUBELET_SOCKET and kind == "created" and self._serving:
+        if not self._serving:
+            return
+        kubelet = _identity(self.directory / KUBELET_SOCKET)
+        if name == KUBELET_SOCKET and kind == "created" and kubelet is not None and kubelet != self._registered_with:
             # Not yet registered: a new round registers at once instead of sleeping out its back-off.
-            if _identity(self.directory / KUBELET_SOCKET) != self._registered_with:
-                log.info("kubelet.sock (re-)created: registering again")
-                self._restart.set()
-        elif name == self.socket.name and kind == "deleted" and self._serving and not self.socket.exists():
+            log.info("kubelet.sock (re-)created: registering again")
+            self._restart.set()
+        elif name == KUBELET_SOCKET and kind == "deleted" and kubelet is None and self._registered_with is not None:
+            log.warning("kubelet.sock was deleted: the kubelet stopped, so the device plugin is not registered")
+            self._restart.set()
+        elif name == self.socket.name and kind == "deleted" and not self.socket.exists():
             log.info("our socket %s was deleted: the kubelet restarted", self.socket)
             self._restart.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        # The kubelet may not have created its directory yet; registration waits for it either way.
-        prepare_socket_dir(self.directory)
+        # The directory is the kubelet's: on a node without a kubelet yet, wait for it rather than make it.
+        if not await wait_for_directory(self.directory, stop, "the kubelet"):
+            return
         watch = DirectoryWatch()
         watch.add(self.directory, lambda path, kind: self.on_file_event(Path(path).name, kind))
         watch.start()

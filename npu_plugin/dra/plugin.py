@@ -17,6 +17,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.atomic import make_directories
 from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dirwait import wait_for_directory
 from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
@@ -112,11 +113,16 @@ class DraPlugin:
         self._on_registered(registered)
 
     def _prepare_dirs(self) -> None:
-        for directory in (self.paths.dra_socket.parent, self.paths.registration_socket.parent, self.paths.state_dir):
+        for directory in (self.paths.dra_socket.parent, self.paths.state_dir):
             prepare_socket_dir(directory)
         make_directories(self.paths.cdi_root, CDI_DIR_MODE)
 
     async def run(self, stop: asyncio.Event) -> None:
+        # The registrar and plugins directories are the kubelet's: wait for them rather than make them.
+        kubelet_dirs = (self.paths.registration_socket.parent, self.paths.dra_socket.parent.parent)
+        for directory in kubelet_dirs:
+            if not await wait_for_directory(directory, stop, "the kubelet"):
+                return
         await asyncio.to_thread(self._prepare_dirs)
         await asyncio.to_thread(self.preparer.collect_garbage)
         dra_server = await start_unix_server(self.paths.dra_socket, self._add_dra_services)

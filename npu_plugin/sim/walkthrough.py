@@ -26,6 +26,7 @@ from npu_plugin.cdi.files import claim_spec_path
 from npu_plugin.config import BackendKind, BackendOptions, Config, Mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.device import Device, Health, resource_name_for
+from npu_plugin.edits import COMMON_NODES
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory_command import render_table
 from npu_plugin.inventory_file import inventory_document
@@ -154,8 +155,10 @@ class Walkthrough:
     @contextlib.asynccontextmanager
     async def environment(self) -> AsyncIterator[None]:
         self.paths.dev.mkdir()
-        for device in self.devices:
-            (self.paths.dev / device.device_node).touch()
+        # A real node's /dev: the dies and the driver's common nodes, so the CDI specs are a real node's.
+        for name in [device.device_node for device in self.devices] + list(COMMON_NODES):
+            (self.paths.dev / name).touch()
+        self.paths.plugins.mkdir()  # the kubelet's, like plugins_registry (which its simulator makes)
         self._write_inventory(self.devices)
         self.api = FakeKubeAPI()
         self.api.start()

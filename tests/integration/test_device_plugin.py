@@ -243,6 +243,24 @@ def test_kubelet_sock_re_created_alone_triggers_re_registration(node: Node, laun
     run(scenario())
 
 
+def test_a_node_without_a_kubelet_is_waited_for_not_prepared(node: Node, launch_daemon: Launcher) -> None:
+    """The kubelet's directory is the kubelet's to make: serve waits for it, says so once, then registers."""
+    kubelet_root = node.plugin_dir.parent / "kubelet"
+    plugin_dir = kubelet_root / "device-plugins"
+    daemon = launch_daemon(*node.args("--device-plugin-path", str(plugin_dir)))
+    daemon.wait_for_log(f"waiting for the kubelet to create {plugin_dir}")
+
+    async def scenario() -> None:
+        await asyncio.sleep(0.5)
+        assert not kubelet_root.exists(), "serve created the kubelet's directory"
+        async with kubelet_at(plugin_dir) as kubelet:
+            await registered(kubelet, daemon)
+
+    run(scenario())
+    assert daemon.log().count("waiting for the kubelet to create") == 1
+    assert daemon.process.poll() is None
+
+
 # --- ListAndWatch ---
 
 

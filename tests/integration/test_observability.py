@@ -33,6 +33,7 @@ from tests.integration.dra_support import DRIVER, NODE, Workspace, allocate, dra
 from tests.integration.test_device_plugin import (
     A2,
     RESOURCE,
+    SOCKET,
     Node,
     kubelet_at,
     registered,
@@ -228,6 +229,36 @@ def test_kubelet_down_is_not_serving_and_each_registration_counts(node: Node, la
                 await until_metric(endpoints.metrics, "npu_plugin_registrations_total", 3, daemon, api=DP)
                 await watch.until(SERVING, daemon)
             assert len(kubelet.registrations) == 3
+
+    run(scenario())
+
+
+def test_a_stopped_kubelet_is_seen_and_registration_starts_over_when_it_returns(
+    node: Node, launch_daemon: Launcher
+) -> None:
+    """A stopped kubelet deletes kubelet.sock but leaves the plugins' sockets (only a starting one
+    removes them): health must turn NOT_SERVING within 3 s and the plugin register again on return."""
+
+    async def scenario() -> None:
+        async with kubelet_at(node.plugin_dir) as kubelet:
+            daemon = launch_daemon(*node.args(*OBSERVED))
+            endpoints = await endpoints_of(daemon)
+            await registered(kubelet, daemon)
+            async with watching(endpoints.health) as watch:
+                await watch.until(SERVING, daemon)
+                await kubelet.stop()
+                stopped = asyncio.get_running_loop().time()
+                assert (node.plugin_dir / SOCKET).exists()
+                await until(lambda: watch.seen[-1][0] == NOT_SERVING, 3, "NOT_SERVING within 3 s", daemon)
+                assert asyncio.get_running_loop().time() - stopped <= 3
+                assert await watch.check() == NOT_SERVING
+                await asyncio.to_thread(daemon.wait_for_log, "kubelet.sock was deleted: the kubelet stopped")
+                await kubelet.start(clean=False)
+                await registered(kubelet, daemon)
+                await watch.until(SERVING, daemon)
+                assert watch.statuses == [SERVING, NOT_SERVING, SERVING]
+                await until_metric(endpoints.metrics, "npu_plugin_registrations_total", 2, daemon, api=DP)
+            assert len(kubelet.registrations) == 2
 
     run(scenario())
 

@@ -16,6 +16,7 @@ DRA_STEPS = (
     "allocates a claim",
     "NodePrepareResources",
     '"cdiVersion": "0.5.0"',
+    *(f'"path": "/dev/{node}"' for node in ("davinci_manager", "devmm_svm", "hisi_hdc")),  # a real node's /dev
     "NodeUnprepareResources",
     "CDI spec removed: True",
 )

@@ -42,7 +42,7 @@ def mode(path: Path) -> int:
 
 
 @pytest.mark.parametrize("kubelet_dirs", ["present", "absent"])
-def test_sockets_are_0600_in_0750_directories_and_kubelet_directories_keep_their_mode(
+def test_sockets_are_0600_in_0750_directories_and_kubelet_directories_are_the_kubelets(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, kubelet_dirs: str
 ) -> None:
     dp = workspace.root / "dp"
@@ -56,15 +56,21 @@ def test_sockets_are_0600_in_0750_directories_and_kubelet_directories_keep_their
     sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]
     with pod_resources(workspace.root / "pr" / "kubelet.sock"):
         daemon = launch_daemon(*both_args(workspace))
+        if kubelet_dirs == "absent":
+            # No kubelet yet: serve waits for its directories and makes none of them.
+            daemon.wait_for_log("waiting for the kubelet to create")
+            assert not any(folder.exists() for folder in kubelet_owned), "serve made the kubelet's directories"
+            for folder in kubelet_owned:
+                folder.mkdir(mode=0o755)
+                folder.chmod(0o755)
         wait_until(lambda: all(s.exists() for s in sockets), 20, "the three sockets")
         claim = plant_claim(fake_api, "c", None, [result("npu-4")])
         wait_until(lambda: prepared(workspace, claim), 20, "a prepared claim")
 
     assert {s.name: mode(s) for s in sockets} == {s.name: 0o600 for s in sockets}
-    created = [workspace.plugins / DRIVER, workspace.state] + ([] if kubelet_dirs == "present" else kubelet_owned)
+    created = [workspace.plugins / DRIVER, workspace.state]
     assert {str(d): mode(d) for d in created} == {str(d): 0o750 for d in created}, "0750 whatever the umask"
-    if kubelet_dirs == "present":
-        assert {str(d): mode(d) for d in kubelet_owned} == {str(d): 0o755 for d in kubelet_owned}
+    assert {str(d): mode(d) for d in kubelet_owned} == {str(d): 0o755 for d in kubelet_owned}
     assert mode(workspace.checkpoint) == 0o600
     assert mode(workspace.cdi_file(claim.uid)) == 0o644, "the container runtime reads CDI specs"
     assert daemon.process.poll() is None
