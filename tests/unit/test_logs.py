@@ -175,10 +175,12 @@ def test_a_verdict_flip_is_one_line_with_the_device_key(caplog: pytest.LogCaptur
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    record_fields = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
     logging.captureWarnings(False)
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = record_fields
 
 
 @pytest.mark.usefixtures("restore_logging")
@@ -202,3 +204,20 @@ def test_setup_logging_quietens_library_chatter_but_not_our_loggers() -> None:
     setup_logging("debug", "text")
     assert logging.getLogger("watchdog").getEffectiveLevel() == logging.WARNING
     assert logging.getLogger("npu_plugin.inventory").getEffectiveLevel() == logging.DEBUG
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_setup_logging_records_skip_the_fields_no_format_shows() -> None:
+    setup_logging("info", "text")
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger("npu_plugin.somewhere")
+    collect = logging.Handler()
+    collect.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(collect)
+    try:
+        logger.warning("allocated devices %s", "Ascend910-1", extra={"device": "npu-1"})
+    finally:
+        logger.removeHandler(collect)
+    [record] = records
+    assert (record.pathname, record.lineno, record.funcName) == ("(unknown file)", 0, "(unknown function)")
+    assert (record.threadName, record.processName, record.process) == (None, None, None)
