@@ -1,15 +1,51 @@
-"""Retry with exponential back-off (tenacity), logging each failure once per step."""
+"""The one back-off policy of every retry loop: exponential, capped, with jitter, honouring Retry-After.
+
+Jitter matters at fleet scale: 10,000 daemons that lost the API server together must not come back in
+lock-step, so each pause is drawn from the upper half of its exponential step.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 T = TypeVar("T")
+# A server asking for a longer pause than this is obeyed only this far: the daemon must come back eventually.
+RETRY_AFTER_LIMIT = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    initial: float = 0.1
+    maximum: float = 5.0
+
+    def delay(
+        self, failures: int, retry_after: float | None = None, draw: Callable[[], float] = random.random
+    ) -> float:
+        """The pause after `failures` consecutive failures, at least the server's `retry_after` (capped)."""
+        step = min(self.maximum, self.initial * 2.0 ** max(0, failures - 1))
+        return max(step * (0.5 + 0.5 * draw()), min(retry_after or 0.0, RETRY_AFTER_LIMIT))
+
+
+class Backoff:
+    """The consecutive-failure count of one loop: `failed` gives the next pause, `succeeded` resets it."""
+
+    def __init__(self, policy: BackoffPolicy) -> None:
+        self.policy = policy
+        self.failures = 0
+
+    def failed(self, retry_after: float | None = None) -> float:
+        self.failures += 1
+        return self.policy.delay(self.failures, retry_after)
+
+    def succeeded(self) -> None:
+        self.failures = 0
 
 
 async def retry_forever(
@@ -18,13 +54,17 @@ async def retry_forever(
     what: str,
     log: logging.Logger,
     retry_on: tuple[type[BaseException], ...],
-    initial: float = 0.1,
-    maximum: float = 5.0,
+    policy: BackoffPolicy = BackoffPolicy(),
 ) -> T:
     """Call `attempt` until it succeeds; each failure is logged once per back-off step.
 
+    A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least that long.
     The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at once.
     """
+
+    def pause(state: RetryCallState) -> float:
+        error = state.outcome.exception() if state.outcome else None
+        return policy.delay(state.attempt_number, getattr(error, "retry_after", None))
 
     def report(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -40,7 +80,7 @@ async def retry_forever(
 
     retrying = AsyncRetrying(
         sleep=asyncio.sleep,
-        wait=wait_exponential(multiplier=initial, max=maximum),
+        wait=pause,
         retry=retry_if_exception_type(retry_on),
         before_sleep=report,
         reraise=True,

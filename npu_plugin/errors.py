@@ -90,11 +90,13 @@ class CdiError(NpuPluginError):
 
 
 class KubeApiError(NpuPluginError):
-    """A Kubernetes API call failed; `status` is the HTTP status, 0 when the server was not reached."""
+    """A Kubernetes API call failed; `status` is the HTTP status, 0 when the server was not reached.
+    `retry_after` is the server's Retry-After in seconds, when it sent one (429, 503)."""
 
-    def __init__(self, action: str, status: int, reason: str) -> None:
+    def __init__(self, action: str, status: int, reason: str, *, retry_after: float | None = None) -> None:
         super().__init__(f"{action}: {'HTTP ' + str(status) if status else 'unreachable'}: {reason}")
         self.status = status
+        self.retry_after = retry_after
 
 
 class MigrateError(NpuPluginError):

@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
+from npu_plugin.backoff import Backoff, BackoffPolicy
+
 T = TypeVar("T")
+RESTART_BACKOFF = BackoffPolicy(initial=1.0, maximum=60.0)
+
+
+async def supervised(
+    run: Callable[[], Awaitable[None]], *, what: str, log: logging.Logger, policy: BackoffPolicy = RESTART_BACKOFF
+) -> None:
+    """Run `run()` until it returns; after an unexpected error, log it with its cause and run it again after a
+    back-off, so a background task can never die unnoticed. Cancellation ends it at once."""
+    backoff = Backoff(policy)
+    while True:
+        try:
+            await run()
+            return
+        except Exception as error:
+            pause = backoff.failed()
+            log.error("%s stopped on an unexpected error, restarting in %.1fs: %r", what, pause, error, exc_info=True)
+            await asyncio.sleep(pause)
 
 
 async def first_of(*awaitables: Awaitable[Any]) -> None:

@@ -24,8 +24,9 @@ from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
 from npu_plugin.edits import HostLayout
 from npu_plugin.inventory import Inventory
-from npu_plugin.kube import KubeClient
+from npu_plugin.kubeapi import KubeApi
 from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
+from npu_plugin.tasks import supervised
 
 log = logging.getLogger(__name__)
 SOCKET_CHECK_SECONDS = 1.0
@@ -72,7 +73,7 @@ class DraPlugin:
         node_name: str,
         inventory: Inventory,
         layout: HostLayout,
-        client: KubeClient,
+        client: KubeApi,
         unhealthy_policy: UnhealthyPolicy,
         health_timeout_seconds: int,
         observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
@@ -128,7 +129,10 @@ class DraPlugin:
         dra_server = await start_unix_server(self.paths.dra_socket, self._add_dra_services)
         log.info("DRA plugin serving on %s", self.paths.dra_socket)
         reg_server = await self._start_registration()
-        publisher = asyncio.create_task(self.publisher.run(stop), name="slice-publisher")
+        publisher = asyncio.create_task(
+            supervised(lambda: self.publisher.run(stop), what="the ResourceSlice publisher", log=log),
+            name="slice-publisher",
+        )
         try:
             reg_server = await self._keep_registration_socket(stop, reg_server)
         finally:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
+from npu_plugin.kubeapi import (
+    DeviceAttribute,
+    DeviceCapacity,
+    ObjectMeta,
+    OwnerReference,
+    ResourceSlice,
+    SliceDevice,
+)
 from npu_plugin.quantity import format_bytes
 
 API_VERSION = "resource.k8s.io/v1"
@@ -24,11 +31,11 @@ class SliceSettings:
     unhealthy_policy: UnhealthyPolicy
 
 
-def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy) -> dict[str, Any] | None:
+def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy) -> SliceDevice | None:
     """A device of a slice; None when the remove policy keeps an unhealthy device out."""
     if not healthy and policy is UnhealthyPolicy.REMOVE:
         return None
-    attributes: dict[str, dict[str, Any]] = {
+    attributes: dict[str, DeviceAttribute] = {
         "chipName": {"string": device.chip_name},
         "deviceType": {"string": device.device_type},
         "physicalId": {"int": device.physical_id},
@@ -45,16 +52,16 @@ def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPo
         attributes["resource.kubernetes.io/pciBusID"] = {"string": device.pci_bus_id}
     if device.pcie_root:
         attributes["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
-    capacity: dict[str, dict[str, str]] = {"memCapacity": {"value": format_bytes(device.memory)}}
+    capacity: dict[str, DeviceCapacity] = {"memCapacity": {"value": format_bytes(device.memory)}}
     if device.ai_core is not None:
         capacity["aiCore"] = {"value": str(device.ai_core)}
-    entry: dict[str, Any] = {"name": device.dra_name, "attributes": attributes, "capacity": capacity}
+    entry: SliceDevice = {"name": device.dra_name, "attributes": attributes, "capacity": capacity}
     if not healthy:
         entry["taints"] = [{"key": f"{driver}/{UNHEALTHY_TAINT_KEY_SUFFIX}", "effect": "NoSchedule"}]
     return entry
 
 
-def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[list[dict[str, Any]]]:
+def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[list[SliceDevice]]:
     """Device lists, one per slice, in physical-id order, chunked to the API server's limits."""
     entries = [
         e
@@ -66,18 +73,17 @@ def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]])
     return chunks or [[]]
 
 
-def slice_object(settings: SliceSettings, devices: list[dict[str, Any]], generation: int, count: int) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"generateName": f"{settings.node_name}-{settings.driver}-"}
+def slice_object(settings: SliceSettings, devices: list[SliceDevice], generation: int, count: int) -> ResourceSlice:
+    metadata: ObjectMeta = {"generateName": f"{settings.node_name}-{settings.driver}-"}
     if settings.node_uid:
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": settings.node_name,
-                "uid": settings.node_uid,
-                "controller": True,
-            }
-        ]
+        owner: OwnerReference = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": settings.node_name,
+            "uid": settings.node_uid,
+            "controller": True,
+        }
+        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceSlice",
@@ -93,7 +99,7 @@ def slice_object(settings: SliceSettings, devices: list[dict[str, Any]], generat
 
 def build_slices(
     settings: SliceSettings, devices: Sequence[tuple[Device, bool]], generation: int
-) -> list[dict[str, Any]]:
+) -> list[ResourceSlice]:
     """Every slice of the pool at `generation` (an empty pool is one slice with no devices)."""
     chunks = slice_specs(settings, devices)
     return [slice_object(settings, chunk, generation, len(chunks)) for chunk in chunks]

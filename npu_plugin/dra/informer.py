@@ -1,0 +1,168 @@
+"""A local cache of this node's ResourceSlices, kept by LIST once and WATCH from then on, as client-go does.
+
+At rest this costs one watch request every 5 to 10 minutes: the watch resumes from the last resourceVersion
+seen (bookmarks keep it fresh), and a new LIST happens only when the server says that resourceVersion
+is gone (410) or the stream cannot be trusted (garbage, an ERROR event, a resourceVersion going
+backwards). Transport failures (refused, reset, 503) resume the watch from where it was. Every failure
+is logged once and backs off with jitter; a watch that ends at once without delivering anything counts
+as a failure, so a server that closes every watch cannot make this a tight loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from npu_plugin.backoff import Backoff, BackoffPolicy
+from npu_plugin.errors import KubeApiError
+from npu_plugin.kubeapi import KubeApi, SliceEvent, StoredSlice
+
+log = logging.getLogger(__name__)
+WATCH_SECONDS = (300, 600)
+# A watch that ends sooner than this having delivered nothing is treated as a failure (client-go does too).
+SHORT_WATCH_SECONDS = 1.0
+WATCH_BACKOFF = BackoffPolicy(initial=0.5, maximum=30.0)
+_GONE = 410
+
+
+class _UntrustedStreamError(Exception):
+    """The stream said something that makes the cache doubtful: relist."""
+
+
+class _ShortWatchError(Exception):
+    """The watch ended at once without an event: back off, then resume it."""
+
+
+class SliceInformer:
+    """Runs `run` in a thread; `snapshot` and `record` may be called from any thread.
+
+    `on_change` is called (from the informer's thread) after the cache was filled by a LIST or changed by
+    an event; an event that only repeats what the cache holds (our own write coming back) is not a change.
+    """
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        node: str,
+        driver: str,
+        on_change: Callable[[], None],
+        policy: BackoffPolicy = WATCH_BACKOFF,
+        watch_seconds: tuple[int, int] = WATCH_SECONDS,
+    ) -> None:
+        self._api, self._node, self._driver = api, node, driver
+        self._on_change = on_change
+        self._backoff = Backoff(policy)
+        self._watch_seconds = watch_seconds
+        self._lock = threading.Lock()
+        self._slices: dict[str, StoredSlice] = {}
+        self._version = ""
+        self.synced = threading.Event()
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failures of LIST/WATCH, each followed by a growing pause."""
+        return self._backoff.failures
+
+    @property
+    def resource_version(self) -> str:
+        """The last resourceVersion seen by the LIST, an event or a bookmark."""
+        with self._lock:
+            return self._version
+
+    def snapshot(self) -> list[StoredSlice]:
+        """The cached slices, ordered by name."""
+        with self._lock:
+            return [self._slices[name] for name in sorted(self._slices)]
+
+    def record(self, stored: StoredSlice | None, name: str) -> None:
+        """Note our own write (the stored object; None after a delete), so its echo changes nothing."""
+        with self._lock:
+            if stored is None:
+                self._slices.pop(name, None)
+            elif _newer(stored, self._slices.get(name)):
+                self._slices[name] = stored
+
+    def run(self, stop: threading.Event) -> None:
+        """LIST, then WATCH until `stop` is set; never raises."""
+        relist = True
+        while not stop.is_set():
+            try:
+                if relist:
+                    self._list()
+                    relist = False
+                self._watch(stop)
+                continue
+            except KubeApiError as error:
+                relist = relist or error.status in (_GONE, 200)  # 200: the body was not what we asked for
+                pause = self._backoff.failed(error.retry_after)
+                what = "relisting" if relist else "resuming the watch"
+                log.warning("watching ResourceSlices failed, %s in %.1fs: %s", what, pause, error)
+            except _UntrustedStreamError as error:
+                relist = True
+                pause = self._backoff.failed()
+                log.warning("the ResourceSlice watch %s; relisting in %.1fs", error, pause)
+            except _ShortWatchError:
+                pause = self._backoff.failed()
+                log.info("the ResourceSlice watch ended at once without an event; resuming it in %.1fs", pause)
+            except Exception:  # the thread must survive anything, or slices would silently go stale
+                relist = True
+                pause = self._backoff.failed()
+                log.exception("the ResourceSlice watch failed unexpectedly; relisting in %.1fs", pause)
+            stop.wait(pause)
+
+    def _list(self) -> None:
+        listing = self._api.list_slices(self._node, self._driver)
+        with self._lock:
+            self._slices = {s["metadata"]["name"]: s for s in listing.items}
+            self._version = listing.resource_version
+        self.synced.set()
+        self._on_change()
+
+    def _watch(self, stop: threading.Event) -> None:
+        started, delivered = time.monotonic(), False
+        timeout = random.randint(*self._watch_seconds)
+        for event in self._api.watch_slices(self._node, self._driver, self._version, timeout):
+            if stop.is_set():
+                return
+            delivered = True
+            if self._apply(event):
+                self._on_change()
+        if not delivered and time.monotonic() - started < SHORT_WATCH_SECONDS:
+            raise _ShortWatchError
+        self._backoff.succeeded()
+
+    def _apply(self, event: SliceEvent) -> bool:
+        """Take in one event; True when the cache changed."""
+        with self._lock:
+            if _version_number(event.resource_version) < _version_number(self._version):
+                raise _UntrustedStreamError(
+                    f"went back from resourceVersion {self._version} to {event.resource_version}"
+                )
+            self._version = event.resource_version
+            if event.slice is None:
+                return False
+            name = event.slice["metadata"]["name"]
+            cached = self._slices.get(name)
+            if event.type == "DELETED":
+                return self._slices.pop(name, None) is not None
+            if cached is not None and not _newer(event.slice, cached):
+                return False
+            self._slices[name] = event.slice
+            return True
+
+
+def _version_number(version: str) -> int:
+    """resourceVersions are opaque, but every API server (etcd) issues increasing integers; others compare 0."""
+    return int(version) if version.isdigit() else 0
+
+
+def _newer(stored: StoredSlice, cached: StoredSlice | None) -> bool:
+    if cached is None:
+        return True
+    return _version_number(stored["metadata"]["resourceVersion"]) > _version_number(
+        cached["metadata"]["resourceVersion"]
+    )

@@ -1,0 +1,156 @@
+"""The Kubernetes calls the product makes (`KubeApi`) and the wire shapes it writes and reads.
+
+`kube.KubeClient` implements the protocol against a real API server; tests use an in-memory fake.
+Objects read from the server are checked against these shapes in `kube.py` before anyone sees them,
+so the fields declared required here are present with the declared types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, NotRequired, Protocol, TypedDict
+
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+class OwnerReference(TypedDict):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    ownerReferences: list[OwnerReference]
+
+
+class DeviceAttribute(TypedDict, total=False):
+    """Exactly one of these is set."""
+
+    string: str
+    int: int
+    bool: bool
+    version: str
+
+
+class DeviceCapacity(TypedDict):
+    value: str
+
+
+class DeviceTaint(TypedDict):
+    key: str
+    effect: str
+    value: NotRequired[str]
+    timeAdded: NotRequired[str]
+
+
+class SliceDevice(TypedDict):
+    name: str
+    attributes: dict[str, DeviceAttribute]
+    capacity: dict[str, DeviceCapacity]
+    taints: NotRequired[list[DeviceTaint]]
+
+
+class ResourcePool(TypedDict):
+    name: str
+    generation: int
+    resourceSliceCount: int
+
+
+class ResourceSliceSpec(TypedDict):
+    driver: str
+    nodeName: str
+    pool: ResourcePool
+    devices: list[SliceDevice]
+
+
+class ResourceSlice(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: ResourceSliceSpec
+
+
+class StoredSlice(TypedDict):
+    """A ResourceSlice as the server returns it: it has a name and a resourceVersion."""
+
+    metadata: ObjectMeta
+    spec: ResourceSliceSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SliceList:
+    items: tuple[StoredSlice, ...]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class SliceEvent:
+    """One watch event; a BOOKMARK carries only a resourceVersion (`slice` is None)."""
+
+    type: WatchEventType
+    resource_version: str
+    slice: StoredSlice | None
+
+
+class Node(TypedDict):
+    metadata: ObjectMeta
+
+
+class AllocationResult(TypedDict, total=False):
+    request: str
+    driver: str
+    pool: str
+    device: str
+
+
+class ClaimDevices(TypedDict, total=False):
+    results: list[AllocationResult]
+
+
+class ClaimAllocation(TypedDict, total=False):
+    devices: ClaimDevices
+
+
+class ClaimStatus(TypedDict, total=False):
+    allocation: ClaimAllocation
+
+
+class ResourceClaim(TypedDict):
+    """Only `metadata` is checked on reading; the allocation is checked by `dra.claims`, result by result."""
+
+    metadata: ObjectMeta
+    status: NotRequired[ClaimStatus]
+
+
+class KubeApi(Protocol):
+    """Blocking calls; every failure (unreachable, error status, a body that is not the expected
+    object) raises KubeApiError. Callers run them off the event loop."""
+
+    def get_node(self, name: str) -> Node: ...
+
+    def list_slices(self, node: str, driver: str) -> SliceList: ...
+
+    def watch_slices(self, node: str, driver: str, resource_version: str, timeout_seconds: int) -> Iterator[SliceEvent]:
+        """Events after `resource_version` with bookmarks, until the server ends the watch; an ERROR event
+        raises KubeApiError with its code (410 when the resourceVersion is too old)."""
+        ...
+
+    def create_slice(self, body: ResourceSlice) -> StoredSlice: ...
+
+    def replace_slice(self, name: str, body: ResourceSlice) -> StoredSlice: ...
+
+    def delete_slice(self, name: str) -> None:
+        """Deleting a slice that is already gone is not an error."""
+        ...
+
+    def get_claim(self, namespace: str, name: str) -> ResourceClaim: ...
+
+    def close(self) -> None: ...

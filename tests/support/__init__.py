@@ -1,0 +1,1 @@
+"""Test doubles that live only in the test tree."""

@@ -1,0 +1,61 @@
+"""The one back-off policy: exponential, capped, jittered, honouring Retry-After; and task supervision."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from npu_plugin.backoff import RETRY_AFTER_LIMIT, Backoff, BackoffPolicy
+from npu_plugin.tasks import supervised
+
+POLICY = BackoffPolicy(initial=1.0, maximum=8.0)
+
+
+@pytest.mark.parametrize(
+    ("failures", "low", "high"),
+    [(1, 0.5, 1.0), (2, 1.0, 2.0), (3, 2.0, 4.0), (4, 4.0, 8.0), (5, 4.0, 8.0), (60, 4.0, 8.0)],
+)
+def test_each_pause_is_in_the_upper_half_of_its_capped_exponential_step(failures: int, low: float, high: float) -> None:
+    assert POLICY.delay(failures, draw=lambda: 0.0) == low
+    assert POLICY.delay(failures, draw=lambda: 1.0) == high
+
+
+def test_jitter_spreads_a_fleet() -> None:
+    pauses = {round(POLICY.delay(4), 3) for _ in range(200)}
+    assert len(pauses) > 50
+    assert all(4.0 <= pause <= 8.0 for pause in pauses)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "expected"), [(None, 0.5), (0.1, 0.5), (30.0, 30.0), (10_000.0, RETRY_AFTER_LIMIT)]
+)
+def test_the_servers_retry_after_is_a_floor_within_a_limit(retry_after: float | None, expected: float) -> None:
+    assert POLICY.delay(1, retry_after, draw=lambda: 0.0) == expected
+
+
+def test_a_success_starts_the_steps_again() -> None:
+    backoff = Backoff(BackoffPolicy(initial=1.0, maximum=100.0))
+    assert [backoff.failed() <= 1.0, backoff.failed() > 1.0, backoff.failures] == [True, True, 2]
+    backoff.succeeded()
+    assert backoff.failed() <= 1.0
+
+
+def test_a_supervised_task_that_fails_is_logged_and_run_again(caplog: pytest.LogCaptureFixture) -> None:
+    runs: list[int] = []
+
+    async def flaky() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise RuntimeError(f"failure {len(runs)}")
+
+    log = logging.getLogger("test.supervised")
+    with caplog.at_level(logging.ERROR, logger="test.supervised"):
+        asyncio.run(supervised(flaky, what="the flaky task", log=log, policy=BackoffPolicy(0.001, 0.002)))
+    assert runs == [0, 1, 2]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith("the flaky task stopped on an unexpected error, restarting in")
+    assert "RuntimeError('failure 1')" in messages[0]
+    assert caplog.records[0].exc_info is not None
