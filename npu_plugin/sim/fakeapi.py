@@ -16,12 +16,13 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from npu_plugin.sim._kubeapi.faults import Faults, RecordedRequest, RequestLog
+from npu_plugin.sim._kubeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
 from npu_plugin.sim._kubeapi.kinds import JSON, NODES, resolve_kind
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.server import Context, Server
@@ -163,6 +164,12 @@ class FakeKubeAPI:
         """Delay every request (and each watch's start) by `seconds`."""
         self._faults.latency = seconds
 
+    def limit_watches(self, seconds: float | None) -> None:
+        """End every watch after at most `seconds`, whatever timeoutSeconds asked (None: as asked); compresses
+        hours of a client's watch cycle into seconds. Open watches end now."""
+        self._faults.watch_limit = seconds
+        self._end_watches()
+
     def set_down(self, down: bool, *, refuse: bool = True) -> None:
         """Take the server down: connections refused (`refuse`) or 503 for everything; open watches end."""
         if not refuse:
@@ -172,6 +179,32 @@ class FakeKubeAPI:
             self.stop()
         else:
             self.start()
+
+    def answer_next(
+        self,
+        n: int,
+        path_contains: str,
+        *,
+        status: int = 200,
+        body: bytes = b"<html><body>502 Bad Gateway</body></html>",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer the next `n` matching requests with exactly this (a body that need not be JSON), e.g. a
+        proxy's HTML page, or 429 with `{"Retry-After": "2"}`. `path_contains` is matched against
+        "METHOD /path" ("WATCH /path" for a watch), so "GET /api/v1/nodes/" or "WATCH " select a verb."""
+        self._faults.answer_next(n, path_contains, RawAnswer(status, body, dict(headers or {})))
+
+    def break_next_watch(self, fault: str) -> None:
+        """The next watch breaks once its initial events are sent: "garbage" (a line that is not JSON),
+        "error-event" (an ERROR event carrying 410 Expired), "reset-mid-event" (half an event, then the
+        connection is cut) or "version-backwards" (a bookmark with a resourceVersion older than any seen)."""
+        self._faults.break_next_watch(fault)
+
+    def request_counts(self) -> dict[str, int]:
+        """How many requests were answered, by "VERB path" with the verb as the API server's audit log
+        names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
+        `{"list /apis/resource.k8s.io/v1/resourceslices": 1}`."""
+        return dict(Counter(f"{r.verb} {r.path}" for r in self._requests.snapshot()))
 
     def force_conflicts(self, n: int) -> None:
         """The next `n` updates (PUT or PATCH) fail with 409 Conflict."""

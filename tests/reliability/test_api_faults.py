@@ -15,7 +15,7 @@ import pytest
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI
-from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
 from tests.integration.dra_support import (
     DRIVER,
     Workspace,
@@ -138,4 +138,114 @@ def test_a_2s_slow_api_delays_but_never_fails_publishing_or_prepare(
         assert "failed" not in daemon.log()
 
     run_with_kubelet(workspace, fake_api, scenario)
+    alive(daemon)
+
+
+# ---- bodies that are not what was asked for, broken watches, an idle daemon's requests
+
+LIST = "list /apis/resource.k8s.io/v1/resourceslices"
+WATCH = "watch /apis/resource.k8s.io/v1/resourceslices"
+SLICE_WRITES = ("create", "update", "delete")
+
+
+def slice_writes(api: FakeKubeAPI) -> int:
+    return sum(r.verb in SLICE_WRITES and "/resourceslices" in r.path for r in api.requests)
+
+
+def wait_for_published(api: FakeKubeAPI, names: list[str]) -> None:
+    wait_until(converged(api, names), CONVERGE, f"slices with {names}")
+
+
+@pytest.mark.parametrize("what", ["GET /api/v1/nodes/", "GET /apis/resource.k8s.io/v1/resourceslices"])
+def test_a_non_json_answer_at_start_is_logged_retried_and_slices_are_published(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, what: str
+) -> None:
+    fake_api.answer_next(2, what)
+    daemon = launch_daemon(*dra_args(workspace))
+    wait_for_published(fake_api, EVERYTHING)
+    alive(daemon)
+    malformed = "HTTP 200: malformed response: not JSON: '<html><body>502 Bad Gateway</body></html>'"
+    assert len([line for line in daemon.log().splitlines() if malformed in line]) == 2
+    assert "Traceback" not in daemon.log()
+
+
+def test_a_non_json_claim_fails_that_claim_only(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    daemon = launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        await async_wait_until(converged(fake_api, EVERYTHING), CONVERGE, "the first slices")
+        good, bad = allocate(fake_api, "good"), allocate(fake_api, "bad")
+        fake_api.answer_next(1, "GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/bad")
+        answers = await kubelet.prepare([good, bad])
+        assert answers[good.uid].error == ""
+        assert answers[bad.uid].error.startswith(
+            "claim default/bad: get resourceclaim default/bad: HTTP 200: malformed response: not JSON"
+        ), answers[bad.uid].error
+        assert set(checked_state(workspace).claims) == {good.uid}
+        assert (await kubelet.prepare([bad]))[bad.uid].error == ""  # the kubelet's retry
+
+    run_with_kubelet(workspace, fake_api, scenario)
+    alive(daemon)
+    assert "Traceback" not in daemon.log()
+
+
+def started_idle(fake_api: FakeKubeAPI, launch_daemon: Launcher, workspace: Workspace) -> DaemonProcess:
+    """A daemon whose slices are published and whose watch is open, with the request log cleared."""
+    daemon = launch_daemon(*dra_args(workspace))
+    wait_for_published(fake_api, EVERYTHING)
+    wait_until(lambda: fake_api.request_counts().get(WATCH, 0) >= 1, CONVERGE, "the first watch")
+    return daemon
+
+
+def test_an_idle_daemon_only_resumes_its_watch(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """Hours of watch cycles compressed: each watch ends after 0.2 s instead of 5 to 10 minutes."""
+    daemon = started_idle(fake_api, launch_daemon, workspace)
+    assert fake_api.request_counts()[LIST] == 1
+    writes = slice_writes(fake_api)
+    fake_api.limit_watches(0.2)
+    wait_until(lambda: fake_api.request_counts()[WATCH] >= 10, CONVERGE, "ten watch cycles")
+    counts = fake_api.request_counts()
+    assert counts[LIST] == 1, counts
+    assert slice_writes(fake_api) == writes
+    watches = [r for r in fake_api.requests if r.verb == "watch"]
+    assert all(r.query["allowWatchBookmarks"] == "true" for r in watches)
+    assert all(300 <= int(r.query["timeoutSeconds"]) <= 600 for r in watches)
+    resumed = [int(r.query["resourceVersion"]) for r in watches]
+    assert resumed == sorted(resumed) and resumed[0] > 0
+    alive(daemon)
+
+
+@pytest.mark.parametrize("fault", ["garbage", "error-event", "reset-mid-event", "version-backwards"])
+def test_a_broken_watch_is_logged_once_relisted_and_converges(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, fault: str
+) -> None:
+    daemon = started_idle(fake_api, launch_daemon, workspace)
+    fake_api.break_next_watch(fault)
+    fake_api.limit_watches(0.2)  # the open watch ends; the next one breaks
+    relists = 1 if fault == "reset-mid-event" else 2  # a cut connection resumes from where it was
+    wait_until(lambda: fake_api.request_counts()[WATCH] >= 6, CONVERGE, "watching again")
+    counts = fake_api.request_counts()
+    assert counts[LIST] == relists, counts
+    write_inventory(workspace.inventory, with_health(A2, {3}))
+    wait_for_published(fake_api, WITHOUT_3)
+    warnings = [line for line in daemon.log().splitlines() if " WARNING " in line and "ResourceSlice" in line]
+    assert len(warnings) == 1, warnings
+    assert "Traceback" not in daemon.log()
+    alive(daemon)
+
+
+def test_429_with_retry_after_is_honoured(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
+    throttled = b'{"kind": "Status", "code": 429, "message": "Too many requests, please try again later."}'
+    fake_api.answer_next(1, "GET /api/v1/nodes/", status=429, body=throttled, headers={"Retry-After": "2"})
+    fake_api.answer_next(1, "GET /apis/resource.k8s.io/v1/resourceslices", status=503, body=b"", headers={})
+    daemon = launch_daemon(*dra_args(workspace))
+    wait_for_published(fake_api, EVERYTHING)
+    log = daemon.log()
+    assert "reading Node node-a failed (attempt 1), retrying in 2.0s: get node node-a: HTTP 429: Too many" in log
+    assert "list resourceslices: HTTP 503" in log
     alive(daemon)

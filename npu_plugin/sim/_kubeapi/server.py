@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from npu_plugin.sim._kubeapi import patch as patches
-from npu_plugin.sim._kubeapi.faults import Faults, RecordedRequest, RequestLog
+from npu_plugin.sim._kubeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
 from npu_plugin.sim._kubeapi.kinds import JSON
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.routes import Route, parse_route
@@ -122,6 +122,10 @@ class Handler(BaseHTTPRequestHandler):
             if context.closing.wait(context.faults.latency):
                 raise ApiError(status_object(503, "the server is shutting down"))
             _inject_faults(context.faults, url.path)
+            answer = context.faults.take_answer(method, url.path, self._is_watch)
+            if answer is not None:
+                self._send_raw(answer)
+                return
             self._dispatch()
         except ApiError as err:
             self._send_json(err.code, err.status)
@@ -138,6 +142,19 @@ class Handler(BaseHTTPRequestHandler):
         self.server.context.requests.append(
             RecordedRequest(self._method, self._path, dict(self._query), status, self._body)
         )
+
+    @property
+    def _is_watch(self) -> bool:
+        return self._method == "GET" and self._query.get("watch", "").lower() in ("true", "1")
+
+    def _send_raw(self, answer: RawAnswer) -> None:
+        self._record(answer.status)
+        self.send_response(answer.status)
+        for name, value in {"Content-Type": "text/html", **answer.headers}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
 
     def _send_json(self, code: int, obj: JSON, warnings: Iterable[str] = ()) -> None:
         self._record(code)
@@ -174,7 +191,7 @@ class Handler(BaseHTTPRequestHandler):
         return parse(route.kind, self._query.get("fieldSelector", ""), self._query.get("labelSelector", ""))
 
     def _collection_get(self, route: Route) -> None:
-        if self._query.get("watch", "").lower() in ("true", "1"):
+        if self._is_watch:
             self._watch(route)
         else:
             listed = self.server.context.registry.list_collection(route.kind, route.namespace, self._selector(route))
@@ -244,6 +261,8 @@ class Handler(BaseHTTPRequestHandler):
         context = self.server.context
         selector = self._selector(route)
         timeout = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
+        if (limit := context.faults.watch_limit) is not None:
+            timeout = min(timeout, limit)
         initial, cursor = self._watch_start(route, selector)
         self._record(200)
         self.send_response(200)
@@ -254,6 +273,9 @@ class Handler(BaseHTTPRequestHandler):
         epoch, deadline = context.watch_epoch, time.monotonic() + timeout
         for event_type, obj in initial:
             self._write_event(event_type, obj)
+        if (fault := context.faults.take_watch_fault()) is not None:
+            self._break_watch(fault, route)
+            return
         while not context.watch_cancelled(epoch) and (remaining := deadline - time.monotonic()) > 0:
             try:
                 events = context.registry.store.events_after(cursor)
@@ -266,6 +288,10 @@ class Handler(BaseHTTPRequestHandler):
                     self._write_event(*shown)
             if not events:
                 context.registry.store.wait(cursor, remaining, lambda: context.watch_cancelled(epoch))
+        if not context.watch_cancelled(epoch) and self._query.get("allowWatchBookmarks") == "true":
+            # Like the API server's watch cache: a bookmark as the timeout ends the watch, so the client
+            # resumes from the newest resourceVersion even when none of its objects changed.
+            self._write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": str(cursor)}})
         self.wfile.write(b"0\r\n\r\n")
 
     def _watch_start(self, route: Route, selector: Selector) -> tuple[list[tuple[str, JSON]], int]:
@@ -279,8 +305,26 @@ class Handler(BaseHTTPRequestHandler):
         return [], int(text)
 
     def _write_event(self, event_type: str, obj: JSON) -> None:
-        data = json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
+        self._write_chunk(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+
+    def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+
+    def _break_watch(self, fault: str, route: Route) -> None:
+        """One of faults.WATCH_FAULTS, then the end of the stream (or of the connection)."""
+        if fault == "garbage":
+            self._write_chunk(b"<html><body>502 Bad Gateway</body></html>\n")
+        elif fault == "error-event":
+            self._write_event("ERROR", status_object(410, "too old resource version: 1 (2)", reason="Expired"))
+        elif fault == "version-backwards":
+            self._write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": "1"}})
+        else:  # reset-mid-event: half an event, then the connection is cut
+            self._write_chunk(b'{"type": "MODIFIED", "object": {"metadata": {"na')
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.wfile.write(b"0\r\n\r\n")
 
 
 def _as_seen(event: Event, route: Route, selector: Selector) -> tuple[str, JSON] | None:
