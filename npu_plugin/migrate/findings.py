@@ -143,14 +143,18 @@ def _names(key: Any, resources: Sequence[str]) -> bool:
 
 
 def runtime_findings(workload: Workload, who: str) -> list[Finding]:
-    """What stops working at run time once `workload`'s NPUs come from claims; `who` names the workload."""
+    """What stops working at run time once `workload`'s NPUs come from claims; `who` names the template.
+
+    A scheduler set for the whole object (a Volcano Job's, an AscendJob's) is named with the object alone,
+    so its several templates repeat one line that callers can fold.
+    """
     found: list[Finding] = []
-    for scheduler, line in _schedulers(workload):
+    for scheduler, line, own in _schedulers(workload):
         found.append(
             Finding(
                 line,
-                f"{who}: schedulerName {scheduler} must support DRA resource claims (Volcano needs its DRA "
-                "support enabled), or the pods stay Pending",
+                f"{who if own else workload.label}: schedulerName {scheduler} must support DRA resource claims "
+                "(Volcano needs its DRA support enabled), or the pods stay Pending",
             )
         )
     for container in containers(workload.pod_spec):
@@ -165,17 +169,17 @@ def runtime_findings(workload: Workload, who: str) -> list[Finding]:
     return found
 
 
-def _schedulers(workload: Workload) -> Iterator[tuple[str, int]]:
-    """A non-default scheduler: the pod template's, else the job's (Volcano, AscendJob), else Volcano's own."""
+def _schedulers(workload: Workload) -> Iterator[tuple[str, int, bool]]:
+    """A non-default scheduler, and whether the template set it: else the job's, else Volcano's own."""
     spec = workload.obj.get("spec")
     for node in (workload.pod_spec, spec):
         scheduler = node.get("schedulerName") if isinstance(node, CommentedMap) else None
         if isinstance(node, CommentedMap) and isinstance(scheduler, str) and scheduler:
             if scheduler != DEFAULT_SCHEDULER:
-                yield scheduler, key_line(node, "schedulerName")
+                yield scheduler, key_line(node, "schedulerName"), node is workload.pod_spec
             return
     if group_kind(workload.obj)[0] == VOLCANO_GROUP:  # Volcano's admission defaults its Jobs to itself
-        yield "volcano", int(workload.obj.lc.line)
+        yield "volcano", int(workload.obj.lc.line), False
 
 
 def _annotation_env(container: CommentedMap) -> Iterator[tuple[str, str, int]]:

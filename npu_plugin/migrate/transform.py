@@ -256,7 +256,8 @@ class _Stream:
         classes = {resource: self.options.device_class_for(resource) for resource in resources}
         say = self._say(doc, number)
         for found in migrated:
-            self.warnings += [say(f) for f in runtime_findings(found, _who(found))]
+            said = [say(f) for f in runtime_findings(found, _who(found))]
+            self.warnings += [warning for warning in said if warning not in self.warnings]
         for obj in objects(data):
             quotas = quota_findings(obj, resources, classes)
             behind = left_behind(obj, resources)

@@ -324,3 +324,12 @@ QUOTAS = [
 def test_quota_entries_show_the_dra_equivalent(text: str, warning: str) -> None:
     result = migrate_text(text, source="q.yaml")
     assert (result.text, result.warnings, result.left_behind) == (text, (warning,), ())
+
+
+def test_a_job_level_scheduler_is_named_once_for_all_its_templates() -> None:
+    spec = f"tasks:\n- name: a\n  template: {TEMPLATE}\n- name: b\n  template: {TEMPLATE}\n"
+    result = migrate_text(manifest("batch.volcano.sh/v1alpha1", "Job", spec), source="v.yaml")
+    assert result.warnings == (
+        "v.yaml:1: document 1: batch.volcano.sh/v1alpha1/Job ml/w: schedulerName volcano must support DRA "
+        "resource claims (Volcano needs its DRA support enabled), or the pods stay Pending",
+    )
