@@ -22,7 +22,7 @@ from npu_plugin.errors import ConfigError
 from npu_plugin.handover import Handover
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import parse_device_list, partition
+from npu_plugin.ownership import Partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
 
@@ -74,19 +74,17 @@ class Daemon:
     def __init__(self, config: Config, backend: Backend, devices: list[Device]) -> None:
         self.config, self.backend, self.devices = config, backend, devices
         self.resource_name = resolve_resource_name(config, devices)
-        dra_devices: frozenset[int] = frozenset()
-        if config.mode is Mode.BOTH:
-            assert config.dra_devices is not None
-            dra_devices = parse_device_list(config.dra_devices, devices)
-        elif config.dra_devices:
+        if config.dra_devices and config.mode is not Mode.BOTH:
             log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
-        self.desired = partition(devices, config.mode, dra_devices)
+        partition = Partition.of(config.mode, config.dra_devices, devices)
+        desired = partition.owners(devices)
         self.inventory = Inventory(
             devices,
             failure_threshold=config.health_failure_threshold,
             recovery_threshold=config.health_recovery_threshold,
-            owners=self.desired,
-            desired=self.desired,
+            owners=desired,
+            desired=desired,
+            new_device_owner=partition.owner_of,
         )
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
@@ -204,7 +202,6 @@ class Daemon:
     def _handover(self, dra: DraPlugin) -> Handover:
         return Handover(
             inventory=self.inventory,
-            desired=self.desired,
             pod_resources_socket=self.config.pod_resources_socket,
             resource_name=self.resource_name,
             driver=self.config.driver_name,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from npu_plugin.errors import NpuPluginError
@@ -33,7 +33,6 @@ class Handover:
         self,
         *,
         inventory: Inventory,
-        desired: Mapping[int, Owner],
         pod_resources_socket: Path,
         resource_name: str,
         driver: str,
@@ -42,7 +41,7 @@ class Handover:
         on_handed_over: Callable[[Owner], None] = lambda _owner: None,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
-        self._inventory, self._desired = inventory, desired
+        self._inventory = inventory
         self._socket, self._resource_name, self._driver = pod_resources_socket, resource_name, driver
         self._dra_held, self._keeps_device_plugin_side = dra_held, keeps_device_plugin_side
         self._on_handed_over, self._poll_seconds = on_handed_over, poll_seconds
@@ -69,13 +68,14 @@ class Handover:
 
     async def take_ownership(self) -> None:
         """Owners at start: a device still held by one side stays there until released."""
-        for physical_id, owner in initial_owners(self._desired, await self.holders()).items():
-            if owner is not self._desired[physical_id]:
+        desired = self._inventory.desired_owners()
+        for physical_id, owner in initial_owners(desired, await self.holders()).items():
+            if owner is not desired[physical_id]:
                 log.info(
                     "device %d stays with %s until released (the partition gives it to %s)",
                     physical_id,
                     owner.value,
-                    self._desired[physical_id].value,
+                    desired[physical_id].value,
                     extra={"device": device_key([physical_id])},
                 )
             self._inventory.set_owner(physical_id, owner)
@@ -93,7 +93,8 @@ class Handover:
             except NpuPluginError as error:
                 log.warning("handover waits: %s", error, extra={"error": str(error)})
                 continue
-            for physical_id, owner in next_owners(self._desired, current, holders).items():
+            desired = self._inventory.desired_owners()
+            for physical_id, owner in next_owners(desired, current, holders).items():
                 if owner is not current[physical_id]:
                     log.info(
                         "device %d released by %s, now served by %s",

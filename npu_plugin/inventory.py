@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from npu_plugin.device import Device, Health
@@ -110,14 +110,18 @@ class Inventory:
         recovery_threshold: int,
         owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN,
         desired: Mapping[int, Owner] | None = None,
+        new_device_owner: Callable[[Device], Owner] | None = None,
     ) -> None:
+        """`owners` (and `desired`, the partition, when a handover is pending) cover the devices given; a
+        device found later gets `new_device_owner(device)`, by default the single owner given."""
         self._failures, self._recoveries = failure_threshold, recovery_threshold
         self._devices: dict[int, Device] = {}
         self._trackers: dict[int, HealthTracker] = {}
         self._node_missing: set[int] = set()
         self._undiscovered: set[int] = set()
         self._owners: dict[int, Owner] = {}
-        self._default_owner = owners if isinstance(owners, Owner) else Owner.DEVICE_PLUGIN
+        default_owner = owners if isinstance(owners, Owner) else Owner.DEVICE_PLUGIN
+        self._new_device_owner = new_device_owner or (lambda _device: default_owner)
         for device in devices:
             self._add(device)
         if not isinstance(owners, Owner):
@@ -131,7 +135,7 @@ class Inventory:
     def _add(self, device: Device) -> None:
         self._devices[device.physical_id] = device
         self._trackers[device.physical_id] = HealthTracker(self._failures, self._recoveries, device.health.healthy)
-        self._owners.setdefault(device.physical_id, self._default_owner)
+        self._owners.setdefault(device.physical_id, self._new_device_owner(device))
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
@@ -166,10 +170,21 @@ class Inventory:
                 self._devices[physical_id] = replace(device, health=self._devices[physical_id].health)
             else:
                 self._add(device)
+                self._desired[physical_id] = self._owners[physical_id]
+                log.info(
+                    "new device %s, served by %s",
+                    device.dra_name,
+                    self._owners[physical_id].value,
+                    extra={"device": device_key([physical_id])},
+                )
         for physical_id in self._devices.keys() - fresh.keys() - self._undiscovered:
             self._trackers[physical_id].force_unhealthy()
         self._undiscovered = self._devices.keys() - fresh.keys()
         self._publish()
+
+    def desired_owners(self) -> dict[int, Owner]:
+        """The partition: the owner each device should have once nothing holds it elsewhere."""
+        return dict(self._desired)
 
     def set_owner(self, physical_id: int, owner: Owner) -> None:
         """Hand a device over (both mode, once nothing holds it any more)."""

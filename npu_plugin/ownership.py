@@ -67,13 +67,34 @@ def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]])
     return ids
 
 
-def partition(devices: Sequence[Device], mode: Mode, dra_devices: frozenset[int]) -> dict[int, Owner]:
-    """The owner each device should have: the partition, before any handover."""
-    if mode is Mode.DEVICE_PLUGIN:
-        return {d.physical_id: Owner.DEVICE_PLUGIN for d in devices}
-    if mode is Mode.DRA:
-        return {d.physical_id: Owner.DRA for d in devices}
-    return {d.physical_id: Owner.DRA if d.physical_id in dra_devices else Owner.DEVICE_PLUGIN for d in devices}
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """The owner each device should have, before any handover: all of them the mode's in device-plugin and
+    dra mode; in both mode DRA's when --dra-devices names it by id or by topology group. It applies to
+    devices found after start too: there an id cannot name one (ids are checked against the devices at
+    start), a group can."""
+
+    mode: Mode
+    dra_ids: frozenset[int] = frozenset()
+    dra_groups: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, mode: Mode, dra_devices: str | None, devices: Sequence[Device]) -> Partition:
+        if mode is not Mode.BOTH or dra_devices is None:
+            return cls(mode)
+        groups = {d.topology_group for d in devices if d.topology_group}
+        named = frozenset(item.strip() for item in dra_devices.split(",") if item.strip() in groups)
+        return cls(mode, parse_device_list(dra_devices, devices), named)
+
+    def owner_of(self, device: Device) -> Owner:
+        if self.mode is Mode.DEVICE_PLUGIN:
+            return Owner.DEVICE_PLUGIN
+        if self.mode is Mode.DRA or device.physical_id in self.dra_ids or device.topology_group in self.dra_groups:
+            return Owner.DRA
+        return Owner.DEVICE_PLUGIN
+
+    def owners(self, devices: Sequence[Device]) -> dict[int, Owner]:
+        return {d.physical_id: self.owner_of(d) for d in devices}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ import pytest
 from npu_plugin.config import Mode
 from npu_plugin.handover import Handover
 from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner, partition
+from npu_plugin.ownership import Owner, Partition
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.podresources import PodResourcesSimulator
 
@@ -20,11 +20,10 @@ RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"
 
 
 def _setup(socket: Path, *, keeps_device_plugin_side: bool, dra_held: set[int]) -> tuple[Inventory, Handover]:
-    desired = partition(DEVICES, Mode.BOTH, frozenset({4, 5, 6, 7}))
+    desired = Partition(Mode.BOTH, frozenset({4, 5, 6, 7})).owners(DEVICES)
     inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=desired, desired=desired)
     handover = Handover(
         inventory=inventory,
-        desired=desired,
         pod_resources_socket=socket,
         resource_name=RESOURCE,
         driver=DRIVER,

@@ -166,3 +166,23 @@ def test_every_watcher_sees_the_latest_change() -> None:
         return results
 
     assert asyncio.run(scenario()) == [False, False, False]
+
+
+def test_a_device_found_after_start_gets_the_rule_s_owner_and_is_not_draining() -> None:
+    devices = profile_devices("atlas-800t-a2")
+    owners = {d.physical_id: Owner.DRA for d in devices}
+    inv = Inventory(
+        devices,
+        failure_threshold=1,
+        recovery_threshold=1,
+        owners=owners,
+        desired=owners,
+        new_device_owner=lambda device: Owner.DRA if device.physical_id % 2 == 0 else Owner.DEVICE_PLUGIN,
+    )
+    inv.update_devices([*devices, replace(devices[0], physical_id=8), replace(devices[0], physical_id=9)])
+    snapshot = inv.snapshot()
+    assert [(v.physical_id, v.owner, v.draining) for v in snapshot.devices[8:]] == [
+        (8, Owner.DRA, False),
+        (9, Owner.DEVICE_PLUGIN, False),
+    ]
+    assert inv.desired_owners()[8] is Owner.DRA and inv.desired_owners()[9] is Owner.DEVICE_PLUGIN

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from npu_plugin.config import Mode
 from npu_plugin.errors import ConfigError
-from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners, parse_device_list, partition
+from npu_plugin.ownership import Holders, Owner, Partition, initial_owners, next_owners, parse_device_list
 from npu_plugin.profiles import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")
@@ -59,7 +61,7 @@ def test_bad_device_lists_are_refused_with_the_reason(text: str, message: str) -
     ],
 )
 def test_partition_by_mode(mode: str, expected: list[Owner]) -> None:
-    assert list(partition(A2, Mode(mode), frozenset({4, 5, 6, 7})).values()) == expected
+    assert list(Partition(Mode(mode), frozenset({4, 5, 6, 7})).owners(A2).values()) == expected
 
 
 DESIRED = {0: DP, 1: DP, 2: DRA, 3: DRA}
@@ -95,3 +97,24 @@ def test_released_devices_move_to_their_partition_side(
     current: dict[int, Owner], holders: Holders, expected: dict[int, Owner]
 ) -> None:
     assert next_owners(DESIRED, current, holders) == expected
+
+
+NEW_IN_RING_1 = replace(RINGS[4], physical_id=8)
+NEW_IN_RING_2 = replace(RINGS[4], physical_id=9, topology_group="ring-2")
+
+
+@pytest.mark.parametrize(
+    ("mode", "dra_devices", "expected"),
+    [
+        ("device-plugin", None, [DP, DP]),
+        ("dra", None, [DRA, DRA]),
+        ("both", "ring-1", [DRA, DP]),
+        ("both", "4-7", [DP, DP]),
+        ("both", "0,ring-1", [DRA, DP]),
+    ],
+)
+def test_a_device_found_after_start_follows_the_partition(
+    mode: str, dra_devices: str | None, expected: list[Owner]
+) -> None:
+    rule = Partition.of(Mode(mode), dra_devices, RINGS)
+    assert [rule.owner_of(d) for d in (NEW_IN_RING_1, NEW_IN_RING_2)] == expected

@@ -24,7 +24,7 @@ from npu_plugin.dra.slices import SliceSettings, slice_specs
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners, partition
+from npu_plugin.ownership import Holders, Owner, Partition, initial_owners, next_owners
 from npu_plugin.profiles import profile_devices
 
 DEVICES = profile_devices("atlas-800t-a2")
@@ -67,7 +67,7 @@ class Ledger(RuleBasedStateMachine):
         return Holders(device_plugin=device_plugin, dra=frozenset(self.preparer.held_devices()))
 
     def _start(self, dra_devices: frozenset[int]) -> None:
-        self.desired = partition(DEVICES, Mode.BOTH, dra_devices)
+        self.desired = Partition(Mode.BOTH, dra_devices).owners(DEVICES)
         self.inventory = Inventory(
             DEVICES, failure_threshold=1, recovery_threshold=1, owners=self.desired, desired=self.desired
         )
