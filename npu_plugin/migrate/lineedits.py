@@ -8,7 +8,7 @@ collection around it, after the data has been edited, and splices it in where th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,8 +173,11 @@ class LineEdits:
     def _insert(self, line: int, new: list[str]) -> None:
         self._inserted.setdefault(line, []).extend(text.replace("\n", self.newline) for text in new)
 
-    def render(self) -> str:
-        """The text after the data has been edited: planned lines, then flow collections re-rendered."""
+    def render(self) -> str | None:
+        """The text after the data has been edited (planned lines, flow collections re-rendered).
+
+        None when a flow collection's end cannot be found in the text: the caller renders another way.
+        """
         splices = {int(root.lc.line): root for root in self._rerender.values()}
         out: list[str] = []
         skip_to = -1
@@ -183,22 +186,28 @@ class LineEdits:
             if number < skip_to or number in self._deleted:
                 continue
             if number in splices:
-                line, skip_to = self._splice(splices[number])
+                spliced = self._splice(splices[number])
+                if spliced is None:
+                    return None
+                line, skip_to = spliced
                 out.append(line)
                 continue
             out.append(text)
         out += self._inserted.get(len(self._lines), [])
         return "".join(out)
 
-    def _splice(self, root: Any) -> tuple[str, int]:
+    def _splice(self, root: Any) -> tuple[str, int] | None:
         """The line holding `root` re-rendered, and the line after the old rendering ends."""
         line, column = int(root.lc.line), int(root.lc.col)
-        end_line, end_column = flow_end(self._lines, line, column)
+        end = flow_end(self._lines, line, column)
+        if end is None:
+            return None
+        end_line, end_column = end
         text = self._lines[line][:column] + dump_flow(root) + self._lines[end_line][end_column:]
         return text, end_line + 1
 
 
-def flow_end(text_lines: list[str], line: int, column: int) -> tuple[int, int]:
+def flow_end(text_lines: list[str], line: int, column: int) -> tuple[int, int] | None:
     """(line, column just past) the flow collection opening at (`line`, `column`); quotes respected."""
     depth = 0
     quote = ""
@@ -226,7 +235,7 @@ def flow_end(text_lines: list[str], line: int, column: int) -> tuple[int, int]:
                 if depth == 0:
                     return number, position + 1
             position += 1
-    raise ValueError(f"unterminated flow collection at line {line + 1}")
+    return None
 
 
 def _items(entries: list[list[str]], dash: int, gap: int) -> list[str]:
@@ -250,7 +259,7 @@ def _next_key(parent: CommentedMap, after: tuple[str, ...]) -> Any:
     return keys[following] if following < len(keys) else None
 
 
-def _unique(nodes: Iterator[CommentedMap] | Any) -> list[CommentedMap]:
+def _unique(nodes: Iterable[CommentedMap]) -> list[CommentedMap]:
     seen: dict[int, CommentedMap] = {}
     for node in nodes:
         seen.setdefault(id(node), node)

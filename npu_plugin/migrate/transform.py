@@ -311,7 +311,7 @@ def _edit(doc: Document, data: Any, style: Style, planned: list[tuple[Workload, 
     for found, items in planned:
         apply(found, items)
     text = edits.render()
-    if not _means(text, data):
+    if text is None or not _means(text, data):
         # A shape the line edits do not cover (a key spanning lines, say): the whole document, dumped.
         text = dump(data, style, doc.body.startswith("---")).replace("\n", newline)
     return text if terminated else text.removesuffix(newline)

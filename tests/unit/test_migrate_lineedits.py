@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from npu_plugin.migrate import migrate_text
+from npu_plugin.migrate.lineedits import flow_end
 
 
 def workload_text(text: str) -> str:
@@ -148,3 +150,28 @@ def test_mixed_line_endings_keep_each_line_s_own() -> None:
         "  containers:\n  - name: c\n    resources:\n      claims:\r\n      - name: c-npu\r\n"
         "  resourceClaims:\r\n  - name: c-npu\r\n    resourceClaimTemplateName: p-c-npu\r\n"
     )
+
+
+FLOW_ENDS = [
+    ("one line", ["a: {b: 1}\n"], (0, 3), (0, 9)),
+    ("nested", ["a: [{b: [1, 2]}, c] # x\n"], (0, 3), (0, 19)),
+    ("quotes hide brackets", ["a: ['}', \"]\\\"\", 'it''s']\n"], (0, 3), (0, 24)),
+    ("comment hides brackets", ["a: {b: 1, # }\n", "  c: 2}\n"], (0, 3), (1, 7)),
+    ("unterminated", ["a: {b: 1\n"], (0, 3), None),
+]
+
+
+@pytest.mark.parametrize(("text", "start", "end"), [c[1:] for c in FLOW_ENDS], ids=[c[0] for c in FLOW_ENDS])
+def test_flow_end(text: list[str], start: tuple[int, int], end: tuple[int, int] | None) -> None:
+    assert flow_end(text, *start) == end
+
+
+def test_a_shape_line_edits_cannot_make_falls_back_to_a_whole_dump() -> None:
+    text = (
+        HEAD
+        + "  containers:\n  - name: c\n    resources:\n      limits:\n        ? huawei.com/Ascend910\n        : 1\n"
+    )
+    result = migrate_text(text)
+    pod = yaml.safe_load(result.text.split("---\n")[-1])
+    assert pod["spec"]["containers"][0]["resources"] == {"claims": [{"name": "c-npu"}]}
+    assert pod["spec"]["resourceClaims"] == [{"name": "c-npu", "resourceClaimTemplateName": "p-c-npu"}]
