@@ -38,7 +38,7 @@ class Relay(FileSystemEventHandler):
         self._loop.call_soon_threadsafe(self._callback, path.decode() if isinstance(path, bytes) else path, kind)
 
 
-class _Reread(Generic[T]):
+class Reread(Generic[T]):
     """Re-reads one file after it changes: at most one read in flight; events during a read make one more
     read after it, so a burst of writes costs one or two reads and the latest content wins."""
 
@@ -46,6 +46,11 @@ class _Reread(Generic[T]):
         self._read, self._deliver = read, deliver
         self._task: asyncio.Task[None] | None = None
         self._again = False
+
+    @property
+    def busy(self) -> bool:
+        """A read is in flight or about to start."""
+        return self._task is not None
 
     def changed(self) -> None:
         if self._task is not None:
@@ -79,7 +84,7 @@ class DirectoryWatch:
     def __init__(self) -> None:
         self._observer = Observer()
         self._observer.daemon = True
-        self._rereads: list[_Reread[object]] = []
+        self._rereads: list[Reread[object]] = []
 
     def add(self, directory: Path, callback: FileEvent) -> None:
         """Call `callback` on the running loop for each change directly in `directory`."""
@@ -89,7 +94,7 @@ class DirectoryWatch:
     def add_file(self, path: Path, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
         """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop."""
         target = path.resolve()
-        reread: _Reread[T] = _Reread(read, deliver)
+        reread: Reread[T] = Reread(read, deliver)
         self._rereads.append(reread)  # type: ignore[arg-type]
 
         def on_event(changed: str, _kind: str) -> None:

@@ -1,0 +1,63 @@
+"""The fake backend's inventory file: a size cap, the last good inventory kept, health from memory."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.device import Health
+from npu_plugin.errors import InventoryFileError
+from npu_plugin.inventory_file import MAX_INVENTORY_BYTES
+from npu_plugin.profiles import profile_devices
+from tests.conftest import write_inventory
+
+A2 = profile_devices("atlas-800t-a2")
+
+
+def oversized(path: Path) -> Path:
+    with path.open("wb") as file:
+        file.write(b"# padding\n" * (MAX_INVENTORY_BYTES // 10 + 1))
+    return path
+
+
+def test_an_oversized_file_is_refused_at_start_naming_the_cap_and_the_file(tmp_path: Path) -> None:
+    path = oversized(tmp_path / "inventory.yaml")
+    with pytest.raises(InventoryFileError) as raised:
+        FakeBackend(path).discover()
+    assert str(raised.value) == f"{path}: larger than the 4 MiB an inventory file may have"
+
+
+def test_a_file_at_the_cap_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    write_inventory(path, A2[:1])
+    text = path.read_bytes()
+    path.write_bytes(text + b"#" * (MAX_INVENTORY_BYTES - len(text) - 1) + b"\n")
+    assert [d.physical_id for d in FakeBackend(path).discover()] == [0]
+
+
+def test_an_oversized_rewrite_while_serving_keeps_the_last_good_inventory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "inventory.yaml"
+    write_inventory(path, A2)
+    backend = FakeBackend(path)
+    backend.discover()
+    oversized(path)
+    assert backend.reload() == A2
+    assert caplog.text.count("larger than the 4 MiB") == 1
+    assert backend.reload() == A2
+    assert caplog.text.count("larger than the 4 MiB") == 1, "logged once per bad rewrite"
+
+
+def test_health_samples_read_the_inventory_last_read_not_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    write_inventory(path, A2)
+    backend = FakeBackend(path)
+    backend.discover()
+    write_inventory(path, [replace(A2[0], health=Health.CRITICAL), *A2[1:]])
+    assert set(backend.sample().values()) == {Health.OK}, "a sample parses nothing"
+    backend.reload()  # what the file watch does after the write
+    assert backend.sample()[0] is Health.CRITICAL
