@@ -128,7 +128,12 @@ class DraPlugin:
         await asyncio.to_thread(self.preparer.collect_garbage)
         dra_server = await start_unix_server(self.paths.dra_socket, self._add_dra_services)
         log.info("DRA plugin serving on %s", self.paths.dra_socket)
-        reg_server = await self._start_registration()
+        try:
+            reg_server = await self._start_registration()
+        except BaseException:
+            # Stopped here, the DRA server would otherwise outlive the loop and print a traceback at exit.
+            await stop_unix_server(dra_server, self.paths.dra_socket, grace=0)
+            raise
         publisher = asyncio.create_task(
             supervised(lambda: self.publisher.run(stop), what="the ResourceSlice publisher", log=log),
             name="slice-publisher",
