@@ -132,10 +132,28 @@ class _Switch(argparse.Action):
         _record(namespace, self.option_strings)
 
 
-def _record(namespace: argparse.Namespace, option_strings: Sequence[str]) -> None:
-    long = next(s for s in option_strings if s.startswith("--"))
+class _Append(argparse.Action):
+    """`append` whose first value on the command line replaces a default taken from the environment."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        earlier = getattr(namespace, self.dest) if _flag_of(self.option_strings) in _given(namespace) else None
+        setattr(namespace, self.dest, [*(earlier or []), values])
+        _record(namespace, self.option_strings)
+
+
+def _flag_of(option_strings: Sequence[str]) -> str:
+    return next(s for s in option_strings if s.startswith("--"))
+
+
+def _given(namespace: argparse.Namespace) -> dict[str, str]:
     given: dict[str, str] = getattr(namespace, "given", {})
-    namespace.given = {**given, long: _COMMAND_LINE}
+    return given
+
+
+def _record(namespace: argparse.Namespace, option_strings: Sequence[str]) -> None:
+    namespace.given = {**_given(namespace), _flag_of(option_strings): _COMMAND_LINE}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -170,8 +188,11 @@ class _Parser(argparse.ArgumentParser):
         self.flags.append(long)
         flag = long[2:]
         variables = (env_name(flag), *ENV_ALIASES.get(flag, ()))
+        if kwargs.get("action") not in (None, "store", "store_true", "append"):
+            raise TypeError(f"{long}: only store, store_true and append flags get environment twins")
         switch = kwargs.get("action") == "store_true"
-        kwargs["action"] = _Switch if switch else _Given
+        repeated = kwargs.get("action") == "append"
+        kwargs["action"] = _Switch if switch else _Append if repeated else _Given
         shown = kwargs.pop("shown_default", "off" if switch else _shown(kwargs.get("default")))
         kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
         if switch:
@@ -180,7 +201,8 @@ class _Parser(argparse.ArgumentParser):
         if source is not None:
             self.from_environment[long] = source
             text = self.environ[source]
-            kwargs["default"] = _environment_value(source, text, long if switch else None, kwargs.get("type"))
+            value = _environment_value(source, text, long if switch else None, kwargs.get("type"))
+            kwargs["default"] = [value] if repeated and not isinstance(value, _BadEnvironment) else value
         return add(*names, **kwargs)
 
     def _environment_source(self, variables: tuple[str, ...]) -> str | None:

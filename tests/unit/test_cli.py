@@ -223,3 +223,26 @@ def test_inventory_resourceslice_names_the_node(capsys: pytest.CaptureFixture[st
     argv = ["inventory", "--backend", "fake", "--fake-profile", "atlas-800t-a2", "-o", "resourceslice"]
     assert main([*argv, "--node-name", "worker-1.example"]) == 0
     assert "nodeName: worker-1.example" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (
+            ["--resource-name", "huawei.com/Ascend910", "--resource-name=huawei.com/Ascend310P"],
+            {},
+            ["huawei.com/Ascend910", "huawei.com/Ascend310P"],
+        ),
+        ([], {"NPU_PLUGIN_RESOURCE_NAME": "huawei.com/Ascend310"}, ["huawei.com/Ascend310"]),
+        (
+            ["--resource-name", "huawei.com/Ascend910"],
+            {"NPU_PLUGIN_RESOURCE_NAME": "huawei.com/Ascend310"},
+            ["huawei.com/Ascend910"],
+        ),
+        ([], {}, None),
+    ],
+)
+def test_a_repeatable_flag_collects_its_values_and_the_command_line_replaces_the_environment(
+    argv: list[str], environ: dict[str, str], expected: list[str] | None
+) -> None:
+    assert parse_args(["migrate", *argv], environ).resource_name == expected
