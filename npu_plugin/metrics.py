@@ -57,6 +57,10 @@ class Metrics:
         self.registrations = Counter(
             "npu_plugin_registrations", "Successful registrations with the kubelet", ["api"], registry=r
         )
+        # Only the APIs this daemon serves get a series (see `serving`): a missing one is no alert.
+        self.registered = Gauge(
+            "npu_plugin_registered", "1 while the API is registered with the kubelet, else 0", ["api"], registry=r
+        )
         self.handovers = Counter(
             "npu_plugin_device_handovers", "Devices moved between APIs after release", ["to"], registry=r
         )
@@ -69,6 +73,16 @@ class Metrics:
             self.registrations.labels(api)
         for owner in Owner:
             self.handovers.labels(owner.value)
+
+    def serving(self, apis: list[str]) -> None:
+        """The APIs this daemon serves, unregistered until the kubelet accepts them."""
+        for api in apis:
+            self.registered.labels(api).set(0)
+
+    def record_registered(self, api: str, registered: bool) -> None:
+        self.registered.labels(api).set(1 if registered else 0)
+        if registered:
+            self.registrations.labels(api).inc()
 
     def record_devices(self, snapshot: Snapshot) -> None:
         for health in HEALTH_LABELS:

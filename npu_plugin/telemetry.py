@@ -35,6 +35,7 @@ class Telemetry:
 
     async def start(self, apis: list[str], last_sample: Callable[[], float], interval: float) -> None:
         if self.metrics is not None:
+            self.metrics.serving(apis)
             self._metrics_server = self.metrics.serve(self._metrics_port, self._address)
         if self._health_port >= 0:
             from npu_plugin.healthcheck import HealthService
@@ -74,8 +75,8 @@ class Telemetry:
     def registered(self, api: str, registered: bool) -> None:
         if self.health is not None:
             self.health.set_registered(api, registered)
-        if self.metrics is not None and registered:
-            self.metrics.registrations.labels(api).inc()
+        if self.metrics is not None:
+            self.metrics.record_registered(api, registered)
 
     def handed_over(self, to: Owner) -> None:
         if self.metrics is not None:

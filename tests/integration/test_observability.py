@@ -246,6 +246,8 @@ def test_a_stopped_kubelet_is_seen_and_registration_starts_over_when_it_returns(
             await registered(kubelet, daemon)
             async with watching(endpoints.health) as watch:
                 await watch.until(SERVING, daemon)
+                samples = await until_metric(endpoints.metrics, "npu_plugin_registered", 1, daemon, api=DP)
+                assert ("npu_plugin_registered", (("api", DRA),)) not in samples, "DRA is not served here"
                 await kubelet.stop()
                 stopped = asyncio.get_running_loop().time()
                 assert (node.plugin_dir / SOCKET).exists()
@@ -253,11 +255,13 @@ def test_a_stopped_kubelet_is_seen_and_registration_starts_over_when_it_returns(
                 assert asyncio.get_running_loop().time() - stopped <= 3
                 assert await watch.check() == NOT_SERVING
                 await asyncio.to_thread(daemon.wait_for_log, "kubelet.sock was deleted: the kubelet stopped")
+                await until_metric(endpoints.metrics, "npu_plugin_registered", 0, daemon, api=DP)
                 await kubelet.start(clean=False)
                 await registered(kubelet, daemon)
                 await watch.until(SERVING, daemon)
                 assert watch.statuses == [SERVING, NOT_SERVING, SERVING]
                 await until_metric(endpoints.metrics, "npu_plugin_registrations_total", 2, daemon, api=DP)
+                await until_metric(endpoints.metrics, "npu_plugin_registered", 1, daemon, api=DP)
             assert len(kubelet.registrations) == 2
 
     run(scenario())
