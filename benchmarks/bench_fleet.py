@@ -45,7 +45,6 @@ from benchmarks.common import (
     rss_mib,
     serve_argv,
     stop,
-    verb,
     write_inventory,
 )
 from benchmarks.report import Row, at_most
@@ -134,7 +133,7 @@ def wait_until_correct(
 
 
 def verbs(requests: list[RecordedRequest]) -> Counter[str]:
-    return Counter(verb(r.method, r.path, r.query) for r in requests)
+    return Counter(r.verb.upper() for r in requests)
 
 
 class ListRate:
@@ -145,7 +144,7 @@ class ListRate:
         self._samples: list[tuple[float, int]] = []
 
     def sample(self) -> None:
-        lists = sum(1 for r in self._api.requests if verb(r.method, r.path, r.query) == "LIST")
+        lists = sum(1 for r in self._api.requests if r.verb.upper() == "LIST")
         self._samples.append((time.monotonic(), lists))
 
     def peak(self) -> int:
@@ -239,7 +238,7 @@ def flap(api: FakeKubeAPI, member: Member) -> tuple[int, int]:
     member.set_critical({OUTAGE_DEVICE})
     wait_until_correct(api, [member.node], lambda _node: names({OUTAGE_DEVICE}))
     time.sleep(2.0)  # our own writes coming back through the watch must not cause more
-    writes = [r for r in api.requests if verb(r.method, r.path, r.query) in WRITES]
+    writes = [r for r in api.requests if r.verb.upper() in WRITES]
     writers = {r.body.get("spec", {}).get("nodeName") for r in writes if isinstance(r.body, dict)}
     return len(writes), len(writers - {None})
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,7 +180,10 @@ def write_inventory(path: Path, devices: list[Device]) -> Path:
 
 
 def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> list[str]:
-    """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless given)."""
+    """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless given).
+    The kubelet's directories are created here, as the kubelet does: the daemon waits for them."""
+    for kubelet_dir in ("reg", "plugins"):
+        (work / kubelet_dir).mkdir(parents=True, exist_ok=True)
     return [
         "--node-name",
         node,
@@ -235,18 +238,5 @@ def cpu_reading(pid: int) -> CpuReading:
     return CpuReading(seconds, switches)
 
 
-# The last path segment of a collection; anything else (a name, `status`) addresses one object.
-COLLECTIONS = frozenset({"resourceslices", "resourceclaims", "nodes"})
+# Verbs (RecordedRequest.verb, upper-cased as tables show them) that change the store.
 WRITES = frozenset({"CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"})
-
-
-def verb(method: str, path: str, query: Mapping[str, str]) -> str:
-    """The Kubernetes verb of one request, as the API server's audit log would name it."""
-    collection = path.rstrip("/").rsplit("/", 1)[-1] in COLLECTIONS
-    if method == "GET":
-        if query.get("watch", "").lower() in ("true", "1"):
-            return "WATCH"
-        return "LIST" if collection else "GET"
-    if method == "DELETE":
-        return "DELETECOLLECTION" if collection else "DELETE"
-    return {"POST": "CREATE", "PUT": "UPDATE", "PATCH": "PATCH"}.get(method, method)

@@ -1,4 +1,4 @@
-"""The benchmarks' pure helpers: request verbs, complete pools, the peak rate of a running count."""
+"""The benchmarks' pure helpers: complete pools, the peak rate of a running count, --fleet's argument."""
 
 from __future__ import annotations
 
@@ -8,32 +8,8 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_fleet import peak_per_second
-from benchmarks.common import pool_devices, verb
+from benchmarks.common import pool_devices
 from benchmarks.run import fleet_size
-
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "query", "expected"),
-    [
-        ("GET", SLICES, {}, "LIST"),
-        ("GET", SLICES, {"watch": "true", "resourceVersion": "7"}, "WATCH"),
-        ("GET", SLICES, {"watch": "1"}, "WATCH"),
-        ("GET", SLICES, {"watch": "false"}, "LIST"),
-        ("GET", f"{SLICES}/node-a-npu-x7", {}, "GET"),
-        ("GET", "/api/v1/nodes/node-a", {}, "GET"),
-        ("GET", "/api/v1/nodes", {}, "LIST"),
-        ("POST", SLICES, {}, "CREATE"),
-        ("PUT", f"{SLICES}/node-a-npu-x7", {}, "UPDATE"),
-        ("PATCH", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/c/status", {}, "PATCH"),
-        ("DELETE", f"{SLICES}/node-a-npu-x7", {}, "DELETE"),
-        ("DELETE", SLICES, {"fieldSelector": "spec.nodeName=node-a"}, "DELETECOLLECTION"),
-        ("OPTIONS", SLICES, {}, "OPTIONS"),
-    ],
-)
-def test_verb(method: str, path: str, query: dict[str, str], expected: str) -> None:
-    assert verb(method, path, query) == expected
 
 
 def slice_(generation: int, count: int, *devices: str) -> dict[str, Any]:
