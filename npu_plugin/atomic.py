@@ -44,7 +44,12 @@ def make_directories(directory: Path, mode: int) -> None:
             folder.mkdir(mode=mode)
         except FileExistsError:  # an old and a new pod starting together (rolling update) race to create it
             continue
-        os.chmod(folder, mode)
+        # Through a descriptor opened without following links: a symlink swapped in meanwhile is refused.
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def remove_leftovers(directory: Path, pattern: str) -> list[Path]:

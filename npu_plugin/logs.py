@@ -29,7 +29,7 @@ _CONTROL_ESCAPES = _escapes(_LINE_BREAKS + _CONTROLS)
 
 def device_key(physical_ids: Iterable[int]) -> str:
     """The `device` value: DRA device names in both modes, so one query finds a device's every line."""
-    return ",".join(dra_name(pid) for pid in sorted(physical_ids))
+    return ",".join(dra_name(physical_id) for physical_id in sorted(physical_ids))
 
 
 def one_line(text: str) -> str:

@@ -26,8 +26,11 @@ def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driv
                     device_plugin |= {p[1] for i in devices.device_ids if (p := parse_dp_id(i)) is not None}
             for dynamic in container.dynamic_resources:
                 for claimed in dynamic.claim_resources:
-                    if claimed.driver_name == driver and (pid := parse_dra_name(claimed.device_name)) is not None:
-                        dra.add(pid)
+                    if (
+                        claimed.driver_name == driver
+                        and (physical_id := parse_dra_name(claimed.device_name)) is not None
+                    ):
+                        dra.add(physical_id)
     return device_plugin, dra
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,9 @@ class CheckpointStore:
 
     def _read(self) -> bytes | None:
         try:
-            return self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # never a file a symlink names
+            with os.fdopen(fd, "rb") as handle:
+                return handle.read()
         except FileNotFoundError:
             return None
         except OSError as error:

@@ -155,3 +155,15 @@ def test_boot_id(tmp_path: Path) -> None:
     (tmp_path / "boot_id").write_text("abc\n")
     assert read_boot_id(tmp_path / "boot_id") == "abc"
     assert read_boot_id(tmp_path / "missing") == "unknown"
+
+
+def test_a_symlink_in_place_of_the_checkpoint_is_not_read_through(tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere.json"
+    secret.write_bytes(CHECKPOINT.to_bytes())
+    store = CheckpointStore(tmp_path / "state", "boot-1")
+    store.path.parent.mkdir()
+    store.path.symlink_to(secret)
+    with pytest.raises(CheckpointError) as raised:
+        store.load()
+    assert str(raised.value) == (f"cannot read the checkpoint: {store.path}: Too many levels of symbolic links (ELOOP)")
+    assert store.path.is_symlink() and secret.read_bytes() == CHECKPOINT.to_bytes()
