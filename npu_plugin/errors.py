@@ -5,7 +5,9 @@ NpuPluginError                 anything this program reports to a user without a
 ├── InventoryFileError         a malformed inventory file (names file, line and field)
 ├── BackendError               a discovery backend failed or found nothing usable
 │   ├── NpuSmiParseError       npu-smi printed something we cannot read
-│   └── DcmiError              a DCMI call returned an error code
+│   ├── DcmiError              a DCMI call returned an error code
+│   └── VnpuError              the driver refused to create or destroy a vNPU (carries its code)
+│       └── VnpuNotFoundError  the vNPU to destroy does not exist (counts as destroyed)
 ├── AllocationError            a request names a device we must not hand out
 ├── ClaimError                 a ResourceClaim cannot be prepared (per claim, others unaffected)
 ├── CheckpointError            the checkpoint file or the state lock cannot be read or written
@@ -71,6 +73,18 @@ class DcmiError(BackendError):
         super().__init__(f"DCMI {call} failed with error code {code}")
         self.call = call
         self.code = code
+
+
+class VnpuError(BackendError):
+    """Creating or destroying a vNPU failed; `code` is the driver's (DCMI) error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{message} (DCMI {code})")
+        self.code = code
+
+
+class VnpuNotFoundError(VnpuError):
+    """The vNPU does not exist: for a destroy, the wanted state already holds."""
 
 
 class AllocationError(NpuPluginError):

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from npu_plugin.device import Device, Health
 from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.vnpu import ChipVnpu, Vnpu
 
 
 class Backend(Protocol):
@@ -37,4 +38,29 @@ class ChangeSource(Protocol):
 
     def watch_changes(self, watch: DirectoryWatch, on_change: Callable[[list[Device]], None]) -> None:
         """Register with `watch`; `on_change` runs on the event loop with the devices after each change."""
+        ...
+
+
+@runtime_checkable
+class VnpuBackend(Protocol):
+    """A backend that knows the vNPUs of its chips and can create and destroy them.
+
+    Templates, totals and existing vNPUs come from the hardware at run time, never from a table in the code.
+    Failures raise VnpuError with the driver's code; destroying a vNPU that does not exist raises VnpuNotFoundError.
+    """
+
+    def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
+        """Templates, totals, id range and existing vNPUs of a chip; None when the chip cannot be split."""
+        ...
+
+    def list_vnpus(self, physical_id: int) -> list[Vnpu]:
+        """The vNPUs that exist on the chip now."""
+        ...
+
+    def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
+        """Create a vNPU of `template` with id `vnpu_id`; returns the id the driver gave it."""
+        ...
+
+    def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
+        """Destroy one vNPU; never called with the driver's destroy-all id."""
         ...
