@@ -121,7 +121,15 @@ def many_devices(count: int) -> list[Device]:
 
 def make_workspace(root: Path, devices: Sequence[Device] | None = None) -> Workspace:
     workspace = Workspace(root)
-    for folder in (workspace.dev, workspace.reg, workspace.plugins, workspace.cdi, workspace.state):
+    # The kubelet's directories (registry, plugins, dp for device plugins) exist, as on a node with a kubelet.
+    for folder in (
+        workspace.dev,
+        workspace.reg,
+        workspace.plugins,
+        workspace.root / "dp",
+        workspace.cdi,
+        workspace.state,
+    ):
         folder.mkdir(parents=True, exist_ok=True)
     devices = list(devices) if devices is not None else profile_devices("atlas-800t-a2")
     for name in [f"davinci{d.physical_id}" for d in devices[:16]] + list(COMMON_NODES):

@@ -54,7 +54,6 @@ def test_in_both_mode_a_new_device_follows_the_partition(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     write_inventory(workspace.inventory, RINGS)
-    (workspace.root / "dp").mkdir()
     daemon = launch_daemon(*both_args(workspace, "ring-1"))
     # No PodResources here: devices whose holders cannot be read stay with the device plugin at start.
     daemon.wait_for_log("cannot read the kubelet PodResources API")

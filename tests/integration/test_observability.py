@@ -502,7 +502,6 @@ def test_both_mode_serves_once_both_apis_registered_and_counts_owners_and_handov
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     dp_dir, socket = workspace.root / "dp", workspace.root / "pod-resources.sock"
-    dp_dir.mkdir()
     args = dra_args(
         workspace,
         "--mode",
