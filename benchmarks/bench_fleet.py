@@ -49,7 +49,7 @@ from benchmarks.common import (
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.device import Health
-from npu_plugin.sim.fakeapi import FakeKubeAPI, RecordedRequest
+from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {
     "requests_per_node_hour": 12.0,

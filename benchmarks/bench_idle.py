@@ -40,9 +40,9 @@ from benchmarks.common import (
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI, RecordedRequest
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
+from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"cpu_s_per_hour": 5.0, "requests_per_hour": 12.0, "writes_per_hour": 0.0, "messages": 0}
 MODES = ("device-plugin", "dra", "both")

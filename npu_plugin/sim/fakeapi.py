@@ -1,11 +1,12 @@
-"""A fake Kubernetes API server on a real socket, for tests and `npu-plugin simulate`.
+"""A small fake Kubernetes API server on a real socket, for `npu-plugin simulate` and benchmarks.
 
 It serves Nodes (get/list/watch), cluster-scoped resource.k8s.io/v1 ResourceSlices and namespaced
-ResourceClaims (with a status subresource) the way kube-apiserver 1.34 does: resourceVersion
-preconditions, generateName, generation, field/label selectors, merge/strategic/JSON patches, watches
-with a bounded history (410 Expired past it), and ResourceSlice validation with 422 `Status` answers.
-Faults can be injected from Python. Run `python -m npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH`
-to get a standalone server that prints its URL and stops on SIGTERM.
+ResourceClaims (with a status subresource) the way kube-apiserver 1.34 does where the daemon and the
+simulators rely on it: resourceVersion preconditions, generateName, generation, equality field
+selectors, watches with a bounded history (410 Expired past it) and bookmarks. Validation, schema
+decoding, patches, label selectors, fault injection and a request log are test-only: `tests.fakeapi`
+extends this server with them. Run `python -m npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH` to get
+a standalone server that prints its URL and stops on SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,24 +17,24 @@ import os
 import signal
 import sys
 import threading
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from npu_plugin.sim._kubeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
 from npu_plugin.sim._kubeapi.kinds import JSON, NODES, resolve_kind
 from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.server import Context, Server
+from npu_plugin.sim._kubeapi.server import Context, Handler, Server
 from npu_plugin.sim._kubeapi.status import ApiError
 from npu_plugin.sim._kubeapi.store import Store
 
-__all__ = ["FakeKubeAPI", "RecordedRequest", "main"]
+__all__ = ["FakeKubeAPI", "main"]
 
 
 class FakeKubeAPI:
     """The fake API server. Objects survive `set_down`/restarts; `stop` ends every watch promptly."""
+
+    handler: type[Handler] = Handler
 
     def __init__(
         self,
@@ -41,16 +42,11 @@ class FakeKubeAPI:
         port: int = 0,
         *,
         history_limit: int = 1000,
-        require_resource_version: bool = False,
         watch_timeout_seconds: float = 1800.0,
     ) -> None:
-        """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
-        real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
         self._host, self._port = host, port
         self._store = Store(history_limit)
-        self._registry = Registry(self._store, require_resource_version=require_resource_version)
-        self._faults = Faults()
-        self._requests = RequestLog()
+        self._registry = self._make_registry(self._store)
         self._watch_timeout = watch_timeout_seconds
         self._lifecycle = threading.Lock()
         self._server: Server | None = None
@@ -62,14 +58,19 @@ class FakeKubeAPI:
         with self._lifecycle:
             if self._server is not None:
                 return
-            context = Context(self._registry, self._faults, self._requests, self._watch_timeout)
-            server = Server((self._host, self._port), context)
+            server = Server((self._host, self._port), self._make_context(), self.handler)
             self._port = server.server_address[1]
             self._thread = threading.Thread(
                 target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fakeapi-{self._port}"
             )
             self._server = server
             self._thread.start()
+
+    def _make_registry(self, store: Store) -> Registry:
+        return Registry(store)
+
+    def _make_context(self) -> Context:
+        return Context(self._registry, self._watch_timeout)
 
     def stop(self) -> None:
         """Close the listening socket and every connection (open watches end at once); idempotent."""
@@ -155,70 +156,8 @@ class FakeKubeAPI:
         """Drop the watch event history: watches resuming from an older resourceVersion get 410."""
         self._store.compact()
 
-    # ---- faults and observation
-    def fail_next(self, n: int, status: int = 500, path_contains: str = "") -> None:
-        """Answer the next `n` requests whose path contains `path_contains` with a `status` Status."""
-        self._faults.fail_next(n, status, path_contains)
-
-    def set_latency(self, seconds: float) -> None:
-        """Delay every request (and each watch's start) by `seconds`."""
-        self._faults.latency = seconds
-
-    def limit_watches(self, seconds: float | None) -> None:
-        """End every watch after at most `seconds`, whatever timeoutSeconds asked (None: as asked); compresses
-        hours of a client's watch cycle into seconds. Open watches end now."""
-        self._faults.watch_limit = seconds
-        self._end_watches()
-
-    def set_down(self, down: bool, *, refuse: bool = True) -> None:
-        """Take the server down: connections refused (`refuse`) or 503 for everything; open watches end."""
-        if not refuse:
-            self._faults.unavailable = down
-            self._end_watches()
-        elif down:
-            self.stop()
-        else:
-            self.start()
-
-    def answer_next(
-        self,
-        n: int,
-        path_contains: str,
-        *,
-        status: int = 200,
-        body: bytes = b"<html><body>502 Bad Gateway</body></html>",
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """Answer the next `n` matching requests with exactly this (a body that need not be JSON), e.g. a
-        proxy's HTML page, or 429 with `{"Retry-After": "2"}`. `path_contains` is matched against
-        "METHOD /path" ("WATCH /path" for a watch), so "GET /api/v1/nodes/" or "WATCH " select a verb."""
-        self._faults.answer_next(n, path_contains, RawAnswer(status, body, dict(headers or {})))
-
-    def break_next_watch(self, fault: str) -> None:
-        """The next watch breaks once its initial events are sent: "garbage" (a line that is not JSON),
-        "error-event" (an ERROR event carrying 410 Expired), "reset-mid-event" (half an event, then the
-        connection is cut) or "version-backwards" (a bookmark with a resourceVersion older than any seen)."""
-        self._faults.break_next_watch(fault)
-
-    def request_counts(self) -> dict[str, int]:
-        """How many requests were answered, by "VERB path" with the verb as the API server's audit log
-        names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
-        `{"list /apis/resource.k8s.io/v1/resourceslices": 1}`."""
-        return dict(Counter(f"{r.verb} {r.path}" for r in self._requests.snapshot()))
-
-    def force_conflicts(self, n: int) -> None:
-        """The next `n` updates (PUT or PATCH) fail with 409 Conflict."""
-        self._faults.force_conflicts(n)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of the answered requests, oldest first."""
-        return self._requests.snapshot()
-
-    def clear_requests(self) -> None:
-        self._requests.clear()
-
-    def _end_watches(self) -> None:
+    def end_watches(self) -> None:
+        """End every open watch, as a restarting API server does."""
         with self._lifecycle:
             server = self._server
         if server is not None:

@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.conftest import DaemonProcess
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import DRIVER, NODE, Workspace, async_wait_until, dra_args
 
 RESOURCE = "huawei.com/Ascend910"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from npu_plugin.sim.fakeapi import FakeKubeAPI
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import Workspace, fake_api_with_node, temporary_workspace
 
 

@@ -23,11 +23,11 @@ from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.edits import COMMON_NODES
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.rest import RestClient
 from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError, allocate_claim
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import write_inventory
+from tests.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
 NODE = "node-a"

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from npu_plugin.sim.dra_kubelet import Claim
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, both_args, node, registered
 from tests.integration.dra_support import (
     Workspace,

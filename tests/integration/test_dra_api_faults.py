@@ -8,8 +8,8 @@ import pytest
 
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,

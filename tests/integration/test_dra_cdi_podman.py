@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.scheduler import DeviceRequest
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import DRIVER, Workspace, allocate, dra_args, run_with_kubelet
 
 pytest_plugins = ["tests.integration.dra_fixtures"]

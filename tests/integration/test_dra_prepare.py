@@ -11,10 +11,10 @@ import grpc
 
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PreparedDevice
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.scheduler import DeviceRequest
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import Launcher, wait_until
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,

@@ -6,8 +6,8 @@ import stat
 
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from npu_plugin.profiles import profile_devices
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.scheduler import published_devices, select
 from tests.conftest import REPO, Launcher, wait_until, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,

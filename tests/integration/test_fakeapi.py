@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from npu_plugin.sim.fakeapi import FakeKubeAPI
+from tests.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
 NODE = "node-a"

@@ -8,8 +8,8 @@ from dataclasses import replace
 from npu_plugin.device import Device
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import Launcher, wait_until, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import both_args
 from tests.integration.dra_support import (
     DRIVER,

@@ -24,10 +24,10 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.device import Health
 from npu_plugin.logs import CONTEXT_KEYS, STARTUP_KEYS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator, remove_sockets
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration import test_device_plugin
 from tests.integration.dra_support import DRIVER, NODE, Workspace, allocate, dra_args
 from tests.integration.test_device_plugin import (

@@ -123,6 +123,10 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "npu_plugin/__main__.py" in names
     assert "npu_plugin/py.typed" in names, "PEP 561 marker missing: package-data not shipped"
     assert not any(n.startswith(("tests/", "manifests/", "scripts/")) for n in names)
+    # The fake API's test-only fidelity (validation, schema, patches, selectors, faults) stays out of the image.
+    test_only = ("validation", "schema", "patch", "selectors", "faults", "fielderrors", "names")
+    assert not [n for n in names if n.startswith("npu_plugin/sim/") and Path(n).stem in test_only]
+    assert "npu_plugin/sim/fakeapi.py" in names, "simulate needs the small fake API server"
     assert re.search(r"^npu-plugin\s*=\s*npu_plugin\.cli:main$", scripts, re.MULTILINE), scripts
     assert f"Version: {_version_from_pyproject()}" in metadata
     assert "Requires-Python: >=3.11" in metadata

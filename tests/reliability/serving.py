@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 
 from npu_plugin.dra.checkpoint import Checkpoint
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.conftest import DaemonProcess, Daemons, wait_until
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, both_args
 from tests.integration.dra_support import Workspace, checked_state, fake_api_with_node, temporary_workspace
 

@@ -10,9 +10,9 @@ import signal
 import pytest
 
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.scheduler import DeviceRequest
 from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     Workspace,

@@ -12,8 +12,8 @@ import pytest
 
 from npu_plugin.dra.checkpoint import PREPARE_COMPLETED, Checkpoint
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PreparedDevice, PrepareResult
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import DaemonProcess, Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from npu_plugin.profiles import profile_devices
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, Node, both_args, node, registered
 from tests.integration.dra_support import Workspace, async_wait_until, pool_settled, published_names, with_health
 

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import Node, both_args, node, registered
 from tests.integration.dra_support import Workspace, async_wait_until, pool_settled, published_names
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import grpc
 
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PluginConnection
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import Launcher, write_inventory
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     Workspace,

@@ -16,8 +16,8 @@ import pytest
 
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import DaemonProcess, Launcher, wait_until
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, both_args, node, registered
 from tests.integration.dra_support import (
     DRIVER,

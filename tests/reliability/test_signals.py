@@ -10,8 +10,8 @@ import pytest
 
 from npu_plugin.daemon import STOP_SIGNALS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.sim.fakeapi import FakeKubeAPI
 from tests.conftest import DaemonProcess, Launcher, wait_until
+from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import DRIVER, Workspace, dra_args, plant_claim, result, run_with_kubelet
 
 pytest_plugins = ["tests.integration.dra_fixtures"]

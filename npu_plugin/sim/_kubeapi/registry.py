@@ -1,25 +1,20 @@
-"""API semantics over the store: defaulting, preconditions, generation, subresources, validation, deletion."""
+"""API semantics over the store: defaulting, preconditions, generation, the status subresource, deletion.
+
+Decoding and validation are kept plain here (a body must be a JSON object; nothing is validated); the
+test tree's fake API overrides `decode` and `validate` with the API server's schema and rules.
+"""
 
 from __future__ import annotations
 
+import copy
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._kubeapi import patch as patches
 from npu_plugin.sim._kubeapi.kinds import JSON, Kind, meta
-from npu_plugin.sim._kubeapi.schema import decode
-from npu_plugin.sim._kubeapi.selectors import Selector
-from npu_plugin.sim._kubeapi.status import (
-    ApiError,
-    bad_request,
-    conflict,
-    internal_error,
-    invalid,
-    invalid_value,
-)
+from npu_plugin.sim._kubeapi.status import ApiError, bad_request, conflict, internal_error
 from npu_plugin.sim._kubeapi.store import Store, key_of, now
-from npu_plugin.sim._kubeapi.validation import validate
 
 # names.SimpleNameGenerator: 5 characters from an alphabet without vowels, after at most 58 of the prefix.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -46,13 +41,22 @@ def _ensure_namespace(kind: Kind, obj: JSON, namespace: str) -> None:
 class Registry:
     """What the REST handlers of the real API server do between decoding and storage."""
 
-    def __init__(self, store: Store, *, require_resource_version: bool) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
-        self._require_rv = require_resource_version
+
+    # ---- what a higher-fidelity server refines
+    def decode(self, kind: Kind, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
+        """The object of a request body, and the warnings decoding it gives."""
+        if not isinstance(body, dict):
+            raise bad_request(f"the body of a {kind.kind} must be a JSON object")
+        return copy.deepcopy(body), []
+
+    def validate(self, kind: Kind, new: JSON, old: JSON | None) -> None:
+        """Raise a 422 ApiError for an object the API server would refuse (`old` is None on create)."""
 
     # ---- create
     def create(self, kind: Kind, namespace: str, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
-        obj, warnings = decode(kind, body, field_validation)
+        obj, warnings = self.decode(kind, body, field_validation)
         _ensure_namespace(kind, obj, namespace)
         if meta(obj).get("resourceVersion"):
             raise internal_error("resourceVersion should not be set on objects to be created")
@@ -64,8 +68,8 @@ class Registry:
         for attempt in range(_GENERATE_NAME_ATTEMPTS):
             if generated:
                 metadata["name"] = generate_name(metadata["generateName"])
-            if validated and (errors := validate(kind, obj, None)):
-                raise invalid(kind, metadata.get("name", ""), errors)
+            if validated:
+                self.validate(kind, obj, None)
             try:
                 return self.store.create(kind, obj)
             except ApiError as err:
@@ -75,58 +79,41 @@ class Registry:
         raise AssertionError("unreachable")
 
     # ---- read
-    def list_collection(self, kind: Kind, namespace: str | None, selector: Selector) -> JSON:
+    def list_collection(self, kind: Kind, namespace: str | None, matches: Callable[[JSON], bool]) -> JSON:
+        """`matches(obj)` selects the items (a field/label selector)."""
         items, rv = self.store.list_objects(kind, namespace)
         return {
             "kind": f"{kind.kind}List",
             "apiVersion": kind.api_version,
             "metadata": {"resourceVersion": str(rv)},
-            "items": [item for item in items if selector.matches(item)],
+            "items": [item for item in items if matches(item)],
         }
 
-    # ---- update / patch
+    # ---- update
     def update(
         self, kind: Kind, key: tuple[str, str], body: Any, *, field_validation: str, subresource: str
     ) -> tuple[JSON, list[str]]:
-        obj, warnings = decode(kind, body, field_validation)
-        self._check_url_identity(kind, obj, key)
-        new, _ = self.store.update(kind, key, lambda current: self._updated(kind, obj, current, subresource))
-        return new, warnings
-
-    def patch(
-        self, kind: Kind, key: tuple[str, str], body: Any, *, content_type: str, field_validation: str, subresource: str
-    ) -> tuple[JSON, list[str]]:
-        warnings: list[str] = []
-
-        def change(current: JSON) -> JSON:
-            patched = _apply_patch(current, body, content_type)
-            obj, found = decode(kind, patched, field_validation)
-            warnings.extend(found)
-            self._check_url_identity(kind, obj, key)
-            return self._updated(kind, obj, current, subresource)
-
-        if content_type == patches.APPLY and self.store.find(kind, key) is None:
-            return self.create(kind, key[0], body, field_validation)
-        new, _ = self.store.update(kind, key, change)
+        obj, warnings = self.decode(kind, body, field_validation)
+        self.check_url_identity(kind, obj, key)
+        new, _ = self.store.update(kind, key, lambda current: self.updated(kind, obj, current, subresource))
         return new, warnings
 
     @staticmethod
-    def _check_url_identity(kind: Kind, obj: JSON, key: tuple[str, str]) -> None:
+    def check_url_identity(kind: Kind, obj: JSON, key: tuple[str, str]) -> None:
         _ensure_namespace(kind, obj, key[0])
         name = meta(obj).get("name", "")
         if name != key[1]:
             raise bad_request(f"the name of the object ({name}) does not match the name on the URL ({key[1]})")
 
-    def _updated(self, kind: Kind, new: JSON, current: JSON, subresource: str) -> JSON:
+    def updated(self, kind: Kind, new: JSON, current: JSON, subresource: str) -> JSON:
         """The object a PUT of `new` over `current` stores (runs under the store lock)."""
-        self._check_preconditions(kind, new, current)
+        self.check_preconditions(kind, new, current)
         new = _apply_subresource(kind, new, current, subresource)
         _keep_system_fields(kind, new, current)
-        if errors := validate(kind, new, current):
-            raise invalid(kind, current["metadata"]["name"], errors)
+        self.validate(kind, new, current)
         return new
 
-    def _check_preconditions(self, kind: Kind, new: JSON, current: JSON) -> None:
+    def check_preconditions(self, kind: Kind, new: JSON, current: JSON) -> None:
         uid, current_uid = meta(new).get("uid", ""), current["metadata"]["uid"]
         if uid and uid != current_uid:
             why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
@@ -134,9 +121,6 @@ class Registry:
         rv = meta(new).get("resourceVersion", "")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise conflict(kind, current["metadata"]["name"])
-        if not rv and self._require_rv:
-            errors = [invalid_value("metadata.resourceVersion", 0, "must be specified for an update")]
-            raise invalid(kind, current["metadata"]["name"], errors)
 
     # ---- delete
     def delete(self, kind: Kind, key: tuple[str, str], options: Any) -> tuple[JSON, bool]:
@@ -156,7 +140,7 @@ class Registry:
 
     # ---- Python-side helpers (no validation: tests may plant any state)
     def put(self, kind: Kind, obj: JSON) -> JSON:
-        obj = decode(kind, obj, "Ignore")[0]
+        obj = self.decode(kind, obj, "Ignore")[0]
         _ensure_namespace(kind, obj, meta(obj).get("namespace") or "default")
         meta(obj).pop("resourceVersion", None)
         if meta(obj).get("name") and self.store.find(kind, key_of(obj)) is not None:
@@ -208,15 +192,3 @@ def _keep_system_fields(kind: Kind, new: JSON, current: JSON) -> JSON:
         metadata["generation"] = int(old.get("generation", 0)) + 1
     metadata["resourceVersion"] = old["resourceVersion"]
     return new
-
-
-def _apply_patch(current: JSON, body: Any, content_type: str) -> Any:
-    if content_type == patches.JSON_PATCH:
-        return patches.json_patch(current, body)
-    if not isinstance(body, dict):
-        raise bad_request("the patch body must be a JSON object")
-    if content_type == patches.APPLY:
-        body = {k: v for k, v in body.items() if k != "metadata"} | {
-            "metadata": {k: v for k, v in (body.get("metadata") or {}).items() if k != "resourceVersion"}
-        }
-    return patches.merge_patch(current, body)

@@ -1,4 +1,9 @@
-"""The HTTP face of the fake API server: request handling, fault injection, watch streaming."""
+"""The HTTP face of the fake API server: request handling and watch streaming.
+
+The `Handler` methods marked as refinable (`before_dispatch`, `record`, `matcher`, `before_update`,
+`watch_limit`, `interrupt_watch`) do the plain thing here; the test tree's fake API overrides them with
+fault injection, a request log and full selectors, and adds PATCH.
+"""
 
 from __future__ import annotations
 
@@ -14,21 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from npu_plugin.sim._kubeapi import patch as patches
-from npu_plugin.sim._kubeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
+from npu_plugin.sim._kubeapi.fields import Matcher, field_matcher
 from npu_plugin.sim._kubeapi.kinds import JSON
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.routes import Route, parse_route
-from npu_plugin.sim._kubeapi.selectors import Selector, parse
-from npu_plugin.sim._kubeapi.status import (
-    ApiError,
-    bad_request,
-    conflict,
-    invalid_of,
-    required,
-    status_object,
-    success_status,
-)
+from npu_plugin.sim._kubeapi.status import ApiError, bad_request, status_object, success_status
 from npu_plugin.sim._kubeapi.store import Event
 
 log = logging.getLogger(__name__)
@@ -41,8 +36,6 @@ class Context:
     """State shared by all handler threads of one server."""
 
     registry: Registry
-    faults: Faults
-    requests: RequestLog
     watch_timeout: float
     closing: threading.Event = field(default_factory=threading.Event)
     watch_epoch: int = 0  # bumped to end every open watch
@@ -57,11 +50,11 @@ class Server(ThreadingHTTPServer):
     daemon_threads = False  # server_close() then joins every handler thread
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], context: Context) -> None:
+    def __init__(self, address: tuple[str, int], context: Context, handler: type[Handler]) -> None:
         self.context = context
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        super().__init__(address, Handler)
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -99,9 +92,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         self._handle("PUT")
 
-    def do_PATCH(self) -> None:
-        self._handle("PATCH")
-
     def do_DELETE(self) -> None:
         self._handle("DELETE")
 
@@ -119,14 +109,10 @@ class Handler(BaseHTTPRequestHandler):
         context = self.server.context
         try:
             self._body = _parse_json(raw) if raw else None
-            if context.closing.wait(context.faults.latency):
+            if context.closing.is_set():
                 raise ApiError(status_object(503, "the server is shutting down"))
-            _inject_faults(context.faults, url.path)
-            answer = context.faults.take_answer(method, url.path, self._is_watch)
-            if answer is not None:
-                self._send_raw(answer)
-                return
-            self._dispatch()
+            if self.before_dispatch():
+                self._dispatch()
         except ApiError as err:
             self._send_json(err.code, err.status)
         except (BrokenPipeError, ConnectionResetError):
@@ -138,26 +124,34 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(500, status_object(500, "internal error in the fake API server"))
 
-    def _record(self, status: int) -> None:
-        self.server.context.requests.append(
-            RecordedRequest(self._method, self._path, dict(self._query), status, self._body)
-        )
+    # ---- refinable
+    def before_dispatch(self) -> bool:
+        """False when the request was already answered (by fault injection)."""
+        return True
+
+    def record(self, status: int) -> None:
+        """Note an answered request (a request log)."""
+
+    def matcher(self, route: Route) -> Matcher:
+        return field_matcher(self._query.get("fieldSelector", ""), self._query.get("labelSelector", ""))
+
+    def before_update(self, route: Route) -> None:
+        """Raise an ApiError to refuse an update before it is tried (forced conflicts)."""
+
+    def watch_limit(self) -> float | None:
+        """At most this many seconds for a watch, whatever it asked for."""
+        return None
+
+    def interrupt_watch(self, route: Route) -> bool:
+        """Break the watch after its initial events; True when the stream (or connection) was ended."""
+        return False
 
     @property
-    def _is_watch(self) -> bool:
+    def is_watch(self) -> bool:
         return self._method == "GET" and self._query.get("watch", "").lower() in ("true", "1")
 
-    def _send_raw(self, answer: RawAnswer) -> None:
-        self._record(answer.status)
-        self.send_response(answer.status)
-        for name, value in {"Content-Type": "text/html", **answer.headers}.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(answer.body)))
-        self.end_headers()
-        self.wfile.write(answer.body)
-
     def _send_json(self, code: int, obj: JSON, warnings: Iterable[str] = ()) -> None:
-        self._record(code)
+        self.record(code)
         data = json.dumps(obj).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -187,14 +181,11 @@ class Handler(BaseHTTPRequestHandler):
             raise bad_request(f'fieldValidation must be one of "Ignore", "Warn" or "Strict", got "{value}"')
         return value
 
-    def _selector(self, route: Route) -> Selector:
-        return parse(route.kind, self._query.get("fieldSelector", ""), self._query.get("labelSelector", ""))
-
     def _collection_get(self, route: Route) -> None:
-        if self._is_watch:
+        if self.is_watch:
             self._watch(route)
         else:
-            listed = self.server.context.registry.list_collection(route.kind, route.namespace, self._selector(route))
+            listed = self.server.context.registry.list_collection(route.kind, route.namespace, self.matcher(route))
             self._send_json(200, listed)
 
     def _collection_post(self, route: Route) -> None:
@@ -206,7 +197,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _collection_delete(self, route: Route) -> None:
         registry = self.server.context.registry
-        listed = registry.list_collection(route.kind, route.namespace, self._selector(route))
+        listed = registry.list_collection(route.kind, route.namespace, self.matcher(route))
         for item in listed["items"]:
             try:
                 registry.delete(route.kind, (item["metadata"].get("namespace", ""), item["metadata"]["name"]), None)
@@ -219,29 +210,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(200, self.server.context.registry.store.get(route.kind, route.key))
 
     def _item_put(self, route: Route) -> None:
-        self._maybe_conflict(route)
+        self.before_update(route)
         registry = self.server.context.registry
         obj, warnings = registry.update(
             route.kind, route.key, self._body, field_validation=self._field_validation, subresource=route.subresource
-        )
-        self._send_json(200, obj, warnings)
-
-    def _item_patch(self, route: Route) -> None:
-        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-        if content_type not in patches.SUPPORTED:
-            raise patches.unsupported_media_type(content_type)
-        if content_type == patches.APPLY and not self._query.get("fieldManager"):
-            missing = required("fieldManager", "is required for apply patch")
-            raise invalid_of("PatchOptions", "meta.k8s.io", "", [missing])
-        self._maybe_conflict(route)
-        registry = self.server.context.registry
-        obj, warnings = registry.patch(
-            route.kind,
-            route.key,
-            self._body,
-            content_type=content_type,
-            field_validation=self._field_validation,
-            subresource=route.subresource,
         )
         self._send_json(200, obj, warnings)
 
@@ -252,19 +224,15 @@ class Handler(BaseHTTPRequestHandler):
         deleted_status = gone and not route.kind.returns_deleted_object
         self._send_json(200, success_status(route.kind, obj) if deleted_status else obj)
 
-    def _maybe_conflict(self, route: Route) -> None:
-        if self.server.context.faults.take_conflict():
-            raise conflict(route.kind, route.key[1])
-
     # ---- watch
     def _watch(self, route: Route) -> None:
         context = self.server.context
-        selector = self._selector(route)
+        matches = self.matcher(route)
         timeout = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
-        if (limit := context.faults.watch_limit) is not None:
+        if (limit := self.watch_limit()) is not None:
             timeout = min(timeout, limit)
-        initial, cursor = self._watch_start(route, selector)
-        self._record(200)
+        initial, cursor = self._watch_start(route, matches)
+        self.record(200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
@@ -272,81 +240,57 @@ class Handler(BaseHTTPRequestHandler):
         self._streaming = True
         epoch, deadline = context.watch_epoch, time.monotonic() + timeout
         for event_type, obj in initial:
-            self._write_event(event_type, obj)
-        if (fault := context.faults.take_watch_fault()) is not None:
-            self._break_watch(fault, route)
+            self.write_event(event_type, obj)
+        if self.interrupt_watch(route):
             return
         while not context.watch_cancelled(epoch) and (remaining := deadline - time.monotonic()) > 0:
             try:
                 events = context.registry.store.events_after(cursor)
             except ApiError as err:
-                self._write_event("ERROR", err.status)
+                self.write_event("ERROR", err.status)
                 break
             for event in events:
                 cursor = event.rv
-                if (shown := _as_seen(event, route, selector)) is not None:
-                    self._write_event(*shown)
+                if (shown := _as_seen(event, route, matches)) is not None:
+                    self.write_event(*shown)
             if not events:
                 context.registry.store.wait(cursor, remaining, lambda: context.watch_cancelled(epoch))
         if not context.watch_cancelled(epoch) and self._query.get("allowWatchBookmarks") == "true":
             # Like the API server's watch cache: a bookmark as the timeout ends the watch, so the client
             # resumes from the newest resourceVersion even when none of its objects changed.
-            self._write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": str(cursor)}})
+            self.write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": str(cursor)}})
         self.wfile.write(b"0\r\n\r\n")
 
-    def _watch_start(self, route: Route, selector: Selector) -> tuple[list[tuple[str, JSON]], int]:
+    def _watch_start(self, route: Route, matches: Matcher) -> tuple[list[tuple[str, JSON]], int]:
         """Synthetic ADDED events for the current state when no resourceVersion (or "0") was asked for."""
         text = self._query.get("resourceVersion", "")
         if text in ("", "0"):
-            listed = self.server.context.registry.list_collection(route.kind, route.namespace, selector)
+            listed = self.server.context.registry.list_collection(route.kind, route.namespace, matches)
             return [("ADDED", item) for item in listed["items"]], int(listed["metadata"]["resourceVersion"])
         if not text.isdigit():
             raise bad_request(f'invalid resource version "{text}"')
         return [], int(text)
 
-    def _write_event(self, event_type: str, obj: JSON) -> None:
-        self._write_chunk(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+    def write_event(self, event_type: str, obj: JSON) -> None:
+        self.write_chunk(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
 
-    def _write_chunk(self, data: bytes) -> None:
+    def write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
 
-    def _break_watch(self, fault: str, route: Route) -> None:
-        """One of faults.WATCH_FAULTS, then the end of the stream (or of the connection)."""
-        if fault == "garbage":
-            self._write_chunk(b"<html><body>502 Bad Gateway</body></html>\n")
-        elif fault == "error-event":
-            self._write_event("ERROR", status_object(410, "too old resource version: 1 (2)", reason="Expired"))
-        elif fault == "version-backwards":
-            self._write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": "1"}})
-        else:  # reset-mid-event: half an event, then the connection is cut
-            self._write_chunk(b'{"type": "MODIFIED", "object": {"metadata": {"na')
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-            self.close_connection = True
-            return
-        self.wfile.write(b"0\r\n\r\n")
 
-
-def _as_seen(event: Event, route: Route, selector: Selector) -> tuple[str, JSON] | None:
+def _as_seen(event: Event, route: Route, matches: Matcher) -> tuple[str, JSON] | None:
     """How a watcher with this route and selector sees `event`, if at all (objects entering/leaving the selection)."""
     if event.kind is not route.kind:
         return None
     if route.namespace is not None and event.obj["metadata"].get("namespace") != route.namespace:
         return None
-    now_selected = selector.matches(event.obj)
-    before_selected = event.old is not None and selector.matches(event.old)
+    now_selected = matches(event.obj)
+    before_selected = event.old is not None and matches(event.old)
     if event.type != "MODIFIED":
         return (event.type, event.obj) if now_selected else None
     if now_selected:
         return ("MODIFIED" if before_selected else "ADDED"), event.obj
     return ("DELETED", event.obj) if before_selected else None
-
-
-def _inject_faults(faults: Faults, path: str) -> None:
-    if faults.unavailable:
-        raise ApiError(status_object(503, "the server is currently unable to handle the request"))
-    if (code := faults.take_failure(path)) is not None:
-        raise ApiError(status_object(code, f"injected failure ({code})"))
 
 
 def _parse_json(raw: bytes) -> Any:

@@ -10,9 +10,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._kubeapi import names
 from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind
-from npu_plugin.sim._kubeapi.status import (
+from tests.fakeapi import names
+from tests.fakeapi.fielderrors import (
     FieldError,
     duplicate,
     invalid_value,

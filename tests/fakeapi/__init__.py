@@ -1,0 +1,114 @@
+"""The fake Kubernetes API server at full fidelity, for tests and benchmarks only (not in the wheel).
+
+It extends the small server `npu-plugin simulate` uses (`npu_plugin.sim.fakeapi`) with what only tests
+need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver 1.34 words them,
+schema decoding (unknown and duplicate fields, wrong types), merge/strategic/JSON/apply patches, field
+and label selectors, fault injection and a request log.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from npu_plugin.sim import fakeapi
+from npu_plugin.sim._kubeapi.registry import Registry
+from npu_plugin.sim._kubeapi.server import Context
+from npu_plugin.sim._kubeapi.store import Store
+from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
+from tests.fakeapi.registry import FullRegistry
+from tests.fakeapi.server import FullContext, FullHandler
+
+__all__ = ["FakeKubeAPI", "RecordedRequest"]
+
+
+class FakeKubeAPI(fakeapi.FakeKubeAPI):
+    """Objects survive `set_down`/restarts; `stop` ends every watch promptly."""
+
+    handler = FullHandler
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        history_limit: int = 1000,
+        require_resource_version: bool = False,
+        watch_timeout_seconds: float = 1800.0,
+    ) -> None:
+        """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
+        real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
+        self._require_rv = require_resource_version
+        self._faults = Faults()
+        self._requests = RequestLog()
+        super().__init__(host, port, history_limit=history_limit, watch_timeout_seconds=watch_timeout_seconds)
+
+    def _make_registry(self, store: Store) -> Registry:
+        return FullRegistry(store, require_resource_version=self._require_rv)
+
+    def _make_context(self) -> Context:
+        return FullContext(self._registry, self._watch_timeout, faults=self._faults, requests=self._requests)
+
+    # ---- faults
+    def fail_next(self, n: int, status: int = 500, path_contains: str = "") -> None:
+        """Answer the next `n` requests whose path contains `path_contains` with a `status` Status."""
+        self._faults.fail_next(n, status, path_contains)
+
+    def answer_next(
+        self,
+        n: int,
+        path_contains: str,
+        *,
+        status: int = 200,
+        body: bytes = b"<html><body>502 Bad Gateway</body></html>",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer the next `n` matching requests with exactly this (a body that need not be JSON), e.g. a
+        proxy's HTML page, or 429 with `{"Retry-After": "2"}`. `path_contains` is matched against
+        "METHOD /path" ("WATCH /path" for a watch), so "GET /api/v1/nodes/" or "WATCH " select a verb."""
+        self._faults.answer_next(n, path_contains, RawAnswer(status, body, dict(headers or {})))
+
+    def break_next_watch(self, fault: str) -> None:
+        """The next watch breaks once its initial events are sent: "garbage" (a line that is not JSON),
+        "error-event" (an ERROR event carrying 410 Expired), "reset-mid-event" (half an event, then the
+        connection is cut) or "version-backwards" (a bookmark with a resourceVersion older than any seen)."""
+        self._faults.break_next_watch(fault)
+
+    def limit_watches(self, seconds: float | None) -> None:
+        """End every watch after at most `seconds`, whatever timeoutSeconds asked (None: as asked); compresses
+        hours of a client's watch cycle into seconds. Open watches end now."""
+        self._faults.watch_limit = seconds
+        self.end_watches()
+
+    def set_latency(self, seconds: float) -> None:
+        """Delay every request (and each watch's start) by `seconds`."""
+        self._faults.latency = seconds
+
+    def set_down(self, down: bool, *, refuse: bool = True) -> None:
+        """Take the server down: connections refused (`refuse`) or 503 for everything; open watches end."""
+        if not refuse:
+            self._faults.unavailable = down
+            self.end_watches()
+        elif down:
+            self.stop()
+        else:
+            self.start()
+
+    def force_conflicts(self, n: int) -> None:
+        """The next `n` updates (PUT or PATCH) fail with 409 Conflict."""
+        self._faults.force_conflicts(n)
+
+    # ---- the request log
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of the answered requests, oldest first."""
+        return self._requests.snapshot()
+
+    def request_counts(self) -> dict[str, int]:
+        """How many requests were answered, by "verb path" with the verb as the API server's audit log
+        names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
+        `{"list /apis/resource.k8s.io/v1/resourceslices": 1}`."""
+        return dict(Counter(f"{r.verb} {r.path}" for r in self._requests.snapshot()))
+
+    def clear_requests(self) -> None:
+        self._requests.clear()
