@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,11 +37,13 @@ from npu_plugin.config import (
     positive_seconds,
     resource_name_or_auto,
     safe_name,
+    template_names,
     threshold,
 )
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
 from npu_plugin.profiles import PROFILES
+from npu_plugin.vnpu import VnpuMode
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger(__name__)
@@ -286,6 +288,31 @@ def _add_backend_flags(parser: _Parser, default: BackendKind = BackendKind.AUTO)
     add("--dev-root", type=Path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live")
 
 
+def _add_vnpu_flags(parser: _Parser) -> None:
+    group = parser.add_flag_group("virtual NPUs")
+    group.add_argument(
+        "--vnpu",
+        type=one_of(VnpuMode),
+        default=VnpuMode.OFF,
+        metavar="{off,static,dynamic}",
+        help="off: whole NPUs only; static: also serve the vNPUs that exist; dynamic (DRA): also create them on demand",
+    )
+    group.add_argument(
+        "--vnpu-templates",
+        type=template_names,
+        metavar="LIST",
+        help="--vnpu dynamic: the templates to offer, a comma list like vir05_1c_16g",
+        shown_default="every template a chip offers",
+    )
+    group.add_argument(
+        "--fake-vnpu-state",
+        type=Path,
+        metavar="PATH",
+        help="fake backend: the simulated hardware's vNPUs and fault knobs (JSON)",
+        shown_default="<state dir>/fake-vnpu.json with serve, none (read-only) with inventory",
+    )
+
+
 def _add_log_flags(parser: _Parser, default_level: str = "info") -> None:
     group = parser.add_flag_group("logging")
     group.add_argument(
@@ -451,6 +478,7 @@ def _add_serve_flags(serve: _Parser) -> None:
     probes.add_argument(
         "--bind-address", type=address, default="0.0.0.0", metavar="ADDR", help="address of the two ports above"
     )
+    _add_vnpu_flags(serve)
     _add_log_flags(serve)
 
 
@@ -575,7 +603,7 @@ def _unrecognized(unknown: Sequence[str], flags: Sequence[str]) -> str:
 # ---- the commands
 
 
-def backend_options(args: argparse.Namespace) -> BackendOptions:
+def backend_options(args: argparse.Namespace, fake_vnpu_state: Path | None = None) -> BackendOptions:
     return BackendOptions(
         kind=args.backend,
         fake_inventory=args.fake_inventory,
@@ -583,12 +611,18 @@ def backend_options(args: argparse.Namespace) -> BackendOptions:
         npu_smi=args.npu_smi,
         dcmi_library=args.dcmi_library,
         dev_root=args.dev_root,
+        fake_vnpu_state=fake_vnpu_state,
     )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
     values = {f.name: getattr(args, f.name) for f in fields(Config) if f.name != "backend"}
-    return Config(backend=backend_options(args), **values)
+    config = Config(backend=backend_options(args, args.fake_vnpu_state), **values)
+    if config.vnpu is not VnpuMode.OFF and config.backend.uses_fake and config.fake_vnpu_state is None:
+        # The simulated hardware outlives the daemon, as real vNPUs do: next to the checkpoint.
+        state = config.dra_state_dir / "fake-vnpu.json"
+        config = replace(config, backend=replace(config.backend, fake_vnpu_state=state))
+    return config
 
 
 # Flags only DRA reads, and the two that device-plugin mode reads too when --cdi-enabled is given.
@@ -625,6 +659,13 @@ def _serve(args: argparse.Namespace) -> int:
             ", ".join(unused),
             config.mode,
             extra={"flags": unused},
+        )
+    if config.vnpu is not VnpuMode.OFF:
+        log.warning(
+            "--vnpu %s: vNPUs are not served yet in --mode %s; serving whole NPUs",
+            config.vnpu,
+            config.mode,
+            extra={"vnpu": config.vnpu.value},
         )
     return run_daemon(config)
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
 from npu_plugin.profiles import PROFILES
+from npu_plugin.vnpu import TEMPLATE_NAME, VnpuMode
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -128,6 +129,17 @@ def resource_name_or_auto(value: str) -> str:
     return value if value == "auto" else resource_name(value)
 
 
+def template_names(value: str) -> frozenset[str]:
+    """`--vnpu-templates`: a comma list of driver template names (`vir05_1c_16g,vir10_3c_32g`)."""
+    names = [name.strip() for name in value.split(",")]
+    for name in names:
+        if not TEMPLATE_NAME.fullmatch(name):
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a vNPU template name like vir05_1c_16g (a comma list of them)"
+            )
+    return frozenset(names)
+
+
 dns_subdomain = matching(DNS_SUBDOMAIN, "a DNS subdomain (lower-case letters, digits, '-' and '.')")
 resource_name = matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910, or auto")
 safe_name = matching(_SAFE_NAME, "made of letters, digits, '-', '_' and '.' (it becomes part of a file name)")
@@ -146,6 +158,7 @@ class BackendOptions:
     npu_smi: str = "npu-smi"
     dcmi_library: str | None = None
     dev_root: Path = Path("/dev")
+    fake_vnpu_state: Path | None = None  # the fake backend's simulated vNPU hardware
 
     def __post_init__(self) -> None:
         fake_given = self.fake_inventory is not None or self.fake_profile is not None
@@ -156,6 +169,8 @@ class BackendOptions:
             )
         if self.kind not in (BackendKind.FAKE, BackendKind.AUTO) and fake_given:
             raise ConfigError(f"--fake-inventory/--fake-profile only apply to --backend fake, not {self.kind}")
+        if self.fake_vnpu_state is not None and not self.uses_fake:
+            raise ConfigError(f"--fake-vnpu-state only applies to --backend fake, not {self.kind}")
 
     @property
     def uses_fake(self) -> bool:
@@ -196,9 +211,20 @@ class Config:
     bind_address: str = "0.0.0.0"
     log_level: str = "info"
     log_format: str = "text"
+    vnpu: VnpuMode = VnpuMode.OFF
+    vnpu_templates: frozenset[str] | None = None  # None: every template the chips offer
 
     def __post_init__(self) -> None:
         """Cross-flag checks the parser cannot do alone; ConfigError names the flag."""
+        if self.vnpu is VnpuMode.DYNAMIC and self.mode is Mode.DEVICE_PLUGIN:
+            raise ConfigError(
+                "--vnpu dynamic needs DRA (--mode dra or both); --mode device-plugin serves existing vNPUs only "
+                "(--vnpu static)"
+            )
+        if self.vnpu_templates is not None and self.vnpu is not VnpuMode.DYNAMIC:
+            raise ConfigError(
+                f"--vnpu-templates chooses what --vnpu dynamic creates; it is unused with --vnpu {self.vnpu}"
+            )
         if self.mode.serves_dra and not self.node_name:
             raise ConfigError(f"--node-name (or NODE_NAME) is required with --mode {self.mode}")
         if self.mode is Mode.BOTH and not self.dra_devices:
@@ -215,6 +241,10 @@ class Config:
     @property
     def dev_root(self) -> Path:
         return self.backend.dev_root
+
+    @property
+    def fake_vnpu_state(self) -> Path | None:
+        return self.backend.fake_vnpu_state
 
     @property
     def dra_state_dir(self) -> Path:

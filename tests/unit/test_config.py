@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.cli import config_from_args, env_name, parse_args
+from npu_plugin.cli import config_from_args, env_name, main, parse_args
 from npu_plugin.config import BackendKind, BackendOptions, Config, Mode, UnhealthyPolicy, check_paths
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
+from npu_plugin.vnpu import VnpuMode
 
 BASE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
 
@@ -46,6 +47,8 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--bind-address", "127.0.0.1", "bind_address", "127.0.0.1"),
     ("--log-level", "DEBUG", "log_level", "debug"),
     ("--log-format", "json", "log_format", "json"),
+    ("--vnpu", "static", "vnpu", VnpuMode.STATIC),
+    ("--fake-vnpu-state", "/tmp/hw.json", "fake_vnpu_state", Path("/tmp/hw.json")),
 ]
 SWITCHES = [("--mount-driver", "mount_driver"), ("--cdi-enabled", "cdi_enabled")]
 BACKEND_FLAGS: list[tuple[str, str, str, Any]] = [
@@ -117,6 +120,40 @@ def test_a_config_is_built_by_keywords_with_the_flags_defaults() -> None:
     assert BackendOptions(fake_profile="atlas-800t-a2").uses_fake
 
 
+@pytest.mark.parametrize(
+    ("argv", "environ", "templates"),
+    [
+        (["--vnpu-templates", "vir05_1c_16g, vir10_3c_32g"], {}, frozenset({"vir05_1c_16g", "vir10_3c_32g"})),
+        ([], {"NPU_PLUGIN_VNPU_TEMPLATES": "vir10_3c_16g_nm"}, frozenset({"vir10_3c_16g_nm"})),
+        ([], {}, None),
+    ],
+)
+def test_vnpu_templates_is_a_comma_list_of_names(
+    argv: list[str], environ: dict[str, str], templates: frozenset[str] | None
+) -> None:
+    dynamic = [*BASE, "--mode", "dra", "--node-name", "n1", "--vnpu", "dynamic"]
+    assert config([*dynamic, *argv], environ).vnpu_templates == templates
+
+
+@pytest.mark.parametrize(
+    ("argv", "state"),
+    [
+        ([], None),  # --vnpu off: no simulated vNPU hardware at all
+        (["--vnpu", "static"], Path("/var/lib/kubelet/plugins/npu.huawei.com/fake-vnpu.json")),
+        (["--vnpu", "static", "--state-dir", "/s"], Path("/s/fake-vnpu.json")),
+        (["--vnpu", "static", "--fake-vnpu-state", "/hw.json"], Path("/hw.json")),
+    ],
+)
+def test_the_fake_vnpu_state_defaults_to_the_state_dir(argv: list[str], state: Path | None) -> None:
+    assert config([*BASE, *argv]).fake_vnpu_state == state
+
+
+def test_vnpu_dynamic_in_device_plugin_mode_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--vnpu", "dynamic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("npu-plugin serve: error: --vnpu dynamic"), err
+
+
 def test_environment_names() -> None:
     assert env_name("mode") == "NPU_PLUGIN_MODE"
     assert env_name("health-failure-threshold") == "NPU_PLUGIN_HEALTH_FAILURE_THRESHOLD"
@@ -171,6 +208,9 @@ BAD_FLAGS = [
     ("--log-format", "xml"),
     ("--npu-smi", " "),
     ("--dra-devices", ""),
+    ("--vnpu", "partial"),
+    ("--vnpu-templates", "vir05_1c_16g,5c"),
+    ("--vnpu-templates", ""),
 ]
 
 
@@ -215,6 +255,9 @@ def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> Non
         ),
         (["serve", "--backend", "fake"], "--fake-inventory"),
         (["serve", "--backend", "dcmi", "--fake-profile", "atlas-800t-a2"], "--fake-inventory"),
+        (["serve", "--backend", "npu-smi", "--fake-vnpu-state", "/tmp/hw.json"], "--fake-vnpu-state"),
+        ([*BASE, "--vnpu", "dynamic"], "--vnpu dynamic needs DRA"),
+        ([*BASE, "--vnpu", "static", "--vnpu-templates", "vir05_1c_16g"], "--vnpu-templates"),
     ],
 )
 def test_cross_flag_checks_name_the_flag(argv: list[str], flag: str) -> None:
