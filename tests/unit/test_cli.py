@@ -268,3 +268,9 @@ def test_serve_with_vnpu_off_warns_about_nothing(tmp_path: Path, capsys: pytest.
     blocker.write_text("")
     assert main([*SERVE, "--dev-root", str(blocker / "dev")]) == 2
     assert "vNPU" not in capsys.readouterr().err
+
+
+def test_vnpu_dynamic_in_device_plugin_mode_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SERVE, "--vnpu", "dynamic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("npu-plugin serve: error: --vnpu dynamic"), err

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.cli import config_from_args, env_name, main, parse_args
+from npu_plugin.cli import config_from_args, env_name, parse_args
 from npu_plugin.config import BackendKind, BackendOptions, Config, Mode, UnhealthyPolicy, check_paths
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
@@ -146,12 +146,6 @@ def test_vnpu_templates_is_a_comma_list_of_names(
 )
 def test_the_fake_vnpu_state_defaults_to_the_state_dir(argv: list[str], state: Path | None) -> None:
     assert config([*BASE, *argv]).fake_vnpu_state == state
-
-
-def test_vnpu_dynamic_in_device_plugin_mode_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*BASE, "--vnpu", "dynamic"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("npu-plugin serve: error: --vnpu dynamic"), err
 
 
 def test_environment_names() -> None:
