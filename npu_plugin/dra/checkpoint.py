@@ -267,8 +267,9 @@ class CheckpointStore:
         """UIDs held as completed, read without the lock and without side effects (anything unreadable
         reads as none): atomic writes mean a reader always sees a whole file."""
         try:
-            checkpoint = Checkpoint.from_bytes(self.path.read_bytes())
-        except (OSError, CheckpointError):
+            data = self._read()
+            checkpoint = Checkpoint.from_bytes(data) if data is not None else Checkpoint(self.boot_id)
+        except CheckpointError:
             return set()
         return {uid for uid, entry in checkpoint.claims.items() if entry.state == PREPARE_COMPLETED}
 

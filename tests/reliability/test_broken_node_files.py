@@ -14,6 +14,7 @@ import os
 import shlex
 import shutil
 import stat
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -142,6 +143,35 @@ def test_a_full_state_dir_fails_the_claim_and_keeps_the_state(
     run_with_kubelet(workspace, fake_api, scenario)
     assert set(Checkpoint.from_bytes((state / "checkpoint.json").read_bytes()).claims) == {first.uid, second.uid}
     assert daemon.process.poll() is None
+
+
+def remount(daemon: DaemonProcess, path: Path, option: str) -> None:
+    """Remount `path`, a bind mount in the daemon's namespace, read-only or read-write (the daemon serves)."""
+    command = ["nsenter", "-t", str(daemon.pid), "-m", "mount", "-o", f"remount,bind,{option}", str(path)]
+    subprocess.run(command, check=True, capture_output=True, timeout=10)
+
+
+@needs_mounts
+def test_a_cdi_root_turning_read_only_fails_unprepare_clearly_and_keeps_the_claim(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    cdi = shlex.quote(str(workspace.cdi))
+    daemon = launch_daemon(*dra_args(workspace), wrapper=in_namespace(f"mount --bind {cdi} {cdi}"))
+    claim = plant_claim(fake_api, "held", None, [result("npu-1")])
+    spec = workspace.cdi_file(claim.uid)
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        remount(daemon, workspace.cdi, "ro")
+        expected = f"claim default/held: cannot remove CDI spec {spec}: Read-only file system (EROFS)"
+        assert await kubelet.unprepare([claim]) == {claim.uid: expected}
+        assert set(Checkpoint.from_bytes(workspace.checkpoint.read_bytes()).claims) == {claim.uid}
+        remount(daemon, workspace.cdi, "rw")
+        assert await kubelet.unprepare([claim]) == {claim.uid: ""}
+
+    run_with_kubelet(workspace, fake_api, scenario)
+    assert Checkpoint.from_bytes(workspace.checkpoint.read_bytes()).claims == {} and not spec.exists()
 
 
 def test_a_checkpoint_replaced_by_a_directory_while_serving_fails_each_claim_clearly(
