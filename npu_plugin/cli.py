@@ -1,11 +1,5 @@
-"""The `npu-plugin` command: every flag declared, parsed, validated and dispatched; the only place exit codes
-are decided.
-
-Every flag has an environment twin, `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed
-manifests' `NODE_NAME` and `POD_UID` for --node-name and --pod-uid). A few flags also read the names other
-Ascend DRA manifests use (`CDI_ROOT`, ...). Precedence: the command line, then the twin, then the alias,
-then the built-in default.
-"""
+"""The `npu-plugin` command: every flag declared (with its environment twin, see `flagparser`), parsed,
+validated and dispatched; the only place exit codes are decided."""
 
 from __future__ import annotations
 
@@ -16,9 +10,8 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, NoReturn
 
 from npu_plugin import __version__
 from npu_plugin.config import (
@@ -42,22 +35,13 @@ from npu_plugin.config import (
 )
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
+from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagParser, parser_class_for
 from npu_plugin.profiles import PROFILES
 from npu_plugin.vnpu import VnpuMode
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILURE = 0, 1
 log = logging.getLogger(__name__)
 
-# Twins the seed manifests already name.
-_TWIN_OVERRIDES = {"node-name": "NODE_NAME", "pod-uid": "POD_UID"}
-# Names other Ascend DRA manifests (openFuyao, mind-cluster) and kubectl use; read when the twin is unset.
-ENV_ALIASES: dict[str, tuple[str, ...]] = {
-    "cdi-root": ("CDI_ROOT",),
-    "kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
-    "kubelet-plugins-directory-path": ("KUBELET_PLUGINS_DIRECTORY_PATH",),
-    "healthcheck-port": ("HEALTHCHECK_PORT",),
-    "kubeconfig": ("KUBECONFIG",),
-}
 # What an operator can do about an OSError that stops the daemon.
 _REMEDIES = {
     errno.EACCES: "run as root or give the daemon write access",
@@ -65,9 +49,6 @@ _REMEDIES = {
     errno.EROFS: "mount it read-write or choose another path",
     errno.ENOSPC: "free some space",
 }
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
-_COMMAND_LINE = "the command line"
-
 # Flags of Ascend's own device plugin (mind-cluster), as a DaemonSet written for it passes them.
 _ASCEND_FLAGS = {
     "useAscendDocker": "use --device-injection runtime when Ascend Docker Runtime injects the device nodes, "
@@ -94,166 +75,10 @@ _ASCEND_FLAGS = {
 }
 
 
-def env_name(flag: str) -> str:
-    """The environment twin of `--flag`."""
-    return _TWIN_OVERRIDES.get(flag, "NPU_PLUGIN_" + flag.upper().replace("-", "_"))
-
-
-@dataclass(frozen=True, slots=True)
-class _BadEnvironment:
-    """A default taken from the environment that its flag's checker refused; reported after parsing."""
-
-    variable: str
-    value: str
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.variable}={self.value!r}: {self.problem}"
-
-
-class _Given(argparse.Action):
-    """Stores the value and records that the flag was given on the command line."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
-    ) -> None:
-        setattr(namespace, self.dest, values)
-        _record(namespace, self.option_strings)
-
-
-class _Switch(argparse.Action):
-    """`store_true` that records that the flag was given."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
-    ) -> None:
-        setattr(namespace, self.dest, True)
-        _record(namespace, self.option_strings)
-
-
-class _Append(argparse.Action):
-    """`append` whose first value on the command line replaces a default taken from the environment."""
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
-    ) -> None:
-        earlier = getattr(namespace, self.dest) if _flag_of(self.option_strings) in _given(namespace) else None
-        setattr(namespace, self.dest, [*(earlier or []), values])
-        _record(namespace, self.option_strings)
-
-
-def _flag_of(option_strings: Sequence[str]) -> str:
-    return next(s for s in option_strings if s.startswith("--"))
-
-
-def _given(namespace: argparse.Namespace) -> dict[str, str]:
-    given: dict[str, str] = getattr(namespace, "given", {})
-    return given
-
-
-def _record(namespace: argparse.Namespace, option_strings: Sequence[str]) -> None:
-    namespace.given = {**_given(namespace), _flag_of(option_strings): _COMMAND_LINE}
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with environment twins as defaults, help naming default and variable, and one-line errors.
-
-    Every long flag declared through it (its argument groups included) gets the same treatment, so a
-    sub-command declaring its own flags cannot forget its twins.
-    """
-
-    def __init__(self, *args: Any, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.environ = environ
-        self.flags: list[str] = []
-        self.from_environment: dict[str, str] = {}  # flag -> the variable that supplied its default
-        self.subcommands: dict[str, _Parser] = {}
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
-        return self._declare(super().add_argument, names, kwargs)
-
-    def add_flag_group(self, title: str, description: str | None = None) -> _FlagGroup:
-        return _FlagGroup(self, self.add_argument_group(title, description))
-
-    def _declare(
-        self, add: Callable[..., argparse.Action], names: tuple[str, ...], kwargs: dict[str, Any]
-    ) -> argparse.Action:
-        long = next((n for n in names if isinstance(n, str) and n.startswith("--")), None)
-        if long is None or kwargs.get("action") in ("help", "version"):
-            return add(*names, **kwargs)
-        self.flags.append(long)
-        flag = long[2:]
-        variables = (env_name(flag), *ENV_ALIASES.get(flag, ()))
-        if kwargs.get("action") not in (None, "store", "store_true", "append"):
-            raise TypeError(f"{long}: only store, store_true and append flags get environment twins")
-        switch = kwargs.get("action") == "store_true"
-        repeated = kwargs.get("action") == "append"
-        kwargs["action"] = _Switch if switch else _Append if repeated else _Given
-        shown = kwargs.pop("shown_default", "off" if switch else _shown(kwargs.get("default")))
-        kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
-        if switch:
-            kwargs.setdefault("default", False)
-        source = self._environment_source(variables)
-        if source is not None:
-            self.from_environment[long] = source
-            text = self.environ[source]
-            value = _environment_value(source, text, long if switch else None, kwargs.get("type"))
-            kwargs["default"] = [value] if repeated and not isinstance(value, _BadEnvironment) else value
-        return add(*names, **kwargs)
-
-    def _environment_source(self, variables: tuple[str, ...]) -> str | None:
-        twin, *aliases = variables
-        if twin in self.environ:
-            return twin
-        return next((alias for alias in aliases if self.environ.get(alias)), None)
-
-
-class _FlagGroup:
-    """An argument group whose flags get the parser's environment twins and help."""
-
-    def __init__(self, parser: _Parser, group: argparse._ArgumentGroup) -> None:
-        self._parser, self._group = parser, group
-
-    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
-        return self._parser._declare(self._group.add_argument, names, kwargs)
-
-
-def _shown(default: Any) -> str:
-    return "none" if default is None else str(default)
-
-
-def _help(description: str, shown: str, variables: tuple[str, ...]) -> str:
-    # Help strings are %-formatted by argparse.
-    env = " or ".join(variables)
-    default = "" if "default" in description else f"default: {shown}; "
-    return f"{description} ({default}env: {env})".replace("%", "%%")
-
-
-def _environment_value(
-    variable: str, text: str, switch: str | None, convert: Callable[[str], Any] | None
-) -> Any | _BadEnvironment:
-    """The default `variable` gives a flag: converted by the flag's checker, or the reason it is refused."""
-    if switch is not None:
-        word = text.strip().lower()
-        if word not in _TRUE | _FALSE:
-            return _BadEnvironment(variable, text, f"{switch} takes true or false")
-        return word in _TRUE
-    try:
-        return convert(text) if convert is not None else text
-    except (argparse.ArgumentTypeError, ValueError) as error:
-        return _BadEnvironment(variable, text, str(error))
-
-
 # ---- the flags
 
 
-def _add_backend_flags(parser: _Parser, default: BackendKind = BackendKind.AUTO) -> None:
+def _add_backend_flags(parser: FlagParser, default: BackendKind = BackendKind.AUTO) -> None:
     group = parser.add_flag_group("discovery", "where the NPUs are read from")
     add = group.add_argument
     add(
@@ -288,7 +113,7 @@ def _add_backend_flags(parser: _Parser, default: BackendKind = BackendKind.AUTO)
     add("--dev-root", type=Path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live")
 
 
-def _add_vnpu_flags(parser: _Parser) -> None:
+def _add_vnpu_flags(parser: FlagParser) -> None:
     group = parser.add_flag_group("virtual NPUs")
     group.add_argument(
         "--vnpu",
@@ -313,7 +138,7 @@ def _add_vnpu_flags(parser: _Parser) -> None:
     )
 
 
-def _add_log_flags(parser: _Parser, default_level: str = "info") -> None:
+def _add_log_flags(parser: FlagParser, default_level: str = "info") -> None:
     group = parser.add_flag_group("logging")
     group.add_argument(
         "--log-level",
@@ -331,7 +156,7 @@ def _add_log_flags(parser: _Parser, default_level: str = "info") -> None:
     )
 
 
-def _add_serve_flags(serve: _Parser) -> None:
+def _add_serve_flags(serve: FlagParser) -> None:
     what = serve.add_flag_group("what to serve")
     what.add_argument(
         "--mode",
@@ -482,7 +307,7 @@ def _add_serve_flags(serve: _Parser) -> None:
     _add_log_flags(serve)
 
 
-def _add_inventory_flags(inventory: _Parser) -> None:
+def _add_inventory_flags(inventory: FlagParser) -> None:
     _add_backend_flags(inventory)
     output = inventory.add_flag_group("output")
     output.add_argument(
@@ -513,7 +338,7 @@ def _add_inventory_flags(inventory: _Parser) -> None:
     _add_log_flags(inventory)
 
 
-def _add_simulate_flags(simulate: _Parser) -> None:
+def _add_simulate_flags(simulate: FlagParser) -> None:
     what = simulate.add_flag_group("what to simulate")
     what.add_argument(
         "--mode",
@@ -533,24 +358,14 @@ def _add_simulate_flags(simulate: _Parser) -> None:
     _add_log_flags(simulate, "error")
 
 
-def _parser_class(environ: Mapping[str, str]) -> type[_Parser]:
-    """`_Parser` bound to `environ`, for argparse to build the sub-command parsers with."""
-
-    class Parser(_Parser):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, environ=environ, **kwargs)
-
-    return Parser
-
-
-def build_parser(environ: Mapping[str, str]) -> _Parser:
-    parser_class = _parser_class(environ)
+def build_parser(environ: Mapping[str, str]) -> FlagParser:
+    parser_class = parser_class_for(environ)
     parser = parser_class(prog="npu-plugin", description="Huawei Ascend NPUs for Kubernetes: Device Plugin and DRA.")
     parser.add_argument("--version", action="version", version=f"npu-plugin {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
 
-    def command(name: str, help_text: str, add_flags: Callable[[_Parser], None] | None = None) -> _Parser:
-        sub: _Parser = commands.add_parser(name, help=help_text, description=help_text)
+    def command(name: str, help_text: str, add_flags: Callable[[FlagParser], None] | None = None) -> FlagParser:
+        sub: FlagParser = commands.add_parser(name, help=help_text, description=help_text)
         parser.subcommands[name] = sub
         if add_flags is not None:
             add_flags(sub)
@@ -583,7 +398,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     sub = parser.subcommands[args.command]
     if unknown:
         sub.error(_unrecognized(unknown, sub.flags))
-    if bad := [value for value in vars(args).values() if isinstance(value, _BadEnvironment)]:
+    if bad := [value for value in vars(args).values() if isinstance(value, BadEnvironment)]:
         sub.error(str(bad[0]))
     args.given = {**sub.from_environment, **getattr(args, "given", {})}
     return args
