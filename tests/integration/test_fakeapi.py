@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -22,6 +23,7 @@ import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from npu_plugin.sim import fakeapi
 from tests.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
@@ -300,7 +302,7 @@ def test_delete_collection_by_field_selector(api: FakeKubeAPI, kube: Kube) -> No
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
-def raw(api: FakeKubeAPI, method: str, path: str, body: object = None) -> tuple[int, Any, dict[str, Any]]:
+def raw(api: fakeapi.FakeKubeAPI, method: str, path: str, body: object = None) -> tuple[int, Any, dict[str, Any]]:
     """One plain HTTP request, as a daemon sending hand-built JSON would make it."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
@@ -816,6 +818,94 @@ def test_unknown_path_is_404_and_wrong_method_405(api: FakeKubeAPI) -> None:
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request)
     assert caught.value.code == 405
+
+
+# ---- fault injection added for the daemon's informer, and the request log
+
+
+def test_a_watch_asking_for_bookmarks_gets_one_as_its_timeout_ends(api: FakeKubeAPI) -> None:
+    start = api.resource_version
+    created = api.put_object("ResourceSlice", slice_body())
+    _, events = _raw_watch(api, f"watch=1&allowWatchBookmarks=true&resourceVersion={start}&timeoutSeconds=1")
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    assert events[1]["object"]["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_answer_next_sends_any_status_headers_and_body_to_the_matching_verb(api: FakeKubeAPI) -> None:
+    api.answer_next(1, "GET /api/v1/nodes/", status=429, body=b"slow down", headers={"Retry-After": "7"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{api.url}/api/v1/nodes/{NODE}")
+    assert (caught.value.code, caught.value.headers["Retry-After"], caught.value.read()) == (429, "7", b"slow down")
+    caught.value.close()
+    api.answer_next(1, "WATCH ")
+    assert raw(api, "GET", f"{SLICES}")[0] == 200, "a LIST is not a WATCH"
+    with urllib.request.urlopen(f"{api.url}{SLICES}?watch=1") as response:
+        assert response.read() == b"<html><body>502 Bad Gateway</body></html>"
+    assert raw(api, "GET", f"/api/v1/nodes/{NODE}")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("fault", "last_line"),
+    [
+        ("garbage", b"<html><body>502 Bad Gateway</body></html>\n"),
+        ("error-event", b'"code": 410'),
+        ("version-backwards", b'"resourceVersion": "1"'),
+    ],
+)
+def test_break_next_watch(api: FakeKubeAPI, fault: str, last_line: bytes) -> None:
+    api.put_object("ResourceSlice", slice_body())
+    api.break_next_watch(fault)
+    with urllib.request.urlopen(f"{api.url}{SLICES}?watch=1&timeoutSeconds=5") as response:
+        lines = list(response)
+    assert [json.loads(line)["type"] for line in lines[:-1]] == ["ADDED"]
+    assert last_line in lines[-1]
+
+
+def test_a_watch_reset_mid_event_cuts_the_connection_inside_a_line(api: FakeKubeAPI) -> None:
+    api.break_next_watch("reset-mid-event")
+    with (
+        pytest.raises(http.client.IncompleteRead),
+        urllib.request.urlopen(f"{api.url}{SLICES}?watch=1&resourceVersion={api.resource_version}") as response,
+    ):
+        response.read()
+
+
+def test_limit_watches_ends_open_watches_and_caps_new_ones(api: FakeKubeAPI) -> None:
+    api.limit_watches(0.2)
+    began = time.monotonic()
+    _raw_watch(api, f"watch=1&resourceVersion={api.resource_version}&timeoutSeconds=600")
+    assert time.monotonic() - began < 5
+
+
+def test_request_counts_name_verbs_as_the_audit_log_does(api: FakeKubeAPI) -> None:
+    created = api.put_object("ResourceSlice", slice_body())
+    name = created["metadata"]["name"]
+    api.clear_requests()
+    raw(api, "GET", SLICES)
+    raw(api, "GET", f"{SLICES}/{name}")
+    _raw_watch(api, f"watch=true&resourceVersion={api.resource_version}&timeoutSeconds=0")
+    raw(api, "DELETE", f"{SLICES}/{name}")
+    raw(api, "DELETE", SLICES)
+    assert api.request_counts() == {
+        f"list {SLICES}": 1,
+        f"get {SLICES}/{name}": 1,
+        f"watch {SLICES}": 1,
+        f"delete {SLICES}/{name}": 1,
+        f"deletecollection {SLICES}": 1,
+    }
+
+
+def test_the_small_server_refuses_selectors_it_does_not_serve() -> None:
+    with fakeapi.FakeKubeAPI() as small:
+        small.add_node(NODE)
+        small.put_object("ResourceSlice", slice_body())
+        small.put_object("ResourceSlice", slice_body(node="node-b"))
+        listed = raw(small, "GET", f"{SLICES}?fieldSelector=spec.nodeName%3D{NODE}")[2]
+        assert [item["spec"]["nodeName"] for item in listed["items"]] == [NODE]
+        code, _, status = raw(small, "GET", f"{SLICES}?labelSelector=a%3Db")
+        assert (code, status["message"]) == (400, "label selectors are not served by this fake API server")
+        code, _, status = raw(small, "GET", f"{SLICES}?fieldSelector=spec.driver!%3Dx")
+        assert code == 400
 
 
 # ---- running as a process

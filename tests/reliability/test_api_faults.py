@@ -2,6 +2,10 @@
 a 2 s slow server. Prepare fails per claim (the kubelet retries) or succeeds; nothing half-done stays
 behind; publishing retries with back-off; everything converges when the API recovers.
 
+Then bodies that are not what was asked for (non-JSON answers to the Node GET, the slice LIST and a claim
+GET), broken watch streams (garbage, an ERROR event, a cut mid-event, a resourceVersion going
+backwards), 429 with Retry-After, and an idle daemon's requests, all counted from the fake API's log.
+
 test_dra_api_faults covers publishing alone (500s at start, a conflict storm, outages, 0.3 s latency)."""
 
 from __future__ import annotations
