@@ -97,6 +97,19 @@ def default_id_range(physical_id: int, device_type: str) -> tuple[int, int]:
     return (first, first + (7 if device_type == "Ascend310P" else 15))
 
 
+def static_only_reason(device_type: str, chips_on_card: int) -> str | None:
+    """Why Huawei's support matrix allows only existing (static) vNPUs on a chip; None where the driver may also
+    create and destroy them on demand: the 910B and 910C families, and 310P chips alone on their card (Atlas 300I
+    Pro, 300V, 300V Pro). A 310P card with two dies is an Atlas 300I Duo."""
+    if device_type in ("Ascend910B", "Ascend910C") or (device_type == "Ascend310P" and chips_on_card == 1):
+        return None
+    if device_type == "Ascend310P":
+        return "Atlas 300I Duo (two 310P dies per card) supports static vNPUs only"
+    if device_type == "Ascend910":
+        return "Ascend 910 (910A) supports static vNPUs only"
+    return f"{device_type} has no vNPUs"
+
+
 def counter_totals(chip: ChipVnpu) -> dict[str, Decimal]:
     """The chip's counter set: AI cores, every other reported resource with a total above 0, and vNPU ids.
 

@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 def open_backend(options: BackendOptions) -> Backend:
     """The backend `options` name; `auto` with a fake inventory or profile given means the fake backend."""
     if options.uses_fake:
-        return FakeBackend(options.fake_inventory, options.fake_profile)
+        return FakeBackend(
+            options.fake_inventory, options.fake_profile, vnpu_state=options.fake_vnpu_state, dev_root=options.dev_root
+        )
     if options.kind is BackendKind.DCMI:
         return _dcmi(options.dcmi_library)
     if options.kind is BackendKind.NPU_SMI:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 
 import pytest
 import yaml
 
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import InventoryFileError
-from npu_plugin.inventory_file import inventory_document, parse_inventory
-from npu_plugin.profiles import PROFILES, profile_devices
+from npu_plugin.inventory_file import inventory_document, parse_inventory, parse_inventory_file
+from npu_plugin.profiles import PROFILES, profile_devices, profile_inventory
 from npu_plugin.quantity import format_bytes, parse_bytes
+from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 
 SOURCE = "inv.yaml"
 GOOD = "  - physicalId: 0\n    chipName: 910B3\n"
@@ -162,3 +164,166 @@ def test_parse_bytes_rejects(value: object) -> None:
 def test_format_bytes(count: int, text: str) -> None:
     assert format_bytes(count) == text
     assert parse_bytes(text) == count
+
+
+# ---- the `vnpu:` block
+
+VNPU_ENTRY = """devices:
+  - physicalId: 1
+    chipName: 910B3
+    vnpu:
+      mode: container
+      dynamic: true
+      idRange: [116, 131]
+      resources: {aicore: 20, aicpu: 7, vpc: 9, venc: 0, vdec: 2, jpegd: 24, jpege: 4}
+      templates:
+        - {name: vir05_1c_16g, aicore: 5, memory: 16Gi, aicpu: 1, vpc: 2, venc: 0, vdec: 0, jpegd: 6, jpege: 1}
+        - {name: vir10_3c_32g, aicore: 10, memory: 32Gi, aicpu: 3, vpc: 4, vdec: 1, jpegd: 12, jpege: 2, pngd: 1.5}
+      existing: [{vnpuId: 116, template: vir05_1c_16g}]
+"""
+
+
+def vnpu_entry(old: str, new: str) -> str:
+    assert old in VNPU_ENTRY
+    return VNPU_ENTRY.replace(old, new)
+
+
+def test_the_vnpu_block_is_read() -> None:
+    inventory = parse_inventory_file(VNPU_ENTRY, SOURCE)
+    assert inventory.vnpu == {
+        1: ChipVnpu(
+            physical_id=1,
+            mode=ChipMode.CONTAINER,
+            totals={k: Decimal(v) for k, v in {"aicore": 20, "aicpu": 7, "vpc": 9, "venc": 0, "vdec": 2}.items()}
+            | {"jpegd": Decimal(24), "jpege": Decimal(4)},
+            templates=(
+                VnpuTemplate(
+                    "vir05_1c_16g",
+                    5,
+                    16 * 2**30,
+                    {"aicpu": Decimal(1), "vpc": Decimal(2), "jpegd": Decimal(6), "jpege": Decimal(1)},
+                ),
+                VnpuTemplate(
+                    "vir10_3c_32g",
+                    10,
+                    32 * 2**30,
+                    {
+                        "aicpu": Decimal(3),
+                        "vpc": Decimal(4),
+                        "vdec": Decimal(1),
+                        "jpegd": Decimal(12),
+                        "jpege": Decimal(2),
+                        "pngd": Decimal("1.5"),
+                    },
+                ),
+            ),
+            id_range=(116, 131),
+            dynamic_supported=True,
+            vnpus=(Vnpu(1, 116, "vir05_1c_16g"),),
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "dynamic", "id_range"),
+    [
+        ("devices:\n  - {physicalId: 2, chipName: 910B3, vnpu: {resources: {aicore: 20}}}\n", True, (132, 147)),
+        ("devices:\n  - {physicalId: 1, chipName: '910', vnpu: {resources: {aicore: 32}}}\n", False, (116, 131)),
+        ("devices:\n  - {physicalId: 1, chipName: 310P3, vnpu: {resources: {aicore: 8}}}\n", True, (116, 123)),
+        (  # two dies on card 0: an Atlas 300I Duo
+            "devices:\n  - {physicalId: 0, chipName: 310P3, vnpu: {resources: {aicore: 8}}}\n"
+            "  - {physicalId: 1, cardId: 0, chipId: 1, chipName: 310P3}\n",
+            False,
+            (100, 107),
+        ),
+    ],
+)
+def test_vnpu_defaults_follow_the_family(text: str, dynamic: bool, id_range: tuple[int, int]) -> None:
+    [chip] = parse_inventory_file(text, SOURCE).vnpu.values()
+    assert (chip.mode, chip.dynamic_supported, chip.id_range, chip.templates, chip.vnpus) == (
+        ChipMode.CONTAINER,
+        dynamic,
+        id_range,
+        (),
+        (),
+    )
+
+
+VNPU_MALFORMED = [
+    (vnpu_entry("mode: container", "mode: docker"), 5, "vnpu.mode", "expected one of container, vm, unsupported"),
+    (vnpu_entry("dynamic: true", "dynamic: yes please"), 6, "vnpu.dynamic", "expected true or false"),
+    (vnpu_entry("idRange: [116, 131]", "idRange: [131, 116]"), 7, "vnpu.idRange", "first <= last"),
+    (vnpu_entry("idRange: [116, 131]", "idRange: [116, 65535]"), 7, "vnpu.idRange", "last < 65535"),
+    (vnpu_entry("idRange: [116, 131]", "idRange: 116"), 7, "vnpu.idRange", "expected [first, last]"),
+    (vnpu_entry("resources: {aicore: 20,", "resources: {"), 8, "vnpu.resources.aicore", "required"),
+    (vnpu_entry("vpc: 9,", "vpc: -9,"), 8, "vnpu.resources.vpc", "number >= 0"),
+    (vnpu_entry("vpc: 9,", "hbm: 9,"), 8, "vnpu.resources.hbm", "unknown field"),
+    (
+        vnpu_entry("      resources: {aicore: 20, aicpu: 7, vpc: 9, venc: 0, vdec: 2, jpegd: 24, jpege: 4}\n", ""),
+        5,  # the block's first line
+        "vnpu.resources",
+        "required",
+    ),
+    (
+        "devices:\n  - {physicalId: 0, chipName: 910B3, vnpu: {resources: {aicore: 20}, templates: 3}}\n",
+        2,
+        "vnpu.templates",
+        "expected a list",
+    ),
+    (
+        vnpu_entry("        - {name: vir05_1c_16g,", "        - 7\n        - {name: vir05_1c_16g,"),
+        10,
+        "vnpu.templates[0]",
+        "expected a mapping",
+    ),
+    (vnpu_entry("{name: vir05_1c_16g, aicore: 5,", "{name: vir05_1c_16g,"), 10, "vnpu.templates[0].aicore", "required"),
+    (vnpu_entry("aicore: 10, memory: 32Gi", "aicore: 10, memory: 32GB"), 11, "vnpu.templates[1].memory", "64Gi"),
+    (vnpu_entry("pngd: 1.5", "pngd: .nan"), 11, "vnpu.templates[1].pngd", "number >= 0"),
+    (vnpu_entry("pngd: 1.5", "hbm: 1"), 11, "vnpu.templates[1].hbm", "unknown field"),
+    (vnpu_entry("name: vir10_3c_32g", "name: vir05_1c_16g"), 11, "vnpu.templates[1].name", "given twice"),
+    (vnpu_entry("vnpuId: 116,", "vnpuId: 99,"), 12, "vnpu.existing[0].vnpuId", "outside the chip's idRange"),
+    (vnpu_entry("template: vir05_1c_16g}]", "template: vir07}]"), 12, "vnpu.existing[0].template", "not among"),
+    (
+        vnpu_entry(
+            "existing: [{vnpuId: 116, template: vir05_1c_16g}]",
+            "existing:\n        - {vnpuId: 116, template: vir05_1c_16g}\n"
+            "        - {vnpuId: 116, template: vir10_3c_32g}",
+        ),
+        14,
+        "vnpu.existing[1].vnpuId",
+        "116 given twice",
+    ),
+    (vnpu_entry("existing: [{vnpuId: 116,", "existing: [{id: 116,"), 12, "vnpu.existing[0].id", "unknown field"),
+    ("devices:\n  - {physicalId: 0, chipName: 910B3, vnpu: [1]}\n", 2, "vnpu", "expected a mapping"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "problem"), VNPU_MALFORMED, ids=[m[2] + ": " + m[3] for m in VNPU_MALFORMED]
+)
+def test_a_malformed_vnpu_block_names_file_line_and_field(text: str, line: int, field: str, problem: str) -> None:
+    with pytest.raises(InventoryFileError) as raised:
+        parse_inventory_file(text, SOURCE)
+    message = str(raised.value)
+    assert message.startswith(f"{SOURCE}:{line}: devices[0].{field}: "), message
+    assert problem in message, message
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("dump", [yaml.safe_dump, json.dumps])
+def test_profiles_round_trip_with_their_vnpu_blocks(profile: str, dump: object) -> None:
+    inventory = profile_inventory(profile)
+    text = dump(inventory_document(inventory.devices, inventory.vnpu))  # type: ignore[operator]
+    assert parse_inventory_file(text, SOURCE) == inventory
+
+
+def test_the_vnpu_block_round_trips_with_existing_vnpus_and_fractions() -> None:
+    inventory = parse_inventory_file(VNPU_ENTRY, SOURCE)
+    assert (
+        parse_inventory_file(yaml.safe_dump(inventory_document(inventory.devices, inventory.vnpu)), SOURCE) == inventory
+    )
+
+
+def test_without_vnpu_facts_the_document_has_no_vnpu_block() -> None:
+    inventory = profile_inventory("atlas-800t-a2")
+    assert all("vnpu" not in record for record in inventory_document(inventory.devices)["devices"])
