@@ -126,47 +126,33 @@ def _atlas_800_9000() -> Inventory:
     return _with_vnpus(devices, _910_32G, _910_TOTALS)
 
 
-def _atlas_300i_duo() -> Inventory:
-    devices = [
+def _310p3_cards(chips: int, chips_per_card: int, bus_stride: int) -> list[Device]:
+    return [
         Device(
             physical_id=i,
             chip_name="310P3",
             device_type="Ascend310P",
             logic_id=i,
-            card_id=i // 2,
-            chip_id=i % 2,
+            card_id=i // chips_per_card,
+            chip_id=i % chips_per_card,
             memory=24 * GiB,
             ai_core=8,
             numa_node=0,
-            pci_bus_id=f"0000:{0x01 + (i // 2) * 0x80:02x}:00.{i % 2}",
-            topology_group=f"card-{i // 2}",
+            pci_bus_id=f"0000:{0x01 + (i // chips_per_card) * bus_stride:02x}:00.{i % chips_per_card}",
+            topology_group=f"card-{i // chips_per_card}",
             driver_version="24.1.rc1",
             health=Health.OK,
         )
-        for i in range(4)
+        for i in range(chips)
     ]
-    return _with_vnpus(devices, _310P_24G, _310P3_TOTALS)
+
+
+def _atlas_300i_duo() -> Inventory:
+    return _with_vnpus(_310p3_cards(4, chips_per_card=2, bus_stride=0x80), _310P_24G, _310P3_TOTALS)
 
 
 def _atlas_300i_pro() -> Inventory:
-    devices = [
-        Device(
-            physical_id=i,
-            chip_name="310P3",
-            device_type="Ascend310P",
-            logic_id=i,
-            card_id=i,
-            memory=24 * GiB,
-            ai_core=8,
-            numa_node=0,
-            pci_bus_id=f"0000:{0x01 + i * 0x40:02x}:00.0",
-            topology_group=f"card-{i}",
-            driver_version="24.1.rc1",
-            health=Health.OK,
-        )
-        for i in range(4)
-    ]
-    return _with_vnpus(devices, _310P_24G, _310P3_TOTALS)
+    return _with_vnpus(_310p3_cards(4, chips_per_card=1, bus_stride=0x40), _310P_24G, _310P3_TOTALS)
 
 
 PROFILES: dict[str, Callable[[], Inventory]] = {
