@@ -16,6 +16,8 @@ from pathlib import Path
 from npu_plugin import __version__
 from npu_plugin.config import (
     DEFAULT_DRIVER,
+    DNS_SUBDOMAIN,
+    RESOURCE_NAME,
     BackendKind,
     BackendOptions,
     Config,
@@ -24,6 +26,7 @@ from npu_plugin.config import (
     address,
     among,
     dns_subdomain,
+    matching,
     non_empty,
     one_of,
     port,
@@ -36,6 +39,9 @@ from npu_plugin.config import (
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
 from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagParser, parser_class_for
+from npu_plugin.migrate.command import STDIO
+from npu_plugin.migrate.command import run as run_migrate
+from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES
 from npu_plugin.profiles import PROFILES
 from npu_plugin.vnpu import VnpuMode
 
@@ -338,6 +344,54 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
     _add_log_flags(inventory)
 
 
+def _add_migrate_flags(migrate: FlagParser) -> None:
+    migrate.add_argument(
+        "-f",
+        "--filename",
+        default=STDIO,
+        metavar="FILE|DIR",
+        help="manifests to read: a file, a directory (every *.yaml, *.yml, *.json below it) or - for stdin (default -)",
+    )
+    migrate.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE|DIR",
+        help="where to write: a file (replaced atomically), a directory receiving the migrated copy of "
+        "-f DIR, or - for stdout (default -)",
+    )
+    migrate.add_argument(
+        "--in-place",
+        action="store_true",
+        help="rewrite the input files themselves, only those that change (default off)",
+    )
+    migrate.add_argument(
+        "--resource-name",
+        action="append",
+        metavar="NAME",
+        type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
+        help=f"extended resource to migrate; repeat for several (default all of {', '.join(KNOWN_RESOURCE_NAMES)})",
+    )
+    migrate.add_argument(
+        "--device-class",
+        metavar="NAME",
+        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
+        help="DeviceClass every generated claim asks for (default per resource name: "
+        + ", ".join(f"{name} -> {cls}" for name, cls in RESOURCE_DEVICE_CLASSES.items())
+        + ")",
+    )
+    migrate.add_argument(
+        "--same-topology-group",
+        action="store_true",
+        help="claims for more than one NPU must come from one HCCS topology group (default off)",
+    )
+    migrate.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; list what would change and exit 1 if anything would or NPU requests would "
+        "be left behind (default off)",
+    )
+
+
 def _add_simulate_flags(simulate: FlagParser) -> None:
     what = simulate.add_flag_group("what to simulate")
     what.add_argument(
@@ -364,8 +418,13 @@ def build_parser(environ: Mapping[str, str]) -> FlagParser:
     parser.add_argument("--version", action="version", version=f"npu-plugin {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
 
-    def command(name: str, help_text: str, add_flags: Callable[[FlagParser], None] | None = None) -> FlagParser:
-        sub: FlagParser = commands.add_parser(name, help=help_text, description=help_text)
+    def command(
+        name: str,
+        help_text: str,
+        add_flags: Callable[[FlagParser], None] | None = None,
+        description: str | None = None,
+    ) -> FlagParser:
+        sub: FlagParser = commands.add_parser(name, help=help_text, description=description or help_text)
         parser.subcommands[name] = sub
         if add_flags is not None:
             add_flags(sub)
@@ -373,10 +432,12 @@ def build_parser(environ: Mapping[str, str]) -> FlagParser:
 
     command("serve", "run the daemon", _add_serve_flags).set_defaults(func=_serve)
     command("inventory", "print what discovery finds", _add_inventory_flags).set_defaults(func=_inventory)
-    from npu_plugin.migrate.command import add_parser as add_migrate
-
-    add_migrate(commands)  # type: ignore[arg-type]
-    parser.subcommands["migrate"] = commands.choices["migrate"]
+    command(
+        "migrate",
+        "rewrite workloads from NPU extended-resource limits to DRA claims",
+        _add_migrate_flags,
+        description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
+    ).set_defaults(func=run_migrate)
     command("simulate", "the whole flow on this machine, no cluster needed", _add_simulate_flags).set_defaults(
         func=_simulate
     )

@@ -1,4 +1,4 @@
-"""The `npu-plugin migrate` sub-command: flags, reading the input, writing the output atomically."""
+"""The `npu-plugin migrate` sub-command, its flags declared in cli.py: read the input, write the output atomically."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from npu_plugin.atomic import write_atomic
-from npu_plugin.config import DNS_SUBDOMAIN, RESOURCE_NAME, matching
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES, Options
+from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, Options
 
 if TYPE_CHECKING:
     from npu_plugin.migrate.transform import Result
@@ -21,61 +20,6 @@ STDIO = "-"
 SUFFIXES = (".yaml", ".yml", ".json")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LEFT_BEHIND = 0, 1, 2, 3
 _PROG = "npu-plugin migrate"
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `migrate` and its flags."""
-    parser = subparsers.add_parser(
-        "migrate",
-        help="rewrite workloads from NPU extended-resource limits to DRA claims",
-        description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
-    )
-    parser.add_argument(
-        "-f",
-        "--filename",
-        default=STDIO,
-        metavar="FILE|DIR",
-        help="manifests to read: a file, a directory (every *.yaml, *.yml, *.json below it) or - for stdin (default -)",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE|DIR",
-        help="where to write: a file (replaced atomically), a directory receiving the migrated copy of "
-        "-f DIR, or - for stdout (default -)",
-    )
-    parser.add_argument(
-        "--in-place",
-        action="store_true",
-        help="rewrite the input files themselves, only those that change (default off)",
-    )
-    parser.add_argument(
-        "--resource-name",
-        action="append",
-        metavar="NAME",
-        type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
-        help=f"extended resource to migrate; repeat for several (default all of {', '.join(KNOWN_RESOURCE_NAMES)})",
-    )
-    parser.add_argument(
-        "--device-class",
-        metavar="NAME",
-        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
-        help="DeviceClass every generated claim asks for (default per resource name: "
-        + ", ".join(f"{name} -> {cls}" for name, cls in RESOURCE_DEVICE_CLASSES.items())
-        + ")",
-    )
-    parser.add_argument(
-        "--same-topology-group",
-        action="store_true",
-        help="claims for more than one NPU must come from one HCCS topology group (default off)",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; list what would change and exit 1 if anything would or NPU requests would "
-        "be left behind (default off)",
-    )
-    parser.set_defaults(func=run)
 
 
 class _UsageError(Exception):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.migrate.command import add_parser, run
+from npu_plugin.cli import parse_args
+from npu_plugin.migrate.command import run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
 REPO = Path(__file__).resolve().parents[2]
@@ -23,9 +24,7 @@ BAD = (
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="npu-plugin")
-    add_parser(parser.add_subparsers())
-    return parser.parse_args(["migrate", *argv])
+    return parse_args(["migrate", *argv], {})
 
 
 def golden(case: str, suffix: str) -> str:

@@ -18,8 +18,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from npu_plugin.cli import parse_args
 from npu_plugin.migrate import migrate_text
-from npu_plugin.migrate.command import add_parser, run
+from npu_plugin.migrate.command import run
 from npu_plugin.migrate.workloads import BUILT_IN_GROUPS, group_kind, objects, workloads
 from npu_plugin.migrate.yamlstream import load, split_documents
 
@@ -122,9 +123,7 @@ def test_migrating_the_output_changes_nothing(case: str) -> None:
 
 
 def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="npu-plugin")
-    add_parser(parser.add_subparsers())
-    return parser.parse_args(["migrate", *argv])
+    return parse_args(["migrate", *argv], {})
 
 
 @pytest.mark.parametrize("case", CASES)
