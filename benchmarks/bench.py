@@ -147,6 +147,8 @@ async def interleaved(
             call[name] = partial(pb_grpc.DevicePluginStub(channel).Allocate, request)
         for name, path in echo_sockets.items():
             floor = await stack.enter_async_context(grpc.aio.insecure_channel(f"unix://{path}"))
+            # The socket file appears at bind, a moment before the server listens: connect first.
+            await asyncio.wait_for(floor.channel_ready(), 30)
             echo: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = floor.unary_unary(ECHO_METHOD)
             call[name] = partial(echo, request.SerializeToString())
         names = list(call)
