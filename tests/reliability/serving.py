@@ -68,7 +68,6 @@ def serving(log_dir: Path) -> Iterator[Served]:
         pod_resources(workspace.root / "pr" / "kubelet.sock"),
     ):
         try:
-            (workspace.root / "dp").mkdir(exist_ok=True)  # the kubelet's directory, which serve waits for
             daemon = daemons(*both_args(workspace))
             sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]
             wait_until(lambda: all(s.exists() for s in sockets), 20, "the daemon's three sockets")
