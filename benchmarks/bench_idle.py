@@ -90,7 +90,8 @@ async def start(stack: contextlib.AsyncExitStack, work: Path, mode: str) -> Subj
         kubelet = await stack.enter_async_context(kubelet_at(work / "dp"))
         argv += ["--device-plugin-path", str(work / "dp")]
     if mode != "device-plugin":
-        api = stack.enter_context(FakeKubeAPI())
+        api = FakeKubeAPI()  # entered apart: __enter__ is typed as the simulators' smaller server
+        stack.enter_context(api)
         api.add_node(NODE)
         api.write_kubeconfig(work / "kubeconfig")
         dra = DraKubeletSimulator(work / "reg", node_name=NODE, api_url=api.url, scan_interval=0.5)
