@@ -8,8 +8,10 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
+from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.npusmi_parse import (
     MappingRow,
     TopologyMatrix,
@@ -19,10 +21,26 @@ from npu_plugin.backends.npusmi_parse import (
     parse_mapping,
     parse_topology,
 )
+from npu_plugin.backends.npusmi_vnpu_parse import (
+    CREATE_VNPU,
+    DESTROY_VNPU,
+    SetOutcome,
+    info_vnpu_refusal,
+    parse_create_vnpu,
+    parse_destroy_vnpu,
+    parse_info_vnpu,
+    parse_template_info,
+    parse_vnpu_mode,
+)
 from npu_plugin.device import Device, Health
-from npu_plugin.errors import BackendError
+from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
+from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, default_id_range, static_only_reason
 
 log = logging.getLogger(__name__)
+
+_DESTROY_ALL_REFUSAL = (
+    "refusing to destroy vNPU 65535 on npu-{physical_id}: the driver reads that id as every vNPU of the chip"
+)
 
 _DEVICE_NODE = re.compile(r"davinci([0-9]{1,6})")
 _HINTS = (
@@ -33,7 +51,8 @@ _HINTS = (
 
 
 class NpuSmiBackend:
-    """Discovery and health through `npu-smi info`, `info -m` and `info -t topo`.
+    """Discovery and health through `npu-smi info`, `info -m` and `info -t topo`; vNPUs through
+    `info -t template-info`, `info -t info-vnpu`, `info -t vnpu-mode` and `set -t create-vnpu|destroy-vnpu`.
 
     Only `info` is required: without `info -m` or `info -t topo` discovery goes on with what `info`
     alone tells, and says once what was missing.
@@ -52,6 +71,7 @@ class NpuSmiBackend:
         self.dev_root = dev_root
         self.topology: TopologyMatrix | None = None
         self._physical_ids: dict[tuple[int, int], int] = {}
+        self._devices: dict[int, Device] = {}
         self._by_logic_id: dict[int, int] = {}
         self._sampling_fails = False
         self._reported_missing: set[str] = set()
@@ -64,6 +84,7 @@ class NpuSmiBackend:
         self.topology = self._topology()
         self._physical_ids = {(d.card_id, d.chip_id): d.physical_id for d in devices}
         self._by_logic_id = {d.logic_id: d.physical_id for d in devices}
+        self._devices = {d.physical_id: d for d in devices}
         return devices
 
     def hccs_peers(self) -> dict[int, frozenset[int]]:
@@ -97,6 +118,96 @@ class NpuSmiBackend:
 
     def close(self) -> None:
         """Nothing to release: no npu-smi process outlives the call that started it."""
+
+    # ---- vNPUs
+
+    def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
+        """Templates, totals and vNPUs of a chip; None when npu-smi says the chip cannot be split."""
+        device = self._discovered(physical_id)
+        where = ("-i", str(device.card_id), "-c", str(device.chip_id))
+        try:
+            answer = self._run("info", "-t", "info-vnpu", *where)
+            templates = parse_template_info(self._run("info", "-t", "template-info", "-i", str(device.card_id)))
+        except NpuSmiParseError:
+            raise
+        except BackendError as error:
+            self._missing(
+                f"info -t info-vnpu {' '.join(where)}", f"npu-{physical_id} is not split", error, logging.INFO
+            )
+            return None
+        refusal = info_vnpu_refusal(answer)
+        if refusal is ChipMode.UNSUPPORTED:
+            return None
+        table = None if refusal else parse_info_vnpu(answer)
+        dies = sum(other.card_id == device.card_id for other in self._devices.values())
+        return ChipVnpu(
+            physical_id=physical_id,
+            mode=refusal or self._vnpu_mode(),
+            totals={name: amount for name, amount in table.total.items() if name != "memory"} if table else {},
+            templates=templates,
+            id_range=default_id_range(physical_id, device.device_type),
+            dynamic_supported=static_only_reason(device.device_type, dies) is None,
+            vnpus=tuple(Vnpu(physical_id, row.vnpu_id, row.template) for row in table.vnpus) if table else (),
+        )
+
+    def list_vnpus(self, physical_id: int) -> list[Vnpu]:
+        """The vNPUs `info -t info-vnpu` lists for the chip (none in VM mode, where it lists nothing)."""
+        device = self._discovered(physical_id)
+        answer = self._run("info", "-t", "info-vnpu", "-i", str(device.card_id), "-c", str(device.chip_id))
+        if info_vnpu_refusal(answer):
+            return []
+        return [Vnpu(physical_id, row.vnpu_id, row.template) for row in parse_info_vnpu(answer).vnpus]
+
+    def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
+        """`set -t create-vnpu -i <card> -c <chip> -f <template> -v <id>`; VnpuError with the refusal's DCMI code."""
+        device = self._discovered(physical_id)
+        where = ("-i", str(device.card_id), "-c", str(device.chip_id))
+        command, outcome = self._set(parse_create_vnpu, CREATE_VNPU, *where, "-f", template, "-v", str(vnpu_id))
+        if not outcome.ok:
+            raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
+        return vnpu_id
+
+    def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
+        """`set -t destroy-vnpu -i <card> -c <chip> -v <id>`; never with the driver's destroy-all id."""
+        if vnpu_id == DESTROY_ALL_ID:
+            raise VnpuError(abi.DCMI_ERR_CODE_INVALID_PARAMETER, _DESTROY_ALL_REFUSAL.format(physical_id=physical_id))
+        device = self._discovered(physical_id)
+        where = ("-i", str(device.card_id), "-c", str(device.chip_id), "-v", str(vnpu_id))
+
+        def parse(text: str, status: int) -> SetOutcome:
+            return parse_destroy_vnpu(text, status, vnpu_id)
+
+        command, outcome = self._set(parse, DESTROY_VNPU, *where)
+        if outcome.code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST:
+            raise VnpuNotFoundError(outcome.code, f"`{command}`: npu-{physical_id} has no vNPU {vnpu_id}")
+        if not outcome.ok:
+            raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
+
+    def _set(self, parse: Callable[[str, int], SetOutcome], what: str, *args: str) -> tuple[str, SetOutcome]:
+        """Run a `set` command whatever its exit status (npu-smi refuses some with status 0) and read its answer."""
+        arguments = (*what.split(), *args)
+        command = " ".join((self.executable, *arguments))
+        try:
+            status, stdout, stderr = self._execute(*arguments)
+        except BackendError as error:  # not started, or killed at the timeout
+            raise VnpuError(abi.DCMI_ERR_CODE_INNER_ERR, str(error)) from None
+        return command, parse(stdout + stderr, status)
+
+    def _vnpu_mode(self) -> ChipMode:
+        """The host's vNPU mode; npu-smi in a privileged container on 910B cannot tell it, and there creates
+        vNPUs without asking, so container mode is assumed then."""
+        try:
+            return parse_vnpu_mode(self._run("info", "-t", "vnpu-mode"))
+        except NpuSmiParseError:
+            raise
+        except BackendError as error:
+            self._missing("info -t vnpu-mode", "container mode is assumed", error, logging.INFO)
+            return ChipMode.CONTAINER
+
+    def _discovered(self, physical_id: int) -> Device:
+        if (device := self._devices.get(physical_id)) is None:
+            raise BackendError(f"npu-smi backend: no NPU with physical id {physical_id} was discovered")
+        return device
 
     def _mapping(self) -> list[MappingRow] | None:
         # Some npu-smi versions and products answer "This command is not supported on this device".
@@ -136,6 +247,13 @@ class NpuSmiBackend:
         return [int(found.group(1)) for name in names if (found := _DEVICE_NODE.fullmatch(name))] or None
 
     def _run(self, *args: str) -> str:
+        status, stdout, stderr = self._execute(*args)
+        if status != 0:
+            raise BackendError(_exit_failure(" ".join((self.executable, *args)), status, stdout, stderr))
+        return stdout
+
+    def _execute(self, *args: str) -> tuple[int, str, str]:
+        """Exit status, stdout and stderr of one npu-smi run; BackendError when it cannot start or overruns."""
         command = " ".join((self.executable, *args))
         try:
             process = subprocess.Popen(
@@ -148,10 +266,7 @@ class NpuSmiBackend:
         except OSError as error:
             raise BackendError(_launch_failure(self.executable, error)) from None
         stdout, stderr = _communicate(process, command, self.timeout)
-        output = stdout.decode("utf-8", "replace")
-        if process.returncode != 0:
-            raise BackendError(_exit_failure(command, process.returncode, output, stderr.decode("utf-8", "replace")))
-        return output
+        return process.returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
 
 
 def _communicate(process: subprocess.Popen[bytes], command: str, timeout: float) -> tuple[bytes, bytes]:

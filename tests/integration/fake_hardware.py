@@ -12,14 +12,20 @@ SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
 CONFIG_ENV = "FAKE_DCMI_CONFIG"
 NPU_SMI_FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
 
-# Answers `info`, `info -m` and `info -t topo` from files beside it, so tests can rewrite them;
-# `<name>.status` beside `<name>.txt` makes that query exit with the status it holds.
+# Answers `info`, `info -m`, `info -t topo` and the vNPU commands from files beside it, so tests can rewrite
+# them: `template-info-<card>.txt`, `info-vnpu-<card>-<chip>.txt`, `vnpu-mode.txt`, `create-vnpu.txt`,
+# `destroy-vnpu.txt` (a missing file makes the query fail as an unsupported one does). `<name>.status` beside
+# `<name>.txt` makes that query exit with the status it holds. `set` command lines are appended to set.log.
 FAKE_NPU_SMI = """#!/bin/sh
 dir=$(dirname "$0")
 case "$*" in
   "info") name=info ;;
   "info -m") name=mapping ;;
   "info -t topo") name=topo ;;
+  "info -t vnpu-mode") name=vnpu-mode ;;
+  "info -t template-info -i "*) name="template-info-$5" ;;
+  "info -t info-vnpu -i "*" -c "*) name="info-vnpu-$5-$7" ;;
+  "set -t create-vnpu "*|"set -t destroy-vnpu "*) name=$3; echo "$*" >> "$dir/set.log" ;;
   *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
 esac
 if [ -f "$dir/$name.status" ]; then cat "$dir/$name.txt"; exit "$(cat "$dir/$name.status")"; fi
