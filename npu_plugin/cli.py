@@ -341,6 +341,7 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
         metavar="{remove,taint}",
         help="-o resourceslice: what unhealthy devices do",
     )
+    _add_vnpu_flags(inventory)
     _add_log_flags(inventory)
 
 
@@ -549,10 +550,15 @@ def _serve(args: argparse.Namespace) -> int:
 def _inventory(args: argparse.Namespace) -> int:
     from npu_plugin.inventory_command import Output, run_inventory
 
-    return run_inventory(
-        backend_options(args),
-        Output(args.output, node_name=args.node_name, driver=args.driver_name, unhealthy_policy=args.unhealthy_policy),
+    output = Output(
+        args.output,
+        node_name=args.node_name,
+        driver=args.driver_name,
+        unhealthy_policy=args.unhealthy_policy,
+        vnpu=args.vnpu,
+        vnpu_templates=args.vnpu_templates,
     )
+    return run_inventory(backend_options(args, args.fake_vnpu_state), output)
 
 
 def _simulate(args: argparse.Namespace) -> int:

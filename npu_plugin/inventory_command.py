@@ -4,42 +4,101 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
+from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.config import BackendOptions, UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.quantity import format_bytes
+from npu_plugin.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
+from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader
 
 _COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE", "NUMA", "PCI", "GROUP", "HEALTH")
 
 
 def render_table(devices: Sequence[Device]) -> str:
-    rows = [_COLUMNS] + [
-        (
-            str(d.physical_id),
-            str(d.logic_id),
-            str(d.card_id),
-            str(d.chip_id),
-            d.chip_name,
-            d.device_type,
-            format_bytes(d.memory),
-            _dash(d.ai_core),
-            _dash(d.numa_node),
-            _dash(d.pci_bus_id),
-            d.topology_group,
-            d.health.value,
-        )
-        for d in devices
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    return _aligned(
+        [_COLUMNS]
+        + [
+            (
+                str(d.physical_id),
+                str(d.logic_id),
+                str(d.card_id),
+                str(d.chip_id),
+                d.chip_name,
+                d.device_type,
+                format_bytes(d.memory),
+                _dash(d.ai_core),
+                _dash(d.numa_node),
+                _dash(d.pci_bus_id),
+                d.topology_group,
+                d.health.value,
+            )
+            for d in devices
+        ]
+    )
+
+
+def _aligned(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+_RESOURCES = (AICORE, *TEMPLATE_RESOURCES)
+
+
+def render_vnpu_tables(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> str:
+    """Per chip: how it is served, its totals (- where the chip reports none), id range and vNPUs; then its
+    templates with how many an empty chip holds (candidates, for chips split on demand)."""
+    if not plans:
+        return "no chip reports vNPUs"
+    chips = [
+        (
+            f"npu-{p}",
+            plan.serving.value,
+            plan.chip.mode.value,
+            *(_amount(plan.chip.totals.get(name)) for name in _RESOURCES),
+            f"{plan.chip.id_range[0]}-{plan.chip.id_range[1]}",
+            " ".join(f"{v.vnpu_id}:{v.template}" for v in plan.chip.vnpus) or "-",
+        )
+        for p, plan in sorted(plans.items())
+    ]
+    templates = [
+        (
+            f"npu-{p}",
+            t.name,
+            format_bytes(t.memory),
+            str(t.aicore),
+            *(format_counter(t.uses.get(name, Decimal(0))) for name in TEMPLATE_RESOURCES),
+            _candidates(plan, t.name, offered),
+        )
+        for p, plan in sorted(plans.items())
+        for t in plan.chip.templates
+    ]
+    upper = tuple(name.upper() for name in _RESOURCES)
+    text = _aligned([("CHIP", "SERVED", "MODE", *upper, "IDS", "VNPUS"), *chips])
+    if templates:
+        text += "\n\n" + _aligned([("CHIP", "TEMPLATE", "MEMORY", *upper, "CANDIDATES"), *templates])
+    return text
+
+
+def _amount(value: Decimal | None) -> str:
+    return "-" if value is None else format_counter(value)
+
+
+def _candidates(plan: ChipPlan, template: str, offered: frozenset[str] | None) -> str:
+    spec = plan.chip.template(template)
+    if plan.serving is not Serving.DYNAMIC or spec is None or (offered is not None and template not in offered):
+        return "-"
+    return str(candidate_count(plan.chip, spec))
 
 
 def _dash(value: object) -> str:
@@ -54,6 +113,14 @@ class Output:
     node_name: str | None = None
     driver: str = "npu.huawei.com"
     unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.REMOVE
+    vnpu: VnpuMode = VnpuMode.OFF
+    vnpu_templates: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.vnpu_templates is not None and self.vnpu is not VnpuMode.DYNAMIC:
+            raise ConfigError(
+                f"--vnpu-templates chooses what --vnpu dynamic creates; it is unused with --vnpu {self.vnpu}"
+            )
 
 
 def render_slices(output: Output, devices: Sequence[Device]) -> str:
@@ -72,16 +139,32 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
     backend = open_backend(options)
     try:
         devices = discover(backend)
+        vnpu_backend = backend if output.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend) else None
+        if output.form == "table":
+            text = render_table(devices)
+            if output.vnpu is not VnpuMode.OFF:
+                plans = (
+                    {}
+                    if vnpu_backend is None
+                    else VnpuReader(vnpu_backend, output.vnpu, output.vnpu_templates).read(devices)
+                )
+                text += "\n\n" + render_vnpu_tables(plans, output.vnpu_templates)
+        elif output.form in ("json", "yaml"):
+            document: dict[str, Any] = inventory_document(devices, _vnpu_facts(vnpu_backend, devices))
+            text = (
+                json.dumps(document, indent=2) if output.form == "json" else yaml.safe_dump(document, sort_keys=False)
+            )
+        else:
+            text = render_slices(output, devices)
     finally:
         backend.close()
-    document: dict[str, Any] = inventory_document(devices)
-    if output.form == "table":
-        text = render_table(devices)
-    elif output.form == "json":
-        text = json.dumps(document, indent=2)
-    elif output.form == "yaml":
-        text = yaml.safe_dump(document, sort_keys=False).rstrip("\n")
-    else:
-        text = render_slices(output, devices).rstrip("\n")
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(text.rstrip("\n") + "\n")
     return 0
+
+
+def _vnpu_facts(backend: VnpuBackend | None, devices: Sequence[Device]) -> dict[int, ChipVnpu] | None:
+    """What the backend says about each chip's vNPUs, as the inventory file's `vnpu:` blocks; None with --vnpu off."""
+    if backend is None:
+        return None
+    facts = {d.physical_id: backend.chip_vnpu(d.physical_id) for d in devices}
+    return {p: chip for p, chip in facts.items() if chip is not None}

@@ -155,7 +155,8 @@ class FakeChip:
 
 
 class FakeVnpuHardware:
-    """The driver's create and destroy, over the state file (`path`) or, without one, over memory.
+    """The driver's create and destroy, over the state file (`path`) or, without one, over memory and without
+    device nodes.
 
     `chips` gives the inventory's current chips. Every call re-reads the file, so edits made while serving take
     effect at the next call; a corrupt file fails the call with a VnpuError naming the file and changes nothing.
@@ -229,7 +230,7 @@ class FakeVnpuHardware:
             state.vnpus[physical_id] = [v for v in held if v not in doomed]
             self._save(state)
             for vnpu in doomed:
-                self._node(vnpu.vnpu_id).unlink(missing_ok=True)
+                self._remove_node(vnpu.vnpu_id)
 
     # ---- the rules
 
@@ -286,7 +287,6 @@ class FakeVnpuHardware:
         if self.path is None:
             if self._memory is None:
                 self._memory = self._initial()
-                self._make_nodes(self._memory)
             return self._memory
         try:
             with self.path.open("rb") as file:
@@ -323,7 +323,7 @@ class FakeVnpuHardware:
         )
         if not state.recover:
             for vnpu in state.all_vnpus():
-                self._node(vnpu.vnpu_id).unlink(missing_ok=True)
+                self._remove_node(vnpu.vnpu_id)
             state.vnpus.clear()
         state.boot_id = self._boot_id
         self._save(state)
@@ -338,11 +338,17 @@ class FakeVnpuHardware:
     def _node(self, vnpu_id: int) -> Path:
         return self._dev_root / f"vdavinci{vnpu_id}"
 
+    def _remove_node(self, vnpu_id: int) -> None:
+        if self.path is not None:
+            self._node(vnpu_id).unlink(missing_ok=True)
+
     def _make_nodes(self, state: HardwareState) -> None:
         for vnpu in state.all_vnpus():
             self._make_node(vnpu.vnpu_id, 0)
 
     def _make_node(self, vnpu_id: int, delay: float) -> None:
+        if self.path is None:  # a look at the hardware (`inventory`): the host's device nodes are not ours
+            return
         if delay:  # udev making the node a while after the driver returned
             timer = threading.Timer(delay, self._make_node, (vnpu_id, 0))
             timer.daemon = True

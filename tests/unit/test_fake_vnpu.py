@@ -330,13 +330,14 @@ def test_the_state_renders_and_parses_back() -> None:
     assert parse_state(render_state(state).decode()) == state
 
 
-def test_without_a_state_file_the_hardware_lives_in_memory(tmp_path: Path) -> None:
+def test_without_a_state_file_the_hardware_lives_in_memory_and_leaves_dev_alone(tmp_path: Path) -> None:
     node = Node(tmp_path)
     backend = FakeBackend(node.inventory, dev_root=node.dev)
     backend.discover()
     assert backend.create_vnpu(0, "vir05_1c_16g", 100) == 100
     assert [v.vnpu_id for v in backend.list_vnpus(0)] == [102, 100]
-    assert not node.state.parent.exists()
+    backend.destroy_vnpu(0, 102)
+    assert not node.state.parent.exists() and not node.dev.exists()
 
 
 def test_a_changed_state_file_hands_the_devices_on(node: Node) -> None:
