@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -33,6 +34,17 @@ def no_leaks() -> Iterator[None]:
     watch.stop_children()
     if leaks:
         pytest.fail("the test left these running:\n" + "\n".join(leaks), pytrace=False)
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """For tests calling `main`, which sets up logging for the process: leave it as it was found."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
 
 
 def write_inventory(path: Path, devices: Sequence[Device]) -> None:

@@ -3,9 +3,7 @@ aliases, DRA flags that a mode would ignore, and `inventory` checking names like
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +15,7 @@ from npu_plugin.flagparser import env_name
 SERVE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """`main` sets up logging for the process; each test leaves it as it found it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.captureWarnings(False)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def help_entries(text: str) -> dict[str, str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,16 +12,7 @@ from npu_plugin.cli import main
 from npu_plugin.inventory_file import parse_inventory_file
 from npu_plugin.profiles import PROFILES, profile_inventory
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """`main` sets up logging for the process; each test leaves it as it found it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    logging.captureWarnings(False)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def inventory(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
