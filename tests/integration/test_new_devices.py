@@ -26,10 +26,17 @@ pytest_plugins = ["tests.integration.dra_fixtures"]
 RINGS = profile_devices("atlas-800-9000")  # ring-0: 0-3, ring-1: 4-7
 
 
-def add_devices(workspace: Workspace, devices: list[Device], *added: Device) -> None:
+def add_devices(workspace: Workspace, api: FakeKubeAPI, devices: list[Device], *added: Device) -> None:
+    """Add devices to the inventory file until the first of them is published. The file is rewritten while
+    waiting: a daemon still starting may not watch it yet, and the test is about ownership, not the watch."""
     for device in added:
         make_char_device(workspace.dev / device.device_node)
-    write_inventory(workspace.inventory, [*devices, *added])
+
+    def published() -> bool:
+        write_inventory(workspace.inventory, [*devices, *added])
+        return added[0].dra_name in published_names(api)
+
+    wait_until(published, 30, f"{added[0].dra_name} published", interval=0.5)
 
 
 def test_in_dra_mode_a_new_device_is_published_and_preparable(
@@ -38,8 +45,7 @@ def test_in_dra_mode_a_new_device_is_published_and_preparable(
     devices = profile_devices("atlas-800t-a2")
     daemon = launch_daemon(*dra_args(workspace))
     wait_until(lambda: len(published_names(fake_api)) == 8, 30, "the first slices")
-    add_devices(workspace, devices, replace(devices[7], physical_id=8, pci_bus_id="0000:ff:00.0"))
-    wait_until(lambda: "npu-8" in published_names(fake_api), 30, "npu-8 published")
+    add_devices(workspace, fake_api, devices, replace(devices[7], physical_id=8, pci_bus_id="0000:ff:00.0"))
     claim = plant_claim(fake_api, "on-the-new-one", None, [result("npu-8")])
 
     async def scenario(kubelet: DraKubeletSimulator) -> str:
@@ -59,8 +65,7 @@ def test_in_both_mode_a_new_device_follows_the_partition(
     daemon.wait_for_log("cannot read the kubelet PodResources API")
     in_ring_1 = replace(RINGS[7], physical_id=8, pci_bus_id="0000:fe:00.0")
     in_ring_0 = replace(RINGS[0], physical_id=9, pci_bus_id="0000:fd:00.0")
-    add_devices(workspace, RINGS, in_ring_1, in_ring_0)
-    wait_until(lambda: "npu-8" in published_names(fake_api), 30, "npu-8 published")
+    add_devices(workspace, fake_api, RINGS, in_ring_1, in_ring_0)
     assert "npu-9" not in published_names(fake_api)
     daemon.wait_for_log("new device npu-9, served by device-plugin")
     assert "new device npu-8, served by dra" in daemon.log()
