@@ -5,8 +5,9 @@ share one fake API server, run in this process on 127.0.0.1 so its request log c
 Phases, in order:
 
 1. cold start: every daemon starts at once; the time until every node's pool is published and complete;
-2. rest: API requests per node-hour by verb over `Budget.idle_window` seconds (from the request log),
-   CPU-seconds per node-hour and RSS;
+2. rest: API requests per node-hour by verb over `Budget.idle_window` seconds (from the request log; the
+   WATCH rate from the timeoutSeconds the daemons ask, as a window of minutes sees few of their 5-10
+   minute watches end), CPU-seconds per node-hour and RSS;
 3. outage: one device of every node turns Critical, the API server stops for 30 s and restarts on the
    same port with the same store; the time from its return until every node's slices drop that device
    and until every node watches its slices again, and the peak LIST rate (over any one second) meanwhile;
@@ -34,6 +35,7 @@ from typing import Any
 
 from benchmarks.common import (
     FULL,
+    HOUR,
     WRITES,
     Budget,
     cpu_reading,
@@ -42,9 +44,12 @@ from benchmarks.common import (
     fake_devices,
     percentile,
     pool_devices,
+    requests_per_hour,
     rss_mib,
     serve_argv,
     stop,
+    watch_lives,
+    watch_note,
     write_inventory,
 )
 from benchmarks.report import Row, at_most
@@ -63,7 +68,6 @@ OUTAGE_S = 30.0
 SETTLE_S = 10.0
 TIMEOUT_S = 300.0
 POLL_S = 0.1
-HOUR = 3600.0
 OUTAGE_DEVICE, FLAP_DEVICE = 7, 1
 
 
@@ -91,6 +95,8 @@ class FleetResults:
     cold_start_node_p50_s: float
     rest_window_s: float
     requests_per_node_hour: dict[str, float]
+    counted_at_rest: dict[str, int]
+    watch_seconds: float | None
     cpu_s_per_node_hour: float
     cpu_s_per_node_hour_max: float
     rss_mib_mean: float
@@ -195,7 +201,9 @@ def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
 
 @dataclass
 class Rest:
-    requests: Counter[str]
+    requests_per_node_hour: dict[str, float]
+    counted: Counter[str]  # in the window, every verb
+    watch_lives: list[float]
     cpu_s_per_hour: list[float]
     rss_mib: list[float]
 
@@ -203,12 +211,15 @@ class Rest:
 def at_rest(api: FakeKubeAPI, members: list[Member], window: float) -> Rest:
     """Requests, CPU and RSS of the settled fleet over `window` seconds."""
     time.sleep(SETTLE_S)
-    api.clear_requests()
+    start = len(api.requests)
     before = [cpu_reading(m.daemon.pid).seconds for m in members]
     time.sleep(window)
     after = [cpu_reading(m.daemon.pid).seconds for m in members]
+    since_start = api.requests
     return Rest(
-        verbs(api.requests),
+        requests_per_hour(since_start, since_start[start:], window, len(members)),
+        verbs(since_start[start:]),
+        watch_lives(since_start),
         [(a - b) * HOUR / window for a, b in zip(after, before, strict=True)],
         [rss_mib(m.daemon.pid) for m in members],
     )
@@ -281,14 +292,15 @@ def measure(work: Path, size: int, window: float) -> FleetResults:
             rest = at_rest(api, members, window)
             recovery = outage(api, members)
             writes, writers = flap(api, members[0])
-    node_hours = size * window / HOUR
     return FleetResults(
         nodes=size,
         cpus=os.cpu_count(),
         cold_start_s=round(cold_start, 2),
         cold_start_node_p50_s=round(percentile(list(published.values()), 0.5), 2),
         rest_window_s=window,
-        requests_per_node_hour={name: round(count / node_hours, 1) for name, count in sorted(rest.requests.items())},
+        requests_per_node_hour=rest.requests_per_node_hour,
+        counted_at_rest=dict(sorted(rest.counted.items())),
+        watch_seconds=round(sum(rest.watch_lives) / len(rest.watch_lives), 1) if rest.watch_lives else None,
         cpu_s_per_node_hour=round(sum(rest.cpu_s_per_hour) / size, 2),
         cpu_s_per_node_hour_max=round(max(rest.cpu_s_per_hour), 2),
         rss_mib_mean=round(sum(rest.rss_mib) / size, 1),
@@ -300,6 +312,10 @@ def measure(work: Path, size: int, window: float) -> FleetResults:
         flap_writes=writes,
         flap_writing_nodes=writers,
     )
+
+
+def counted(requests: dict[str, int]) -> str:
+    return "counted: " + (", ".join(f"{name} {count}" for name, count in requests.items()) or "none")
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
@@ -321,7 +337,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
             "API requests at rest per node-hour",
             f"{total:g}",
             (", ".join(f"{name} {count:g}" for name, count in at_rest.items()) or "none")
-            + f"; over {r['rest_window_s']:g} s",
+            + f"; over {r['rest_window_s']:g} s, {counted(r['counted_at_rest'])}"
+            + watch_note(r["watch_seconds"]),
             f"<= {t['requests_per_node_hour']:g}, 0 writes",
             at_most(total, t["requests_per_node_hour"]) and writes == 0,
         ),

@@ -17,13 +17,13 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
     FULL,
+    HOUR,
     NODE,
     RESOURCE,
     WRITES,
@@ -34,9 +34,12 @@ from benchmarks.common import (
     dra_dirs,
     kubelet_at,
     process,
+    requests_per_hour,
     rss_mib,
     serve_argv,
     wait_for,
+    watch_lives,
+    watch_note,
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
@@ -46,8 +49,6 @@ from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"cpu_s_per_hour": 5.0, "requests_per_hour": 12.0, "writes_per_hour": 0.0, "messages": 0}
 MODES = ("device-plugin", "dra", "both")
-HOUR = 3600.0
-WATCH_CAP_S = 1800.0  # the fake API server's longest watch
 
 
 @dataclass
@@ -109,24 +110,6 @@ async def start(stack: contextlib.AsyncExitStack, work: Path, mode: str) -> Subj
     if api is not None:
         await wait_for(lambda: api.objects("ResourceSlice"), 30, f"a ResourceSlice of the {mode} daemon", 0.05)
     return subject
-
-
-def requests_per_hour(
-    since_start: list[RecordedRequest], window: list[RecordedRequest], seconds: float
-) -> dict[str, float]:
-    """Requests per hour at rest by verb: counted over the window, except WATCH. A watch lives for the
-    timeoutSeconds its client asks (5-10 minutes for an informer), longer than the window, so counting
-    would say 0 or a multiple of 3600/window by chance; its rate is 3600 / the timeoutSeconds asked
-    since start (the server honours them up to 30 minutes)."""
-    counted = Counter(r.verb.upper() for r in window)
-    rates = {name: count * HOUR / seconds for name, count in counted.items()}
-    if lives := watch_lives(since_start):
-        rates["WATCH"] = HOUR / (sum(lives) / len(lives))
-    return {name: round(rate, 1) for name, rate in sorted(rates.items())}
-
-
-def watch_lives(requests: list[RecordedRequest]) -> list[float]:
-    return [float(r.query.get("timeoutSeconds", WATCH_CAP_S)) for r in requests if r.verb == "watch"]
 
 
 @dataclass
@@ -207,10 +190,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 )
             )
     return result
-
-
-def watch_note(seconds: float | None) -> str:
-    return "" if seconds is None else f", WATCH from its timeoutSeconds (mean {seconds:g} s)"
 
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:

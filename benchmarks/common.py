@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from npu_plugin.edits import COMMON_NODES
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
+from tests.fakeapi import RecordedRequest
 
 NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
 
@@ -240,3 +242,30 @@ def cpu_reading(pid: int) -> CpuReading:
 
 # Verbs (RecordedRequest.verb, upper-cased as tables show them) that change the store.
 WRITES = frozenset({"CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"})
+
+HOUR = 3600.0
+WATCH_CAP_S = 1800.0  # the fake API server's longest watch, when a client asks for none
+
+
+def requests_per_hour(
+    since_start: list[RecordedRequest], window: list[RecordedRequest], seconds: float, nodes: int = 1
+) -> dict[str, float]:
+    """Requests per node-hour at rest by verb: counted over the window, except WATCH. A watch lives for the
+    timeoutSeconds its client asks (5-10 minutes for an informer), longer than a window of minutes, so
+    counting would say 0 or a multiple of 3600/window by chance; a node's WATCH rate is 3600 / the mean
+    timeoutSeconds asked since start (the server honours them up to 30 minutes)."""
+    counted = Counter(r.verb.upper() for r in window)
+    rates = {name: count * HOUR / seconds / nodes for name, count in counted.items()}
+    if lives := watch_lives(since_start):
+        rates["WATCH"] = HOUR / (sum(lives) / len(lives))
+    return {name: round(rate, 1) for name, rate in sorted(rates.items())}
+
+
+def watch_lives(requests: list[RecordedRequest]) -> list[float]:
+    """The timeoutSeconds of every watch among `requests`."""
+    return [float(r.query.get("timeoutSeconds", WATCH_CAP_S)) for r in requests if r.verb == "watch"]
+
+
+def watch_note(seconds: float | None) -> str:
+    """What a requests-at-rest row says about where its WATCH rate came from."""
+    return "" if seconds is None else f", WATCH from its timeoutSeconds (mean {seconds:g} s)"

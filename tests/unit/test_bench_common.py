@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_fleet import peak_per_second, selected_node
-from benchmarks.common import pool_devices
+from benchmarks.common import pool_devices, requests_per_hour
 from benchmarks.run import fleet_size
+from tests.fakeapi import RecordedRequest
 
 
 def slice_(generation: int, count: int, *devices: str) -> dict[str, Any]:
@@ -71,3 +72,18 @@ def test_fleet_size() -> None:
 )
 def test_selected_node(query: dict[str, str], expected: str | None) -> None:
     assert selected_node(query) == expected
+
+
+def request(method: str, query: dict[str, str] | None = None) -> RecordedRequest:
+    return RecordedRequest(method, "/apis/resource.k8s.io/v1/resourceslices", query or {}, 200)
+
+
+def test_requests_per_hour_counts_the_window_and_takes_watches_from_their_timeouts() -> None:
+    watches = [request("GET", {"watch": "true", "timeoutSeconds": str(s)}) for s in (300, 600)]
+    window = [request("GET"), request("PUT"), watches[1]]
+    rates = requests_per_hour([request("GET"), watches[0], *window], window, seconds=600, nodes=2)
+    assert rates == {"LIST": 3.0, "UPDATE": 3.0, "WATCH": 8.0}
+
+
+def test_requests_per_hour_without_a_watch_counts_only() -> None:
+    assert requests_per_hour([request("GET")], [request("GET")], seconds=3600) == {"LIST": 1.0}
