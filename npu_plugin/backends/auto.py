@@ -23,11 +23,11 @@ def open_backend(options: BackendOptions) -> Backend:
             options.fake_inventory, options.fake_profile, vnpu_state=options.fake_vnpu_state, dev_root=options.dev_root
         )
     if options.kind is BackendKind.DCMI:
-        return _dcmi(options.dcmi_library)
+        return _dcmi(options.dcmi_library, options.npu_smi)
     if options.kind is BackendKind.NPU_SMI:
         return _npu_smi(options.npu_smi, options.dev_root)
     try:
-        return _working(_dcmi(options.dcmi_library))
+        return _working(_dcmi(options.dcmi_library, options.npu_smi))
     except BackendError as error:
         dcmi_failure = str(error)
     log.warning("giving up DCMI, using npu-smi: %s", dcmi_failure, extra={"error": dcmi_failure})
@@ -51,10 +51,10 @@ def _working(backend: Backend) -> Backend:
     return backend
 
 
-def _dcmi(library: str | None) -> Backend:
+def _dcmi(library: str | None, npu_smi: str) -> Backend:
     from npu_plugin.backends.dcmi import DcmiBackend
 
-    return DcmiBackend(library)
+    return DcmiBackend(library, npu_smi=npu_smi)
 
 
 def _npu_smi(executable: str, dev_root: Path) -> Backend:

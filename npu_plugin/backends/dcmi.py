@@ -12,10 +12,13 @@ from itertools import combinations
 from pathlib import Path
 
 from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.backends import dcmi_vnpu
 from npu_plugin.backends.driver_version import DRIVER_VERSION_FILE, read_driver_version
+from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.device import Device, Health
-from npu_plugin.errors import BackendError, DcmiError
+from npu_plugin.errors import BackendError, DcmiError, VnpuError
 from npu_plugin.logs import device_key
+from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, VnpuTemplate, default_id_range, static_only_reason
 
 DEFAULT_LIBRARY = "libdcmi.so"
 
@@ -60,13 +63,23 @@ class DcmiBackend:
 
     `driver_version_file` is read for the driver version when the library has no
     dcmi_get_driver_version (dcmi_get_dcmi_version is the library's own version, not the driver's).
+    `npu_smi` is run only for vNPU templates, which DCMI has no public call for (see dcmi_vnpu).
     """
 
     name = "dcmi"
     host_sysfs = True
 
-    def __init__(self, library: str | None = None, *, driver_version_file: Path = DRIVER_VERSION_FILE) -> None:
+    def __init__(
+        self,
+        library: str | None = None,
+        *,
+        driver_version_file: Path = DRIVER_VERSION_FILE,
+        npu_smi: str = "npu-smi",
+    ) -> None:
         self._library = library or DEFAULT_LIBRARY
+        self._npu_smi = NpuSmiBackend(npu_smi)
+        self._device_types: dict[int, str] = {}
+        self._vnpu_notes: set[str] = set()
         self._driver_version_file = driver_version_file
         self._funcs = _bind(_load(self._library), self._library)
         self._card_list_call = next(call for call in abi.CARD_LIST_CALLS if call in self._funcs)
@@ -84,7 +97,9 @@ class DcmiBackend:
                 raise BackendError(f"DCMI ({self._library}) reports no NPU devices")
             driver = self._driver_version()
             probes = [self._probe(slot) for slot in self._slots]
-        return _settle_chip_names(probes, driver)
+        devices = _settle_chip_names(probes, driver)
+        self._device_types = {device.physical_id: device.device_type for device in devices}
+        return devices
 
     def sample(self) -> dict[int, Health]:
         """Health per physical id; a device whose query fails is Unknown. Never raises."""
@@ -106,6 +121,80 @@ class DcmiBackend:
         """Stop using the library; later discover() raises, sample() reports every device Unknown."""
         with self._lock:
             self._closed = True
+
+    # ---- vNPUs ----
+
+    def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
+        """Totals and vNPUs from the driver, templates from npu-smi; None when the driver cannot split the chip."""
+        with self._lock:
+            slot = self._slot_of(physical_id)
+            facts = dcmi_vnpu.read_chip(self._call, slot.card_id, slot.device_index)
+            mode = dcmi_vnpu.read_mode(self._call) if facts is not None else None
+            dies = sum(other.card_id == slot.card_id for other in self._slots)
+        if facts is None:
+            return None
+        if mode is None:
+            self._note_once("mode", "DCMI dcmi_get_vdevice_mode is missing or fails; container mode is assumed")
+        templates, from_npu_smi = self._templates(slot, facts)
+        device_type = self._device_types.get(physical_id, "")
+        return ChipVnpu(
+            physical_id=physical_id,
+            mode=mode or ChipMode.CONTAINER,
+            totals=facts.totals,
+            templates=templates,
+            id_range=default_id_range(physical_id, device_type),
+            dynamic_supported=from_npu_smi and static_only_reason(device_type, dies) is None,
+            vnpus=tuple(Vnpu(physical_id, vnpu.vnpu_id, vnpu.template.name) for vnpu in facts.vnpus),
+        )
+
+    def list_vnpus(self, physical_id: int) -> list[Vnpu]:
+        """The vNPUs the driver lists for the chip now."""
+        with self._lock:
+            slot = self._slot_of(physical_id)
+            facts = dcmi_vnpu.read_chip(self._call, slot.card_id, slot.device_index)
+        vnpus = facts.vnpus if facts is not None else ()
+        return [Vnpu(physical_id, vnpu.vnpu_id, vnpu.template.name) for vnpu in vnpus]
+
+    def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
+        """dcmi_create_vdevice; returns the id the driver gave."""
+        with self._lock:
+            slot = self._slot_of(physical_id)
+            return dcmi_vnpu.create(self._call, slot.card_id, slot.device_index, template, vnpu_id)
+
+    def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
+        """dcmi_set_destroy_vdevice; the driver's destroy-all id is refused before any call."""
+        if vnpu_id == DESTROY_ALL_ID:
+            raise VnpuError(
+                abi.DCMI_ERR_CODE_INVALID_PARAMETER,
+                f"refusing to destroy vNPU {vnpu_id} on npu-{physical_id}: "
+                "the driver reads that id as every vNPU of the chip",
+            )
+        with self._lock:
+            slot = self._slot_of(physical_id)
+            dcmi_vnpu.destroy(self._call, slot.card_id, slot.device_index, vnpu_id)
+
+    def _templates(self, slot: _Slot, facts: dcmi_vnpu.ChipFacts) -> tuple[tuple[VnpuTemplate, ...], bool]:
+        """npu-smi's templates for the card, and True; without npu-smi, those of the chip's vNPUs, and False."""
+        try:
+            return self._npu_smi.templates(slot.card_id), True
+        except BackendError as error:
+            self._note_once(
+                "templates",
+                f"DCMI has no template query and npu-smi cannot list them ({error}); vNPUs are not created on "
+                "demand, and only the templates of existing vNPUs are known",
+            )
+            return dcmi_vnpu.existing_templates(facts.vnpus), False
+
+    def _note_once(self, key: str, message: str) -> None:
+        if key not in self._vnpu_notes:
+            self._vnpu_notes.add(key)
+            log.warning("%s", message, extra={"error": message})
+
+    def _slot_of(self, physical_id: int) -> _Slot:
+        slot = next((slot for slot in self._slots if slot.physical_id == physical_id), None)
+        if slot is None:
+            raise BackendError(f"DCMI backend: no NPU with physical id {physical_id} was discovered")
+        return slot
 
     # ---- calls ----
 

@@ -8,6 +8,8 @@ Nothing here loads the library; the decoders are pure functions.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
+from decimal import Decimal
 
 from npu_plugin.device import Health, device_type_for_chip
 
@@ -122,6 +124,137 @@ class MemoryInfoV3(ctypes.Structure):
     ]
 
 
+# ---- vNPUs: dcmi_get_device_info(card, device, DCMI_MAIN_CMD_VDEV_MNG, <sub command>, buffer, &size)
+
+MAIN_CMD_VDEV_MNG = 52
+VDEV_SUB_CMD_ONE = 0  # one vNPU: the caller sets dcmi_vdev_query_stru.vdev_id
+VDEV_SUB_CMD_TOTAL = 1  # dcmi_soc_total_resource
+VDEV_SUB_CMD_FREE = 2  # dcmi_soc_free_resource
+VDEV_NAME_LEN = 16
+VDEV_RESERVE = 32
+SOC_SPLIT_MAX = 32
+VFG_ID_ANY = 0xFFFFFFFF  # "the driver picks the vGroup", as mind-cluster creates
+VDEVICE_MODE_CONTAINER = 0
+VDEVICE_MODE_VM = 1
+# "Not available" sentinels (npu-smi prints NA for them): AICPU 0xFFFF, media and AI cores -1.0.
+AICPU_NA = 0xFFFF
+FLOAT_NA = -1.0
+
+
+class CreateVdevRes(ctypes.Structure):
+    """struct dcmi_create_vdev_res_stru: what dcmi_create_vdevice makes."""
+
+    _fields_ = [
+        ("vdev_id", ctypes.c_uint),
+        ("vfg_id", ctypes.c_uint),
+        ("template_name", ctypes.c_char * 32),
+        ("reserved", ctypes.c_ubyte * 64),
+    ]
+
+
+class CreateVdevOut(ctypes.Structure):
+    """struct dcmi_create_vdev_out: what dcmi_create_vdevice made."""
+
+    _fields_ = [
+        ("vdev_id", ctypes.c_uint),
+        ("pcie_bus", ctypes.c_uint),
+        ("pcie_device", ctypes.c_uint),
+        ("pcie_func", ctypes.c_uint),
+        ("vfg_id", ctypes.c_uint),
+        ("reserved", ctypes.c_ubyte * VDEV_RESERVE),
+    ]
+
+
+class BaseResource(ctypes.Structure):
+    """struct dcmi_base_resource."""
+
+    _fields_ = [
+        ("token", ctypes.c_ulonglong),
+        ("token_max", ctypes.c_ulonglong),
+        ("task_timeout", ctypes.c_ulonglong),
+        ("vfg_id", ctypes.c_uint),
+        ("vip_mode", ctypes.c_ubyte),
+        ("reserved", ctypes.c_ubyte * (VDEV_RESERVE - 1)),
+    ]
+
+
+class ComputingResource(ctypes.Structure):
+    """struct dcmi_computing_resource; memory_size and vdev_memory_* in MB."""
+
+    _fields_ = [
+        ("aic", ctypes.c_float),
+        ("aiv", ctypes.c_float),
+        *((name, ctypes.c_ushort) for name in ("dsa", "rtsq", "acsq", "cdqm", "c_core", "ffts", "sdma", "pcie_dma")),
+        ("memory_size", ctypes.c_ulonglong),
+        *((name, ctypes.c_uint) for name in ("event_id", "notify_id", "stream_id", "model_id")),
+        *(
+            (name, ctypes.c_ushort)
+            for name in ("topic_schedule_aicpu", "host_ctrl_cpu", "host_aicpu", "device_aicpu", "topic_ctrl_cpu_slot")
+        ),
+        ("vdev_aicore_utilization", ctypes.c_uint),
+        ("vdev_memory_total", ctypes.c_ulonglong),
+        ("vdev_memory_free", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ubyte * 12),
+    ]
+
+
+class MediaResource(ctypes.Structure):
+    """struct dcmi_media_resource: the DVPP units."""
+
+    _fields_ = [
+        *((name, ctypes.c_float) for name in ("jpegd", "jpege", "vpc", "vdec", "pngd", "venc")),
+        ("reserved", ctypes.c_ubyte * VDEV_RESERVE),
+    ]
+
+
+class VdevQueryInfo(ctypes.Structure):
+    """struct dcmi_vdev_query_info: one existing vNPU."""
+
+    _fields_ = [
+        ("name", ctypes.c_char * VDEV_NAME_LEN),
+        ("status", ctypes.c_uint),
+        ("is_container_used", ctypes.c_uint),
+        ("vfid", ctypes.c_uint),
+        ("vfg_id", ctypes.c_uint),
+        ("container_id", ctypes.c_ulonglong),
+        ("base", BaseResource),
+        ("computing", ComputingResource),
+        ("media", MediaResource),
+    ]
+
+
+class VdevQuery(ctypes.Structure):
+    """struct dcmi_vdev_query_stru: sub-command 0's buffer."""
+
+    _fields_ = [("vdev_id", ctypes.c_uint), ("query_info", VdevQueryInfo)]
+
+
+class SocFreeResource(ctypes.Structure):
+    """struct dcmi_soc_free_resource: sub-command 2's buffer."""
+
+    _fields_ = [
+        ("vfg_num", ctypes.c_uint),
+        ("vfg_bitmap", ctypes.c_uint),
+        ("base", BaseResource),
+        ("computing", ComputingResource),
+        ("media", MediaResource),
+    ]
+
+
+class SocTotalResource(ctypes.Structure):
+    """struct dcmi_soc_total_resource: sub-command 1's buffer, the chip's totals and its vNPU ids."""
+
+    _fields_ = [
+        ("vdev_num", ctypes.c_uint),
+        ("vdev_id", ctypes.c_uint * SOC_SPLIT_MAX),
+        ("vfg_num", ctypes.c_uint),
+        ("vfg_bitmap", ctypes.c_uint),
+        ("base", BaseResource),
+        ("computing", ComputingResource),
+        ("media", MediaResource),
+    ]
+
+
 _INT_P = ctypes.POINTER(ctypes.c_int)
 _UINT_P = ctypes.POINTER(ctypes.c_uint)
 _INT = ctypes.c_int
@@ -143,6 +276,10 @@ SIGNATURES: dict[str, list[type]] = {
     "dcmi_get_device_pcie_info_v2": [_INT, _INT, ctypes.POINTER(PcieInfoAll)],
     "dcmi_get_topo_info_by_device_id": [_INT, _INT, _INT, _INT, _INT_P],
     "dcmi_get_driver_version": [ctypes.c_char_p, ctypes.c_uint],
+    "dcmi_get_device_info": [_INT, _INT, _INT, ctypes.c_uint, ctypes.c_void_p, _UINT_P],
+    "dcmi_create_vdevice": [_INT, _INT, ctypes.POINTER(CreateVdevRes), ctypes.POINTER(CreateVdevOut)],
+    "dcmi_set_destroy_vdevice": [_INT, _INT, ctypes.c_uint],
+    "dcmi_get_vdevice_mode": [_INT_P],
 }
 
 # Older drivers export only dcmi_get_card_num_list; current ones both (mind-cluster calls either).
@@ -213,3 +350,33 @@ def is_hccs_peer(topo_type: int) -> bool:
     HCCS, HCCS through a switch (910C boxes), and SIO, the on-package link between a 910C card's dies.
     """
     return topo_type in _PEER_LINKS
+
+
+def _amount(value: float) -> Decimal:
+    """A driver float as the decimal npu-smi prints with %g: 1.5, not 1.5000000000000002."""
+    return Decimal(f"{value:g}")
+
+
+def resources(computing: ComputingResource, media: MediaResource) -> dict[str, Decimal]:
+    """Pure: AI cores, AI CPUs and DVPP units a resource pair reports, by the vNPU model's names; NA ones left out."""
+    found: dict[str, Decimal] = {}
+    if computing.aic >= 0:
+        found["aicore"] = _amount(computing.aic)
+    if computing.device_aicpu != AICPU_NA:
+        found["aicpu"] = Decimal(computing.device_aicpu)
+    for name in ("vpc", "venc", "vdec", "jpegd", "jpege", "pngd"):
+        if (value := getattr(media, name)) >= 0:
+            found[name] = _amount(value)
+    return found
+
+
+def vdev_ids(total: SocTotalResource) -> list[int]:
+    """Pure: the vNPU ids of a chip; ValueError when the driver counts more than the array holds."""
+    if not 0 <= total.vdev_num <= SOC_SPLIT_MAX:
+        raise ValueError(f"vdev_num {total.vdev_num} is outside 0..{SOC_SPLIT_MAX}")
+    return list(total.vdev_id[: total.vdev_num])
+
+
+def template_uses(found: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    """Pure: what a vNPU uses besides its AI cores, as a template lists it (0 left out)."""
+    return {name: amount for name, amount in found.items() if name != "aicore" and amount}

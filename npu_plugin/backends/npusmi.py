@@ -34,7 +34,7 @@ from npu_plugin.backends.npusmi_vnpu_parse import (
 )
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, default_id_range, static_only_reason
+from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, VnpuTemplate, default_id_range, static_only_reason
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class NpuSmiBackend:
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
         try:
             answer = self._run("info", "-t", "info-vnpu", *where)
-            templates = parse_template_info(self._run("info", "-t", "template-info", "-i", str(device.card_id)))
+            templates = self.templates(device.card_id)
         except NpuSmiParseError:
             raise
         except BackendError as error:
@@ -149,6 +149,10 @@ class NpuSmiBackend:
             dynamic_supported=static_only_reason(device.device_type, dies) is None,
             vnpus=tuple(Vnpu(physical_id, row.vnpu_id, row.template) for row in table.vnpus) if table else (),
         )
+
+    def templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
+        """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot tell."""
+        return parse_template_info(self._run("info", "-t", "template-info", "-i", str(card_id)))
 
     def list_vnpus(self, physical_id: int) -> list[Vnpu]:
         """The vNPUs `info -t info-vnpu` lists for the chip (none in VM mode, where it lists nothing)."""

@@ -16,8 +16,17 @@
  *   fail dcmi_init -8005                 # make a call fail everywhere ...
  *   fail dcmi_get_device_health card 0 dev 0 -8001   # ... or for one device only
  *
+ *   # vNPUs (dcmi_get_device_info main command 52, dcmi_create_vdevice, dcmi_set_destroy_vdevice):
+ *   vnpu_mode 0                          # dcmi_get_vdevice_mode: 0 container, 1 VM (no line: NOT_SUPPORT)
+ *   vnpu_total card 0 dev 0 aic 20 aicpu 7 mem 61440 vpc 9 venc 0 vdec 2 jpegd 24 jpege 4 pngd -1
+ *   vnpu_template name vir05_1c_16g aic 5 aicpu 1 mem 15360 vpc 2 venc 0 vdec 0 jpegd 6 jpege 1 pngd 0
+ *   vnpu card 0 dev 0 id 100 template vir05_1c_16g    # a vNPU that exists when the library is loaded
+ *   # -1 is NA (aicpu 0xFFFF, media -1.0). A die without vnpu_total cannot be split (NOT_SUPPORT). vNPUs
+ *   # created or destroyed through the library live in its memory on top of the configured ones; ids come
+ *   # from [phy*16+100, phy*16+115]; 0xffff destroys every vNPU of the chip, as the driver does.
+ *
  * Build with -DFAKE_DCMI_LEGACY to drop the symbols older drivers lack (dcmi_get_card_list,
- * dcmi_get_driver_version, dcmi_get_device_chip_info_v2): the card list is then only
+ * dcmi_get_driver_version, dcmi_get_device_chip_info_v2, dcmi_get_vdevice_mode): the card list is then only
  * dcmi_get_card_num_list, the version only dcmi_get_dcmi_version (the library's own).
  */
 #include <stddef.h>
@@ -36,12 +45,24 @@
 #define DCMI_OK 0
 #define DCMI_ERROR_CODE_BASE (-8000)
 #define DCMI_ERR_CODE_INVALID_PARAMETER (DCMI_ERROR_CODE_BASE - 1)
+#define DCMI_ERR_CODE_OPER_NOT_PERMITTED (DCMI_ERROR_CODE_BASE - 2)
 #define DCMI_ERR_CODE_INNER_ERR (DCMI_ERROR_CODE_BASE - 5)
 #define DCMI_ERR_CODE_INVALID_DEVICE_ID (DCMI_ERROR_CODE_BASE - 7)
+#define DCMI_ERR_CODE_DEVICE_NOT_EXIST (DCMI_ERROR_CODE_BASE - 8)
 #define DCMI_ERR_CODE_NOT_REDAY (DCMI_ERROR_CODE_BASE - 12)
 #define DCMI_ERR_CODE_NOT_SUPPORT (DCMI_ERROR_CODE_BASE - 255)
 
 #define DCMI_TOPO_TYPE_SELF 0
+
+#define DCMI_MAIN_CMD_VDEV_MNG 52
+#define DCMI_VDEV_RES_NAME_LEN 16
+#define DCMI_VDEV_FOR_RESERVE 32
+#define DCMI_VDEV_SIZE 20
+#define DCMI_SOC_SPLIT_MAX 32
+#define FAKE_MAX_TEMPLATES 16
+#define FAKE_MAX_VNPUS 256
+#define FAKE_DESTROY_ALL 0xFFFF
+#define FAKE_ANY_ID 0xFFFFFFFFu
 
 /* ---- struct layouts, verbatim from dcmi_interface_api.h ---- */
 
@@ -98,6 +119,103 @@ struct dcmi_get_memory_info_stru {
     unsigned char reserve[60];
 };
 
+struct dcmi_create_vdev_res_stru {
+    unsigned int vdev_id;
+    unsigned int vfg_id;
+    char template_name[32];
+    unsigned char reserved[64];
+};
+
+struct dcmi_create_vdev_out {
+    unsigned int vdev_id;
+    unsigned int pcie_bus;
+    unsigned int pcie_device;
+    unsigned int pcie_func;
+    unsigned int vfg_id;
+    unsigned char reserved[DCMI_VDEV_FOR_RESERVE];
+};
+
+struct dcmi_base_resource {
+    unsigned long long token;
+    unsigned long long token_max;
+    unsigned long long task_timeout;
+    unsigned int vfg_id;
+    unsigned char vip_mode;
+    unsigned char reserved[DCMI_VDEV_FOR_RESERVE - 1];
+};
+
+struct dcmi_computing_resource {
+    float aic;
+    float aiv;
+    unsigned short dsa;
+    unsigned short rtsq;
+    unsigned short acsq;
+    unsigned short cdqm;
+    unsigned short c_core;
+    unsigned short ffts;
+    unsigned short sdma;
+    unsigned short pcie_dma;
+    unsigned long long memory_size;
+    unsigned int event_id;
+    unsigned int notify_id;
+    unsigned int stream_id;
+    unsigned int model_id;
+    unsigned short topic_schedule_aicpu;
+    unsigned short host_ctrl_cpu;
+    unsigned short host_aicpu;
+    unsigned short device_aicpu;
+    unsigned short topic_ctrl_cpu_slot;
+    unsigned int vdev_aicore_utilization;
+    unsigned long long vdev_memory_total;
+    unsigned long long vdev_memory_free;
+    unsigned char reserved[DCMI_VDEV_FOR_RESERVE - DCMI_VDEV_SIZE];
+};
+
+struct dcmi_media_resource {
+    float jpegd;
+    float jpege;
+    float vpc;
+    float vdec;
+    float pngd;
+    float venc;
+    unsigned char reserved[DCMI_VDEV_FOR_RESERVE];
+};
+
+struct dcmi_vdev_query_info {
+    char name[DCMI_VDEV_RES_NAME_LEN];
+    unsigned int status;
+    unsigned int is_container_used;
+    unsigned int vfid;
+    unsigned int vfg_id;
+    unsigned long long container_id;
+    struct dcmi_base_resource base;
+    struct dcmi_computing_resource computing;
+    struct dcmi_media_resource media;
+};
+
+struct dcmi_vdev_query_stru {
+    unsigned int vdev_id;
+    struct dcmi_vdev_query_info query_info;
+};
+
+struct dcmi_soc_free_resource {
+    unsigned int vfg_num;
+    unsigned int vfg_bitmap;
+    struct dcmi_base_resource base;
+    struct dcmi_computing_resource computing;
+    struct dcmi_media_resource media;
+};
+
+struct dcmi_soc_total_resource {
+    unsigned int vdev_num;
+    unsigned int vdev_id[DCMI_SOC_SPLIT_MAX];
+    unsigned int vfg_num;
+    unsigned int vfg_bitmap;
+    struct dcmi_base_resource base;
+    struct dcmi_computing_resource computing;
+    struct dcmi_media_resource media;
+};
+
 /* ---- the configured host ---- */
 
 struct fake_dev {
@@ -123,16 +241,47 @@ struct fake_group {
     int phys[FAKE_MAX_DEVS];
 };
 
+/* Resources of a chip or a template; -1 (aicpu: 0xFFFF) is NA. */
+struct fake_res {
+    float aic, vpc, venc, vdec, jpegd, jpege, pngd;
+    int aicpu;
+    unsigned long long mem;
+};
+
+struct fake_total {
+    int card, dev;
+    struct fake_res res;
+};
+
+struct fake_template {
+    char name[32];
+    struct fake_res res;
+};
+
+struct fake_vnpu {
+    int card, dev;
+    unsigned int id;
+    char template_name[32];
+};
+
 struct fake_host {
     int ndevs, nfails, ngroups, has_topo, topo_default, has_driver;
+    int has_vnpu_mode, vnpu_mode, ntotals, ntemplates, nvnpus;
     struct fake_dev devs[FAKE_MAX_DEVS];
     struct fake_fail fails[FAKE_MAX_FAILS];
     struct fake_group groups[FAKE_MAX_GROUPS];
+    struct fake_total totals[FAKE_MAX_DEVS];
+    struct fake_template templates[FAKE_MAX_TEMPLATES];
+    struct fake_vnpu vnpus[FAKE_MAX_VNPUS];
     char driver[64];
 };
 
 static struct fake_host g_host;
 static int g_initialized;
+/* What the library's own calls changed, kept across config re-reads: vNPUs made, configured ones destroyed. */
+static struct fake_vnpu g_created[FAKE_MAX_VNPUS];
+static struct fake_vnpu g_destroyed[FAKE_MAX_VNPUS];
+static int g_ncreated, g_ndestroyed;
 
 static int parse_bus(const char *text, struct fake_dev *d)
 {
@@ -223,6 +372,86 @@ static int parse_group(char *rest)
     return 0;
 }
 
+static int parse_res_pair(struct fake_res *r, const char *key, const char *val)
+{
+    float f = strtof(val, NULL);
+
+    if (strcmp(key, "aic") == 0) { r->aic = f; return 0; }
+    if (strcmp(key, "aicpu") == 0) { r->aicpu = atoi(val); return 0; }
+    if (strcmp(key, "mem") == 0) { r->mem = strtoull(val, NULL, 0); return 0; }
+    if (strcmp(key, "vpc") == 0) { r->vpc = f; return 0; }
+    if (strcmp(key, "venc") == 0) { r->venc = f; return 0; }
+    if (strcmp(key, "vdec") == 0) { r->vdec = f; return 0; }
+    if (strcmp(key, "jpegd") == 0) { r->jpegd = f; return 0; }
+    if (strcmp(key, "jpege") == 0) { r->jpege = f; return 0; }
+    if (strcmp(key, "pngd") == 0) { r->pngd = f; return 0; }
+    return -1;
+}
+
+/* `key value` pairs after the line's first word: card/dev/id/name/template, or a resource. */
+static int parse_vnpu_line(char *rest, int *card, int *dev, unsigned int *id, char *name, struct fake_res *res)
+{
+    char *key, *val;
+
+    while ((key = strtok(rest, " \t\n")) != NULL) {
+        rest = NULL;
+        if ((val = strtok(NULL, " \t\n")) == NULL) {
+            return -1;
+        }
+        if (strcmp(key, "card") == 0) {
+            *card = atoi(val);
+        } else if (strcmp(key, "dev") == 0) {
+            *dev = atoi(val);
+        } else if (strcmp(key, "id") == 0) {
+            *id = (unsigned int)strtoul(val, NULL, 0);
+        } else if (strcmp(key, "name") == 0 || strcmp(key, "template") == 0) {
+            snprintf(name, 32, "%s", val);
+        } else if (res == NULL || parse_res_pair(res, key, val) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_total(char *rest)
+{
+    struct fake_total *t;
+    unsigned int unused_id = 0;
+    char unused_name[32];
+
+    if (g_host.ntotals >= FAKE_MAX_DEVS) {
+        return -1;
+    }
+    t = &g_host.totals[g_host.ntotals++];
+    t->card = t->dev = -1;
+    return parse_vnpu_line(rest, &t->card, &t->dev, &unused_id, unused_name, &t->res) == 0 && t->card >= 0 ? 0 : -1;
+}
+
+static int parse_template(char *rest)
+{
+    struct fake_template *t;
+    int unused_card = 0, unused_dev = 0;
+    unsigned int unused_id = 0;
+
+    if (g_host.ntemplates >= FAKE_MAX_TEMPLATES) {
+        return -1;
+    }
+    t = &g_host.templates[g_host.ntemplates++];
+    return parse_vnpu_line(rest, &unused_card, &unused_dev, &unused_id, t->name, &t->res) == 0 && t->name[0] ? 0 : -1;
+}
+
+static int parse_vnpu(char *rest)
+{
+    struct fake_vnpu *v;
+
+    if (g_host.nvnpus >= FAKE_MAX_VNPUS) {
+        return -1;
+    }
+    v = &g_host.vnpus[g_host.nvnpus++];
+    v->card = v->dev = -1;
+    return parse_vnpu_line(rest, &v->card, &v->dev, &v->id, v->template_name, NULL) == 0 && v->card >= 0 ? 0 : -1;
+}
+
 static int parse_line(char *line)
 {
     char word[32];
@@ -247,6 +476,19 @@ static int parse_line(char *line)
     if (strcmp(word, "driver") == 0) {
         g_host.has_driver = 1;
         return sscanf(line + used, "%63s", g_host.driver) == 1 ? 0 : -1;
+    }
+    if (strcmp(word, "vnpu_mode") == 0) {
+        g_host.has_vnpu_mode = 1;
+        return sscanf(line + used, "%d", &g_host.vnpu_mode) == 1 ? 0 : -1;
+    }
+    if (strcmp(word, "vnpu_total") == 0) {
+        return parse_total(line + used);
+    }
+    if (strcmp(word, "vnpu_template") == 0) {
+        return parse_template(line + used);
+    }
+    if (strcmp(word, "vnpu") == 0) {
+        return parse_vnpu(line + used);
     }
     return -1;
 }
@@ -643,6 +885,313 @@ int dcmi_get_dcmi_version(char *dcmi_ver, unsigned int len)
     return ret != DCMI_OK ? ret : copy_string(dcmi_ver, len, FAKE_DCMI_LIBRARY_VERSION);
 }
 
+/* ---- vNPUs ---- */
+
+static const struct fake_total *find_total(int card, int dev)
+{
+    int i;
+
+    for (i = 0; i < g_host.ntotals; i++) {
+        if (g_host.totals[i].card == card && g_host.totals[i].dev == dev) {
+            return &g_host.totals[i];
+        }
+    }
+    return NULL;
+}
+
+static const struct fake_template *find_template(const char *name)
+{
+    int i;
+
+    for (i = 0; i < g_host.ntemplates; i++) {
+        if (strcmp(g_host.templates[i].name, name) == 0) {
+            return &g_host.templates[i];
+        }
+    }
+    return NULL;
+}
+
+static int same_vnpu(const struct fake_vnpu *a, const struct fake_vnpu *b)
+{
+    return a->card == b->card && a->dev == b->dev && a->id == b->id;
+}
+
+static int was_destroyed(const struct fake_vnpu *v)
+{
+    int i;
+
+    for (i = 0; i < g_ndestroyed; i++) {
+        if (same_vnpu(&g_destroyed[i], v)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The vNPUs that exist now (card < 0: on every chip): configured ones not destroyed, then created ones. */
+static int live_vnpus(int card, int dev, const struct fake_vnpu **out)
+{
+    int i, n = 0;
+
+    for (i = 0; i < g_host.nvnpus; i++) {
+        const struct fake_vnpu *v = &g_host.vnpus[i];
+        if ((card < 0 || (v->card == card && v->dev == dev)) && !was_destroyed(v)) {
+            out[n++] = v;
+        }
+    }
+    for (i = 0; i < g_ncreated; i++) {
+        if (card < 0 || (g_created[i].card == card && g_created[i].dev == dev)) {
+            out[n++] = &g_created[i];
+        }
+    }
+    return n;
+}
+
+static void fill_res(const struct fake_res *r, struct dcmi_computing_resource *c, struct dcmi_media_resource *m)
+{
+    c->aic = r->aic;
+    c->device_aicpu = (unsigned short)r->aicpu; /* -1 becomes 0xFFFF, the driver's NA */
+    c->memory_size = r->mem;
+    m->vpc = r->vpc;
+    m->venc = r->venc;
+    m->vdec = r->vdec;
+    m->jpegd = r->jpegd;
+    m->jpege = r->jpege;
+    m->pngd = r->pngd;
+}
+
+static float less(float total, float used)
+{
+    return total < 0 ? total : total - used;
+}
+
+/* The chip's totals minus what its live vNPUs' templates use; NA stays NA. */
+static struct fake_res free_res(const struct fake_total *t)
+{
+    const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+    struct fake_res r = t->res;
+    int i, n = live_vnpus(t->card, t->dev, live);
+
+    for (i = 0; i < n; i++) {
+        const struct fake_template *tp = find_template(live[i]->template_name);
+        if (tp == NULL) {
+            continue;
+        }
+        r.aic = less(r.aic, tp->res.aic);
+        r.aicpu = r.aicpu < 0 ? r.aicpu : r.aicpu - tp->res.aicpu;
+        r.mem -= tp->res.mem;
+        r.vpc = less(r.vpc, tp->res.vpc);
+        r.venc = less(r.venc, tp->res.venc);
+        r.vdec = less(r.vdec, tp->res.vdec);
+        r.jpegd = less(r.jpegd, tp->res.jpegd);
+        r.jpege = less(r.jpege, tp->res.jpege);
+        r.pngd = less(r.pngd, tp->res.pngd);
+    }
+    return r;
+}
+
+static int query_one(int card, int dev, struct dcmi_vdev_query_stru *q)
+{
+    const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+    int i, n = live_vnpus(card, dev, live);
+    unsigned int id = q->vdev_id;
+
+    for (i = 0; i < n; i++) {
+        const struct fake_template *tp = find_template(live[i]->template_name);
+        if (live[i]->id != id) {
+            continue;
+        }
+        memset(q, 0, sizeof(*q));
+        q->vdev_id = id;
+        snprintf(q->query_info.name, sizeof(q->query_info.name), "%.15s", live[i]->template_name);
+        q->query_info.vfid = (unsigned int)i + 1;
+        q->query_info.vfg_id = (unsigned int)i;
+        q->query_info.base.vfg_id = (unsigned int)i;
+        if (tp != NULL) {
+            fill_res(&tp->res, &q->query_info.computing, &q->query_info.media);
+        }
+        return DCMI_OK;
+    }
+    return DCMI_ERR_CODE_DEVICE_NOT_EXIST;
+}
+
+int dcmi_get_device_info(int card_id, int device_id, int main_cmd, unsigned int sub_cmd, void *buf, unsigned int *size)
+{
+    const struct fake_dev *d;
+    const struct fake_total *t;
+    int ret = enter_dev("dcmi_get_device_info", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (main_cmd != DCMI_MAIN_CMD_VDEV_MNG || (t = find_total(card_id, device_id)) == NULL) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    if (sub_cmd == 0) {
+        return *size < sizeof(struct dcmi_vdev_query_stru) ? DCMI_ERR_CODE_INVALID_PARAMETER : query_one(card_id, device_id, buf);
+    }
+    if (sub_cmd == 1) {
+        struct dcmi_soc_total_resource *total = buf;
+        const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+        int i, n;
+        if (*size < sizeof(*total)) {
+            return DCMI_ERR_CODE_INVALID_PARAMETER;
+        }
+        memset(total, 0, sizeof(*total));
+        n = live_vnpus(card_id, device_id, live);
+        for (i = 0; i < n && i < DCMI_SOC_SPLIT_MAX; i++) {
+            total->vdev_id[i] = live[i]->id;
+        }
+        total->vdev_num = (unsigned int)i;
+        fill_res(&t->res, &total->computing, &total->media);
+        return DCMI_OK;
+    }
+    if (sub_cmd == 2) {
+        struct dcmi_soc_free_resource *free_out = buf;
+        struct fake_res r = free_res(t);
+        if (*size < sizeof(*free_out)) {
+            return DCMI_ERR_CODE_INVALID_PARAMETER;
+        }
+        memset(free_out, 0, sizeof(*free_out));
+        fill_res(&r, &free_out->computing, &free_out->media);
+        return DCMI_OK;
+    }
+    return DCMI_ERR_CODE_NOT_SUPPORT;
+}
+
+static int id_in_use(unsigned int id)
+{
+    const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+    int i, n = live_vnpus(-1, -1, live);
+
+    for (i = 0; i < n; i++) {
+        if (live[i]->id == id) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int pick_id(const struct fake_dev *d, unsigned int wanted, unsigned int *id)
+{
+    unsigned int first = (unsigned int)d->phy * 16 + 100, last = first + 15;
+
+    if (wanted == FAKE_ANY_ID) {
+        for (wanted = first; wanted <= last && id_in_use(wanted); wanted++) {
+        }
+    }
+    if (wanted < first || wanted > last || wanted == FAKE_DESTROY_ALL || id_in_use(wanted)) {
+        return DCMI_ERR_CODE_INVALID_PARAMETER;
+    }
+    *id = wanted;
+    return DCMI_OK;
+}
+
+int dcmi_create_vdevice(int card_id, int device_id, struct dcmi_create_vdev_res_stru *vdev,
+                        struct dcmi_create_vdev_out *out)
+{
+    const struct fake_dev *d;
+    const struct fake_total *t;
+    const struct fake_template *tp;
+    const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+    struct fake_res left;
+    struct fake_vnpu *made;
+    unsigned int id;
+    int ret = enter_dev("dcmi_create_vdevice", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if ((t = find_total(card_id, device_id)) == NULL) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    if (g_host.has_vnpu_mode && g_host.vnpu_mode != 0) {
+        return DCMI_ERR_CODE_OPER_NOT_PERMITTED;
+    }
+    if ((tp = find_template(vdev->template_name)) == NULL || (ret = pick_id(d, vdev->vdev_id, &id)) != DCMI_OK) {
+        return DCMI_ERR_CODE_INVALID_PARAMETER;
+    }
+    left = free_res(t);
+    if (live_vnpus(card_id, device_id, live) >= DCMI_SOC_SPLIT_MAX || g_ncreated >= FAKE_MAX_VNPUS) {
+        return DCMI_ERR_CODE_INVALID_PARAMETER;
+    }
+    if (left.aic < tp->res.aic || (left.aicpu >= 0 && left.aicpu < tp->res.aicpu)) {
+        return DCMI_ERR_CODE_INNER_ERR; /* the driver's "check aicore num failed" */
+    }
+    made = &g_created[g_ncreated++];
+    made->card = card_id;
+    made->dev = device_id;
+    made->id = id;
+    snprintf(made->template_name, sizeof(made->template_name), "%s", tp->name);
+    memset(out, 0, sizeof(*out));
+    out->vdev_id = id;
+    out->vfg_id = (unsigned int)live_vnpus(card_id, device_id, live) - 1;
+    return DCMI_OK;
+}
+
+/* Destroy one live vNPU of the chip; nonzero when it has none with that id. */
+static int destroy_one(int card, int dev, unsigned int id)
+{
+    struct fake_vnpu key = {card, dev, id, ""};
+    int i;
+
+    for (i = 0; i < g_ncreated; i++) {
+        if (same_vnpu(&g_created[i], &key)) {
+            g_created[i] = g_created[--g_ncreated];
+            return 0;
+        }
+    }
+    for (i = 0; i < g_host.nvnpus; i++) {
+        if (same_vnpu(&g_host.vnpus[i], &key) && !was_destroyed(&key) && g_ndestroyed < FAKE_MAX_VNPUS) {
+            g_destroyed[g_ndestroyed++] = key;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int dcmi_set_destroy_vdevice(int card_id, int device_id, unsigned int vdevid)
+{
+    const struct fake_dev *d;
+    const struct fake_vnpu *live[FAKE_MAX_VNPUS];
+    unsigned int ids[FAKE_MAX_VNPUS];
+    int i, n, ret = enter_dev("dcmi_set_destroy_vdevice", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (find_total(card_id, device_id) == NULL) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    if (vdevid != FAKE_DESTROY_ALL) {
+        return destroy_one(card_id, device_id, vdevid) == 0 ? DCMI_OK : DCMI_ERR_CODE_DEVICE_NOT_EXIST;
+    }
+    n = live_vnpus(card_id, device_id, live);
+    for (i = 0; i < n; i++) {
+        ids[i] = live[i]->id;
+    }
+    for (i = 0; i < n; i++) {
+        destroy_one(card_id, device_id, ids[i]);
+    }
+    return DCMI_OK;
+}
+
+#ifndef FAKE_DCMI_LEGACY
+int dcmi_get_vdevice_mode(int *mode)
+{
+    int ret = enter("dcmi_get_vdevice_mode", -1, -1);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (!g_host.has_vnpu_mode) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    *mode = g_host.vnpu_mode;
+    return DCMI_OK;
+}
+#endif
+
 /* ---- not DCMI: lets tests compare ctypes layouts with this compiler's ---- */
 
 #define FAKE_LAYOUT(s, f) \
@@ -672,5 +1221,37 @@ long fake_dcmi_layout(const char *structure, const char *field)
     FAKE_LAYOUT(dcmi_get_memory_info_stru, hugepagesize);
     FAKE_LAYOUT(dcmi_get_memory_info_stru, utiliza);
     FAKE_LAYOUT(dcmi_get_memory_info_stru, reserve);
+    FAKE_SIZE(dcmi_create_vdev_res_stru);
+    FAKE_LAYOUT(dcmi_create_vdev_res_stru, template_name);
+    FAKE_LAYOUT(dcmi_create_vdev_res_stru, reserved);
+    FAKE_SIZE(dcmi_create_vdev_out);
+    FAKE_LAYOUT(dcmi_create_vdev_out, vfg_id);
+    FAKE_SIZE(dcmi_base_resource);
+    FAKE_LAYOUT(dcmi_base_resource, vfg_id);
+    FAKE_LAYOUT(dcmi_base_resource, vip_mode);
+    FAKE_SIZE(dcmi_computing_resource);
+    FAKE_LAYOUT(dcmi_computing_resource, memory_size);
+    FAKE_LAYOUT(dcmi_computing_resource, device_aicpu);
+    FAKE_LAYOUT(dcmi_computing_resource, vdev_aicore_utilization);
+    FAKE_LAYOUT(dcmi_computing_resource, vdev_memory_free);
+    FAKE_LAYOUT(dcmi_computing_resource, reserved);
+    FAKE_SIZE(dcmi_media_resource);
+    FAKE_LAYOUT(dcmi_media_resource, venc);
+    FAKE_SIZE(dcmi_vdev_query_info);
+    FAKE_LAYOUT(dcmi_vdev_query_info, container_id);
+    FAKE_LAYOUT(dcmi_vdev_query_info, base);
+    FAKE_LAYOUT(dcmi_vdev_query_info, computing);
+    FAKE_LAYOUT(dcmi_vdev_query_info, media);
+    FAKE_SIZE(dcmi_vdev_query_stru);
+    FAKE_LAYOUT(dcmi_vdev_query_stru, query_info);
+    FAKE_SIZE(dcmi_soc_free_resource);
+    FAKE_LAYOUT(dcmi_soc_free_resource, base);
+    FAKE_LAYOUT(dcmi_soc_free_resource, computing);
+    FAKE_LAYOUT(dcmi_soc_free_resource, media);
+    FAKE_SIZE(dcmi_soc_total_resource);
+    FAKE_LAYOUT(dcmi_soc_total_resource, vfg_num);
+    FAKE_LAYOUT(dcmi_soc_total_resource, base);
+    FAKE_LAYOUT(dcmi_soc_total_resource, computing);
+    FAKE_LAYOUT(dcmi_soc_total_resource, media);
     return -1;
 }

@@ -79,15 +79,46 @@ class FakeDie:
         return " ".join(words)
 
 
+@dataclass(frozen=True)
+class FakeResources:
+    """A chip's vNPU totals or what a template takes, as DCMI reports them; -1 is NA (aicpu 0xFFFF, media -1.0)."""
+
+    aic: int
+    aicpu: int
+    mem_mb: int
+    vpc: int
+    venc: int
+    vdec: int
+    jpegd: int
+    jpege: int
+    pngd: int
+
+    def words(self) -> str:
+        return " ".join(f"{name} {value}" for name, value in vars(self).items()).replace("mem_mb", "mem")
+
+
+@dataclass(frozen=True)
+class FakeTemplate:
+    """A template: what a vNPU of it is given (DCMI), and the memory npu-smi's template-info shows (GB)."""
+
+    name: str
+    uses: FakeResources
+    shown_gb: int
+
+
 @dataclass
 class FakeHost:
-    """The whole config file: dies, driver version, topology and injected failures."""
+    """The whole config file: dies, driver version, topology, injected failures and vNPUs."""
 
     dies: list[FakeDie]
     driver: str | None = "24.1.rc2"
     topo_groups: list[tuple[int, list[int]]] = field(default_factory=list)
     topo_default: int | None = None
     fails: list[str] = field(default_factory=list)
+    vnpu_mode: int | None = None  # 0 container, 1 VM
+    vnpu_totals: dict[int, FakeResources] = field(default_factory=dict)  # by physical id
+    vnpu_templates: list[FakeTemplate] = field(default_factory=list)
+    vnpus: list[tuple[int, int, str]] = field(default_factory=list)  # physical id, vNPU id, template
 
     def die(self, phy: int) -> FakeDie:
         return next(d for d in self.dies if d.phy == phy)
@@ -100,7 +131,18 @@ class FakeHost:
         if self.topo_default is not None:
             lines.append(f"topo_default {self.topo_default}")
         lines += [f"fail {spec}" for spec in self.fails]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._vnpu_lines()) + "\n"
+
+    def _vnpu_lines(self) -> list[str]:
+        lines = [] if self.vnpu_mode is None else [f"vnpu_mode {self.vnpu_mode}"]
+        for phy, total in self.vnpu_totals.items():
+            die = self.die(phy)
+            lines.append(f"vnpu_total card {die.card} dev {die.dev} {total.words()}")
+        lines += [f"vnpu_template name {t.name} {t.uses.words()}" for t in self.vnpu_templates]
+        for phy, vnpu_id, template in self.vnpus:
+            die = self.die(phy)
+            lines.append(f"vnpu card {die.card} dev {die.dev} id {vnpu_id} template {template}")
+        return lines
 
     def write(self, path: Path) -> None:
         path.write_text(self.render())
@@ -185,10 +227,70 @@ def npu_smi_topology(host: FakeHost) -> str:
     return "\n".join(lines) + "\n"
 
 
+def npu_smi_template_info(host: FakeHost) -> str:
+    """`npu-smi info -t template-info`, in the driver's printf formats (npu_card_info.c printf_template_info)."""
+    rule = "+" + "-" * 90 + "+"
+    lines = [
+        rule,
+        f"|{'NPU instance template info is:':<90}|",
+        "|Name                AICORE    Memory    AICPU     VPC            VENC           JPEGD     |",
+        "|                               GB                 PNGD           VDEC           JPEGE     |",
+        "|" + "=" * 90 + "|",
+    ]
+    for t in host.vnpu_templates:
+        u = t.uses
+        lines.append(f"|{t.name:<19} {u.aic:<9} {t.shown_gb:<9} {u.aicpu:<9} {u.vpc:<14} {u.venc:<14} {u.jpegd:<10}|")
+        lines += [f"|{'':<49} {u.pngd:<14} {u.vdec:<14} {u.jpege:<10}|", rule]
+    return "\n".join(lines) + "\n"
+
+
+def npu_smi_info_vnpu(host: FakeHost, phy: int) -> str:
+    """`npu-smi info -t info-vnpu` of one die, in the driver's printf formats (npu_chip_info.c): Free/Total from
+    the totals less the templates of its vNPUs, the 910B memory total rounded up to 32 or 64 GB."""
+    total = host.vnpu_totals[phy]
+    vnpus = [(vnpu_id, name) for die, vnpu_id, name in host.vnpus if die == phy]
+    templates = {t.name: t.uses for t in host.vnpu_templates}
+    names = ("aic", "mem_mb", "aicpu", "vpc", "venc", "vdec", "jpegd", "jpege", "pngd")
+
+    def cell(name: str) -> str:
+        whole = getattr(total, name)
+        if whole < 0:
+            return "NA/NA"
+        free = whole - sum(getattr(templates[template], name) for _, template in vnpus)
+        if name == "mem_mb":
+            shown = whole >> 10
+            return f"{free >> 10}/{32 if shown < 32 else 64 if 32 < shown < 64 else shown}"
+        return f"{free}/{whole}"
+
+    rule = "+" + "-" * 79 + "+"
+    lines = [
+        rule,
+        f"| {'NPU resource static info as follow:':<78}|",
+        "| Format:Free/Total                   NA: Currently, query is not supported.    |",
+        "| AICORE    Memory    AICPU    VPC    VENC    VDEC    JPEGD    JPEGE    PNGD    |",
+        f"|{'GB':>14}{'':<65}|",
+        "|" + "=" * 79 + "|",
+        "| {:<9} {:<9} {:<8} {:<6} {:<7} {:<7} {:<8} {:<8} {:<8}|".format(*map(cell, names)),
+        rule,
+        f"| Total number of vnpu: {len(vnpus):<2}{'':<54}|",
+        rule,
+        "|  Vnpu ID  |  Vgroup ID     |  Container ID  |  Status  |  Template Name       |",
+    ]
+    for group, (vnpu_id, template) in enumerate(vnpus):
+        lines += [rule, f"|  {vnpu_id:<4}     |  {group:<12}  |  {'0' * 12}  |  0 {'':<6}|  {template:<15}     |"]
+    return "\n".join([*lines, rule]) + "\n"
+
+
 def npu_smi_for(directory: Path, host: FakeHost) -> Path:
     """A fake npu-smi printing `host`, the host the fake libdcmi.so simulates from the same FakeHost."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "info.txt").write_text(npu_smi_info(host))
     (directory / "mapping.txt").write_text(npu_smi_mapping(host))
     (directory / "topo.txt").write_text(npu_smi_topology(host))
+    if host.vnpu_mode is not None:
+        (directory / "vnpu-mode.txt").write_text(f"\t{'vnpu-mode':<30} : {('docker', 'VM')[host.vnpu_mode]}\n")
+    for phy in host.vnpu_totals:
+        die = host.die(phy)
+        (directory / f"template-info-{die.card}.txt").write_text(npu_smi_template_info(host))
+        (directory / f"info-vnpu-{die.card}-{die.dev}.txt").write_text(npu_smi_info_vnpu(host, phy))
     return script(directory / "npu-smi", FAKE_NPU_SMI)

@@ -20,7 +20,7 @@ from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.config import BackendOptions
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError
-from tests.integration.fake_hardware import FakeDie, FakeHost, npu_smi_for, script
+from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
 
 NOT_SUPPORTED = "This command is not supported on this device\n"
 
@@ -102,6 +102,48 @@ def test_both_backends_sample_the_same_health(fake_builds: dict[str, Path], conf
     expected = dict.fromkeys(range(4, 12), Health.OK)
     expected |= {5: Health.WARNING, 6: Health.ALARM, 9: Health.CRITICAL, 11: Health.UNKNOWN}
     assert dcmi.sample() == smi.sample() == expected
+    dcmi.close()
+
+
+def atlas_800t_a2_split() -> FakeHost:
+    """Eight 910B3 on eight cards with the driver's bin1 templates; chip 4 holds ascend-device-plugin#135's two
+    vir05_1c_16g, chip 6 one vir10_3c_32g, chip 7 (an A3 card's NA case) no AI CPU or media figures."""
+    dies = [FakeDie(card=card, dev=0, logic=card, phy=card, bus=f"0000:{0xC1 + card:02X}:00.0") for card in range(8)]
+    totals = FakeResources(aic=20, aicpu=7, mem_mb=61440, vpc=9, venc=0, vdec=2, jpegd=24, jpege=4, pngd=-1)
+    bare = FakeResources(aic=20, aicpu=-1, mem_mb=61440, vpc=-1, venc=-1, vdec=-1, jpegd=-1, jpege=-1, pngd=-1)
+    return FakeHost(
+        dies,
+        vnpu_mode=0,
+        vnpu_totals={phy: totals for phy in range(7)} | {7: bare},
+        vnpu_templates=[
+            FakeTemplate("vir10_3c_32g", FakeResources(10, 3, 30720, 4, 0, 1, 12, 2, 0), shown_gb=32),
+            FakeTemplate("vir05_1c_16g", FakeResources(5, 1, 15360, 2, 0, 0, 6, 1, 0), shown_gb=16),
+        ],
+        vnpus=[(4, 164, "vir05_1c_16g"), (4, 165, "vir05_1c_16g"), (6, 196, "vir10_3c_32g")],
+    )
+
+
+def test_both_backends_see_the_same_vnpus(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> None:
+    host = atlas_800t_a2_split()
+    host.write(config_path)
+    npu_smi = npu_smi_for(tmp_path / "npu-smi", host)
+    dcmi = DcmiBackend(
+        _library(fake_builds, tmp_path / "lib"), driver_version_file=tmp_path / "absent", npu_smi=str(npu_smi)
+    )
+    smi = NpuSmiBackend(str(npu_smi))
+    dcmi.discover()
+    smi.discover()
+
+    by_dcmi = {phy: dcmi.chip_vnpu(phy) for phy in range(8)}
+    by_npu_smi = {phy: smi.chip_vnpu(phy) for phy in range(8)}
+
+    assert by_dcmi == by_npu_smi
+    chip = by_npu_smi[4]
+    assert chip is not None
+    assert [(v.vnpu_id, v.template) for v in chip.vnpus] == [(164, "vir05_1c_16g"), (165, "vir05_1c_16g")]
+    assert "pngd" not in chip.totals
+    assert set(by_npu_smi[7].totals if by_npu_smi[7] else ()) == {"aicore"}
+    assert {phy: dcmi.list_vnpus(phy) for phy in range(8)} == {phy: smi.list_vnpus(phy) for phy in range(8)}
     dcmi.close()
 
 

@@ -361,6 +361,18 @@ def test_a_library_without_dcmi_symbols_is_rejected() -> None:
         (abi.PcieInfoAll, ("domain", "bdf_busid", "bdf_funcid")),
         (abi.HbmInfo, ("memory_usage", "bandwith_util_rate")),
         (abi.MemoryInfoV3, ("hugepagesize", "utiliza", "reserve")),
+        (abi.CreateVdevRes, ("template_name", "reserved")),
+        (abi.CreateVdevOut, ("vfg_id",)),
+        (abi.BaseResource, ("vfg_id", "vip_mode")),
+        (
+            abi.ComputingResource,
+            ("memory_size", "device_aicpu", "vdev_aicore_utilization", "vdev_memory_free", "reserved"),
+        ),
+        (abi.MediaResource, ("venc",)),
+        (abi.VdevQueryInfo, ("container_id", "base", "computing", "media")),
+        (abi.VdevQuery, ("query_info",)),
+        (abi.SocFreeResource, ("base", "computing", "media")),
+        (abi.SocTotalResource, ("vfg_num", "base", "computing", "media")),
     ],
 )
 def test_ctypes_layouts_match_the_c_compiler(
@@ -376,6 +388,15 @@ def test_ctypes_layouts_match_the_c_compiler(
         abi.PcieInfoAll: b"dcmi_pcie_info_all",
         abi.HbmInfo: b"dcmi_hbm_info",
         abi.MemoryInfoV3: b"dcmi_get_memory_info_stru",
+        abi.CreateVdevRes: b"dcmi_create_vdev_res_stru",
+        abi.CreateVdevOut: b"dcmi_create_vdev_out",
+        abi.BaseResource: b"dcmi_base_resource",
+        abi.ComputingResource: b"dcmi_computing_resource",
+        abi.MediaResource: b"dcmi_media_resource",
+        abi.VdevQueryInfo: b"dcmi_vdev_query_info",
+        abi.VdevQuery: b"dcmi_vdev_query_stru",
+        abi.SocFreeResource: b"dcmi_soc_free_resource",
+        abi.SocTotalResource: b"dcmi_soc_total_resource",
     }[struct]
 
     assert layout(c_name, None) == ctypes.sizeof(struct)

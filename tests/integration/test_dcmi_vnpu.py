@@ -1,0 +1,223 @@
+"""DcmiBackend's vNPU calls through real ctypes into the fake libdcmi.so (tests/fakedcmi/fake_dcmi.c)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.backends.base import VnpuBackend
+from npu_plugin.backends.dcmi import DcmiBackend
+from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
+from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
+from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
+
+D = Decimal
+GIB = 1 << 30
+MIB = 1 << 20
+# ascend-device-plugin#135's 910B3: 20 AI cores, about 60 GB to split, PNGD not reported.
+B3_TOTALS = FakeResources(aic=20, aicpu=7, mem_mb=61440, vpc=9, venc=0, vdec=2, jpegd=24, jpege=4, pngd=-1)
+VIR05 = FakeTemplate("vir05_1c_16g", FakeResources(5, 1, 15360, 2, 0, 0, 6, 1, 0), shown_gb=16)
+VIR10 = FakeTemplate("vir10_3c_32g", FakeResources(10, 3, 30720, 4, 0, 1, 12, 2, 0), shown_gb=32)
+
+
+def b3_host(vnpu_mode: int | None = 0) -> FakeHost:
+    """Two 910B3 dies on cards 0 and 1 (physical ids 4 and 5); die 4 holds #135's two vir05_1c_16g."""
+    dies = [FakeDie(card=card, dev=0, logic=card, phy=4 + card) for card in (0, 1)]
+    return FakeHost(
+        dies,
+        vnpu_mode=vnpu_mode,
+        vnpu_totals={4: B3_TOTALS, 5: B3_TOTALS},
+        vnpu_templates=[VIR10, VIR05],
+        vnpus=[(4, 164, "vir05_1c_16g"), (4, 165, "vir05_1c_16g")],
+    )
+
+
+class Opener(Protocol):
+    def __call__(self, host: FakeHost, *, npu_smi: bool = True, variant: str = "current") -> DcmiBackend: ...
+
+
+@pytest.fixture
+def open_host(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> Iterator[Opener]:
+    opened: list[DcmiBackend] = []
+
+    def opener(host: FakeHost, *, npu_smi: bool = True, variant: str = "current") -> DcmiBackend:
+        host.write(config_path)
+        directory = tmp_path / f"lib{len(opened)}"
+        directory.mkdir()
+        library = shutil.copy2(fake_builds[variant], directory / "libdcmi.so")  # a fresh dlopen, fresh vNPU state
+        executable = npu_smi_for(tmp_path / f"npu-smi{len(opened)}", host) if npu_smi else tmp_path / "no-npu-smi"
+        backend = DcmiBackend(str(library), driver_version_file=tmp_path / "absent", npu_smi=str(executable))
+        backend.discover()
+        opened.append(backend)
+        return backend
+
+    yield opener
+    for backend in opened:
+        backend.close()
+
+
+def test_the_backend_is_a_vnpu_backend(open_host: Opener) -> None:
+    assert isinstance(open_host(b3_host()), VnpuBackend)
+
+
+def test_chip_vnpu_reads_totals_and_vnpus_from_dcmi_and_templates_from_npu_smi(open_host: Opener) -> None:
+    chip = open_host(b3_host()).chip_vnpu(4)
+
+    assert chip == ChipVnpu(
+        physical_id=4,
+        mode=ChipMode.CONTAINER,
+        totals={"aicore": D(20), "aicpu": D(7), "vpc": D(9), "venc": D(0), "vdec": D(2), "jpegd": D(24), "jpege": D(4)},
+        templates=(
+            VnpuTemplate(
+                "vir10_3c_32g", 10, 32 * GIB, {"aicpu": D(3), "vpc": D(4), "vdec": D(1), "jpegd": D(12), "jpege": D(2)}
+            ),
+            VnpuTemplate("vir05_1c_16g", 5, 16 * GIB, {"aicpu": D(1), "vpc": D(2), "jpegd": D(6), "jpege": D(1)}),
+        ),
+        id_range=(164, 179),
+        dynamic_supported=True,
+        vnpus=(Vnpu(4, 164, "vir05_1c_16g"), Vnpu(4, 165, "vir05_1c_16g")),
+    )
+
+
+def test_without_npu_smi_only_existing_templates_and_no_dynamic(
+    open_host: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = open_host(b3_host(), npu_smi=False)
+
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+        chip = backend.chip_vnpu(4)
+        empty = backend.chip_vnpu(5)
+
+    assert chip is not None
+    assert empty is not None
+    # the vNPU's own figures: the memory it was given, not the template's nominal 16 GB
+    assert chip.templates == (
+        VnpuTemplate("vir05_1c_16g", 5, 15360 * MIB, {"aicpu": D(1), "vpc": D(2), "jpegd": D(6), "jpege": D(1)}),
+    )
+    assert (chip.dynamic_supported, empty.templates, empty.dynamic_supported) == (False, (), False)
+    (said,) = [r.getMessage() for r in caplog.records if "template" in r.getMessage()]
+    assert said.startswith("DCMI has no template query and npu-smi cannot list them (npu-smi executable ")
+    assert said.endswith("vNPUs are not created on demand, and only the templates of existing vNPUs are known")
+
+
+@pytest.mark.parametrize(
+    ("vnpu_mode", "variant", "mode"),
+    [(1, "current", ChipMode.VM), (None, "current", ChipMode.CONTAINER), (0, "legacy", ChipMode.CONTAINER)],
+    ids=["vm", "not supported", "not exported"],
+)
+def test_mode(open_host: Opener, vnpu_mode: int | None, variant: str, mode: ChipMode) -> None:
+    chip = open_host(b3_host(vnpu_mode), variant=variant).chip_vnpu(4)
+
+    assert chip is not None
+    assert chip.mode is mode
+
+
+def test_a_chip_the_driver_cannot_split_is_none(open_host: Opener) -> None:
+    host = b3_host()
+    del host.vnpu_totals[5]
+
+    backend = open_host(host)
+
+    assert backend.chip_vnpu(5) is None
+    assert backend.list_vnpus(5) == []
+
+
+def test_a_failing_total_query_is_a_dcmi_error(open_host: Opener) -> None:
+    host = b3_host()
+    host.fails.append("dcmi_get_device_info card 0 dev 0 -8005")
+
+    with pytest.raises(
+        DcmiError, match=r"dcmi_get_device_info\(card 0, device 0, 52, 1\) failed with error code -8005"
+    ):
+        open_host(host).chip_vnpu(4)
+
+
+def test_an_undiscovered_chip_is_a_backend_error(open_host: Opener) -> None:
+    with pytest.raises(BackendError, match="no NPU with physical id 9 was discovered"):
+        open_host(b3_host()).chip_vnpu(9)
+
+
+# ---- create and destroy
+
+
+def test_create_then_list_then_destroy(open_host: Opener) -> None:
+    backend = open_host(b3_host())
+
+    assert backend.create_vnpu(4, "vir05_1c_16g", 170) == 170
+    assert backend.list_vnpus(4) == [
+        Vnpu(4, 164, "vir05_1c_16g"),
+        Vnpu(4, 165, "vir05_1c_16g"),
+        Vnpu(4, 170, "vir05_1c_16g"),
+    ]
+    backend.destroy_vnpu(4, 164)
+    assert [v.vnpu_id for v in backend.list_vnpus(4)] == [165, 170]
+
+
+def test_create_with_the_any_id_takes_the_drivers_choice(open_host: Opener) -> None:
+    backend = open_host(b3_host())
+
+    assert backend.create_vnpu(5, "vir10_3c_32g", 0xFFFFFFFF) == 180
+
+
+@pytest.mark.parametrize(
+    ("template", "vnpu_id", "code"),
+    [
+        ("vir99", 170, abi.DCMI_ERR_CODE_INVALID_PARAMETER),  # unknown template
+        ("vir05_1c_16g", 164, abi.DCMI_ERR_CODE_INVALID_PARAMETER),  # id in use
+        ("vir05_1c_16g", 180, abi.DCMI_ERR_CODE_INVALID_PARAMETER),  # another chip's id range
+        ("vir10_3c_32g", 170, abi.DCMI_ERR_CODE_INNER_ERR),  # 10 AI cores left, taken twice below
+        ("vir05_1c_16g_with_a_name_far_too_long", 170, abi.DCMI_ERR_CODE_INVALID_PARAMETER),
+    ],
+)
+def test_refused_creates_carry_the_drivers_code(open_host: Opener, template: str, vnpu_id: int, code: int) -> None:
+    backend = open_host(b3_host())
+    if template == "vir10_3c_32g":
+        backend.create_vnpu(4, template, 171)
+
+    with pytest.raises(VnpuError) as raised:
+        backend.create_vnpu(4, template, vnpu_id)
+
+    assert raised.value.code == code
+    assert str(raised.value).endswith(f"(DCMI {code})")
+
+
+def test_create_in_vm_mode_is_not_permitted(open_host: Opener) -> None:
+    with pytest.raises(VnpuError) as raised:
+        open_host(b3_host(vnpu_mode=1)).create_vnpu(4, "vir05_1c_16g", 170)
+
+    assert raised.value.code == abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED
+
+
+def test_an_injected_busy_destroy_is_a_vnpu_error(open_host: Opener) -> None:
+    host = b3_host()
+    host.fails.append("dcmi_set_destroy_vdevice -8020")
+
+    with pytest.raises(
+        VnpuError, match=r"dcmi_set_destroy_vdevice of vNPU 164 on card 0 device 0 failed \(DCMI -8020\)"
+    ):
+        open_host(host).destroy_vnpu(4, 164)
+
+
+def test_destroying_a_missing_vnpu_is_not_found(open_host: Opener) -> None:
+    with pytest.raises(VnpuNotFoundError) as raised:
+        open_host(b3_host()).destroy_vnpu(4, 170)
+
+    assert raised.value.code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST
+
+
+def test_destroy_all_id_is_refused_before_any_call(open_host: Opener) -> None:
+    backend = open_host(b3_host())
+
+    with pytest.raises(VnpuError, match="refusing to destroy vNPU 65535 on npu-4") as raised:
+        backend.destroy_vnpu(4, 0xFFFF)
+
+    assert raised.value.code == abi.DCMI_ERR_CODE_INVALID_PARAMETER
+    # the fake, like the driver, would have destroyed both
+    assert [v.vnpu_id for v in backend.list_vnpus(4)] == [164, 165]
