@@ -139,6 +139,7 @@ VDEVICE_MODE_VM = 1
 # "Not available" sentinels (npu-smi prints NA for them): AICPU 0xFFFF, media and AI cores -1.0.
 AICPU_NA = 0xFFFF
 FLOAT_NA = -1.0
+MEMORY_NA = 0xFFFFFFFFFFFFFFFF
 
 
 class CreateVdevRes(ctypes.Structure):
@@ -375,6 +376,11 @@ def vdev_ids(total: SocTotalResource) -> list[int]:
     if not 0 <= total.vdev_num <= SOC_SPLIT_MAX:
         raise ValueError(f"vdev_num {total.vdev_num} is outside 0..{SOC_SPLIT_MAX}")
     return list(total.vdev_id[: total.vdev_num])
+
+
+def vnpu_memory_bytes(megabytes: int) -> int:
+    """Pure: a vNPU's memory in bytes from DCMI's MB; 0 for the NA sentinel."""
+    return 0 if megabytes == MEMORY_NA else megabytes_to_bytes(megabytes)
 
 
 def template_uses(found: Mapping[str, Decimal]) -> dict[str, Decimal]:

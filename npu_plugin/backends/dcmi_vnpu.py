@@ -66,7 +66,7 @@ def read_vnpu(call: Call, card: int, device: int, vnpu_id: int) -> ExistingVnpu 
     template = VnpuTemplate(
         name=abi.decode_c_string(info.name),
         aicore=int(found.get("aicore", 0)),
-        memory=abi.megabytes_to_bytes(info.computing.memory_size),
+        memory=abi.vnpu_memory_bytes(info.computing.memory_size),
         uses=abi.template_uses(found),
     )
     return ExistingVnpu(vnpu_id, template)

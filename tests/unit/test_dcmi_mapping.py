@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
@@ -173,3 +174,62 @@ def test_struct_sizes_match_the_header_on_lp64(struct: type[ctypes.Structure], s
 def test_every_required_call_has_a_signature() -> None:
     names = {*abi.REQUIRED_CALLS, *abi.CARD_LIST_CALLS, "dcmi_get_driver_version", "dcmi_get_device_chip_info_v2"}
     assert names <= abi.SIGNATURES.keys()
+
+
+# ---- vNPU decoders
+
+
+def _pair(aic: float, aicpu: int, media: dict[str, float]) -> tuple[abi.ComputingResource, abi.MediaResource]:
+    computing = abi.ComputingResource(aic=aic, device_aicpu=aicpu)
+    return computing, abi.MediaResource(**media)
+
+
+_ALL_NA = dict.fromkeys(("jpegd", "jpege", "vpc", "vdec", "pngd", "venc"), abi.FLOAT_NA)
+
+
+@pytest.mark.parametrize(
+    ("aic", "aicpu", "media", "expected"),
+    [
+        # ascend-device-plugin#135's 910B3: PNGD not reported
+        (
+            20.0,
+            7,
+            {"vpc": 9, "venc": 0, "vdec": 2, "jpegd": 24, "jpege": 4, "pngd": abi.FLOAT_NA},
+            {"aicore": "20", "aicpu": "7", "vpc": "9", "venc": "0", "vdec": "2", "jpegd": "24", "jpege": "4"},
+        ),
+        (32.0, abi.AICPU_NA, _ALL_NA, {"aicore": "32"}),  # 910A: AI cores only
+        (abi.FLOAT_NA, abi.AICPU_NA, _ALL_NA, {}),
+        (2.0, 1, _ALL_NA | {"pngd": 1.5}, {"aicore": "2", "aicpu": "1", "pngd": "1.5"}),  # a float, as %g prints it
+    ],
+)
+def test_resources_leave_out_the_na_sentinels(
+    aic: float, aicpu: int, media: dict[str, float], expected: dict[str, str]
+) -> None:
+    computing, media_resource = _pair(aic, aicpu, media)
+
+    assert abi.resources(computing, media_resource) == {name: Decimal(value) for name, value in expected.items()}
+
+
+def test_template_uses_drop_the_cores_and_zeros() -> None:
+    found = {"aicore": Decimal(5), "aicpu": Decimal(1), "venc": Decimal(0), "jpegd": Decimal(6)}
+
+    assert abi.template_uses(found) == {"aicpu": Decimal(1), "jpegd": Decimal(6)}
+
+
+@pytest.mark.parametrize(("count", "ids"), [(0, []), (2, [164, 165]), (32, list(range(100, 132)))])
+def test_vdev_ids_are_the_first_vdev_num(count: int, ids: list[int]) -> None:
+    total = abi.SocTotalResource(vdev_num=count)
+    for index, vnpu_id in enumerate(ids):
+        total.vdev_id[index] = vnpu_id
+
+    assert abi.vdev_ids(total) == ids
+
+
+def test_a_vdev_num_beyond_the_array_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"vdev_num 33 is outside 0\.\.32"):
+        abi.vdev_ids(abi.SocTotalResource(vdev_num=33))
+
+
+@pytest.mark.parametrize(("megabytes", "expected"), [(15360, 15360 << 20), (0, 0), (abi.MEMORY_NA, 0)])
+def test_vnpu_memory_na_is_zero(megabytes: int, expected: int) -> None:
+    assert abi.vnpu_memory_bytes(megabytes) == expected
