@@ -51,11 +51,30 @@ class DeviceTaint(TypedDict):
     timeAdded: NotRequired[str]
 
 
+class Counter(TypedDict):
+    value: str
+
+
+class CounterSet(TypedDict):
+    """A slice's shared counters (partitionable devices): `npu-3-counters {aicore: 20, ...}`."""
+
+    name: str
+    counters: dict[str, Counter]
+
+
+class CounterConsumption(TypedDict):
+    """What a device takes from a counter set when it is allocated."""
+
+    counterSet: str
+    counters: dict[str, Counter]
+
+
 class SliceDevice(TypedDict):
     name: str
     attributes: dict[str, DeviceAttribute]
     capacity: dict[str, DeviceCapacity]
     taints: NotRequired[list[DeviceTaint]]
+    consumesCounters: NotRequired[list[CounterConsumption]]
 
 
 class ResourcePool(TypedDict):
@@ -68,7 +87,8 @@ class ResourceSliceSpec(TypedDict):
     driver: str
     nodeName: str
     pool: ResourcePool
-    devices: list[SliceDevice]
+    devices: NotRequired[list[SliceDevice]]  # absent from a counter-only slice
+    sharedCounters: NotRequired[list[CounterSet]]
 
 
 class ResourceSlice(TypedDict):

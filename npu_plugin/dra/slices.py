@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.kubeapi import (
+    CounterSet,
     DeviceAttribute,
     DeviceCapacity,
     ObjectMeta,
     OwnerReference,
     ResourceSlice,
+    ResourceSliceSpec,
     SliceDevice,
 )
 from npu_plugin.quantity import format_bytes
@@ -73,7 +75,15 @@ def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]])
     return chunks or [[]]
 
 
-def slice_object(settings: SliceSettings, devices: list[SliceDevice], generation: int, count: int) -> ResourceSlice:
+def slice_object(
+    settings: SliceSettings,
+    devices: list[SliceDevice] | None,
+    generation: int,
+    count: int,
+    counter_sets: list[CounterSet] | None = None,
+) -> ResourceSlice:
+    """One slice of the pool; a counter-only slice (`devices` None) has no `devices` key at all, a device slice no
+    `sharedCounters` key: Kubernetes 1.35+ rejects a slice where both are set, an empty list included."""
     metadata: ObjectMeta = {"generateName": f"{settings.node_name}-{settings.driver}-"}
     if settings.node_uid:
         owner: OwnerReference = {
@@ -84,17 +94,16 @@ def slice_object(settings: SliceSettings, devices: list[SliceDevice], generation
             "controller": True,
         }
         metadata["ownerReferences"] = [owner]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceSlice",
-        "metadata": metadata,
-        "spec": {
-            "driver": settings.driver,
-            "nodeName": settings.node_name,
-            "pool": {"name": settings.node_name, "generation": generation, "resourceSliceCount": count},
-            "devices": devices,
-        },
+    spec: ResourceSliceSpec = {
+        "driver": settings.driver,
+        "nodeName": settings.node_name,
+        "pool": {"name": settings.node_name, "generation": generation, "resourceSliceCount": count},
     }
+    if counter_sets is not None:
+        spec["sharedCounters"] = counter_sets
+    if devices is not None:
+        spec["devices"] = devices
+    return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": metadata, "spec": spec}
 
 
 def build_slices(
