@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Literal, get_args
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner
+from npu_plugin.vnpu import Vnpu, VnpuOrigin
 
 log = logging.getLogger(__name__)
 # Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request timeout.
@@ -34,6 +36,11 @@ LATENCY_BUCKETS = (
 HEALTH_LABELS = ("healthy", "unhealthy")
 APIS = ("device-plugin", "dra")
 PUBLISH_RESULTS = ("success", "error")
+VnpuOp = Literal["create", "destroy"]
+# refused: the driver answered with a refusal code (no resources, id in use, wrong mode); error: anything else.
+VnpuResult = Literal["success", "error", "refused"]
+# A vNPU create takes the driver tens to hundreds of milliseconds; a busy chip can take seconds.
+CREATE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class Metrics:
@@ -64,9 +71,29 @@ class Metrics:
         self.handovers = Counter(
             "npu_plugin_device_handovers", "Devices moved between APIs after release", ["to"], registry=r
         )
+        self.vnpus = Gauge(
+            "npu_plugin_vnpus",
+            "vNPUs on this node by chip, template and who made them",
+            ["physical_id", "template", "origin"],
+            registry=r,
+        )
+        self.vnpu_operations = Counter(
+            "npu_plugin_vnpu_operations", "vNPU create and destroy calls by result", ["op", "result"], registry=r
+        )
+        self.vnpu_dynamic_available = Gauge(
+            "npu_plugin_vnpu_dynamic_available",
+            "1 while vNPUs are offered on demand (--vnpu dynamic and the partitionable-devices gate on), else 0",
+            registry=r,
+        )
+        self.vnpu_create_seconds = Histogram(
+            "npu_plugin_vnpu_create_seconds", "Latency of successful vNPU creates", buckets=CREATE_BUCKETS, registry=r
+        )
         for health in HEALTH_LABELS:
             for owner in Owner:
                 self.devices.labels(health, owner.value)
+        for op in get_args(VnpuOp):
+            for result in get_args(VnpuResult):
+                self.vnpu_operations.labels(op, result)
         for result in PUBLISH_RESULTS:
             self.slice_publish.labels(result)
         for api in APIS:
@@ -89,6 +116,21 @@ class Metrics:
             for owner in Owner:
                 count = sum(v.owner is owner and v.healthy == (health == "healthy") for v in snapshot.devices)
                 self.devices.labels(health, owner.value).set(count)
+
+    def record_vnpus(self, vnpus: Iterable[tuple[Vnpu, VnpuOrigin]]) -> None:
+        """The vNPUs as they are now: a series per (chip, template, origin); vanished ones leave the output."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for vnpu, origin in vnpus:
+            key = (str(vnpu.physical_id), vnpu.template, origin.value)
+            counts[key] = counts.get(key, 0) + 1
+        self.vnpus.clear()
+        for labels, count in counts.items():
+            self.vnpus.labels(*labels).set(count)
+
+    def record_vnpu_operation(self, op: VnpuOp, result: VnpuResult, seconds: float | None) -> None:
+        self.vnpu_operations.labels(op, result).inc()
+        if op == "create" and result == "success" and seconds is not None:
+            self.vnpu_create_seconds.observe(seconds)
 
     def record_allocate(self, seconds: float, containers: int) -> None:
         self.allocate_seconds.observe(seconds)

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner
+from npu_plugin.vnpu import Vnpu, VnpuOrigin
 
 if TYPE_CHECKING:
     from npu_plugin.healthcheck import HealthService
-    from npu_plugin.metrics import Metrics
+    from npu_plugin.metrics import Metrics, VnpuOp, VnpuResult
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +82,18 @@ class Telemetry:
     def handed_over(self, to: Owner) -> None:
         if self.metrics is not None:
             self.metrics.handovers.labels(to.value).inc()
+
+    def vnpus(self, vnpus: Iterable[tuple[Vnpu, VnpuOrigin]]) -> None:
+        """Every vNPU on the node now, with who made it (call on change)."""
+        if self.metrics is not None:
+            self.metrics.record_vnpus(vnpus)
+
+    def vnpu_operation(self, op: VnpuOp, result: VnpuResult, seconds: float | None = None) -> None:
+        """One create or destroy call; `seconds` of a successful create feeds its latency histogram."""
+        if self.metrics is not None:
+            self.metrics.record_vnpu_operation(op, result, seconds)
+
+    def vnpu_dynamic_available(self, available: bool) -> None:
+        """Whether vNPUs are offered on demand now (mode and gate probe)."""
+        if self.metrics is not None:
+            self.metrics.vnpu_dynamic_available.set(1 if available else 0)

@@ -63,6 +63,14 @@ SERIES_AT_START = [
     *[("npu_plugin_slice_publish_total", {"result": r}) for r in ("success", "error")],
     *[("npu_plugin_registrations_total", {"api": a}) for a in (DP, DRA)],
     *[("npu_plugin_device_handovers_total", {"to": t}) for t in (DP, DRA)],
+    *[
+        ("npu_plugin_vnpu_operations_total", {"op": op, "result": result})
+        for op in ("create", "destroy")
+        for result in ("success", "error", "refused")
+    ],
+    ("npu_plugin_vnpu_dynamic_available", {}),
+    ("npu_plugin_vnpu_create_seconds_count", {}),
+    ("npu_plugin_vnpu_create_seconds_sum", {}),
 ]
 
 
