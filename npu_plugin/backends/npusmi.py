@@ -127,9 +127,6 @@ class NpuSmiBackend:
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
         try:
             answer = self._run("info", "-t", "info-vnpu", *where)
-            templates = self.templates(device.card_id)
-        except NpuSmiParseError:
-            raise
         except BackendError as error:
             self._missing(
                 f"info -t info-vnpu {' '.join(where)}", f"npu-{physical_id} is not split", error, logging.INFO
@@ -144,7 +141,7 @@ class NpuSmiBackend:
             physical_id=physical_id,
             mode=refusal or self._vnpu_mode(),
             totals={name: amount for name, amount in table.total.items() if name != "memory"} if table else {},
-            templates=templates,
+            templates=self._card_templates(device.card_id),
             id_range=default_id_range(physical_id, device.device_type),
             dynamic_supported=static_only_reason(device.device_type, dies) is None,
             vnpus=tuple(Vnpu(physical_id, row.vnpu_id, row.template) for row in table.vnpus) if table else (),
@@ -153,6 +150,17 @@ class NpuSmiBackend:
     def templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
         """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot tell."""
         return parse_template_info(self._run("info", "-t", "template-info", "-i", str(card_id)))
+
+    def _card_templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
+        """The card's templates; none when template-info fails (said once per card), malformed output raising."""
+        try:
+            return self.templates(card_id)
+        except NpuSmiParseError:
+            raise
+        except BackendError as error:
+            consequence = f"no vNPU templates are known for card {card_id}"
+            self._missing(f"info -t template-info -i {card_id}", consequence, error, logging.WARNING)
+            return ()
 
     def list_vnpus(self, physical_id: int) -> list[Vnpu]:
         """The vNPUs `info -t info-vnpu` lists for the chip (none in VM mode, where it lists nothing)."""

@@ -97,6 +97,28 @@ def test_a_chip_npu_smi_cannot_split_is_none_and_said_once(
     assert "`npu-smi info -t info-vnpu -i 2 -c 0` gave nothing usable, so npu-2 is not split" in record.getMessage()
 
 
+def test_without_template_info_the_chip_has_no_templates_said_once(
+    host: Path, backend: NpuSmiBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    answer(host, "template-info-4", text="This device does not support querying template-info.\n", status=1)
+
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.npusmi"):
+        chips = [backend.chip_vnpu(4), backend.chip_vnpu(4)]
+
+    assert [(chip.templates, len(chip.vnpus)) if chip else None for chip in chips] == [((), 2), ((), 2)]
+    (record,) = caplog.records
+    assert "`npu-smi info -t template-info -i 4` gave nothing usable, so no vNPU templates are known for card 4" in (
+        record.getMessage()
+    )
+
+
+def test_malformed_template_info_is_a_parse_error(host: Path, backend: NpuSmiBackend) -> None:
+    answer(host, "template-info-4", text="garbage\n")
+
+    with pytest.raises(NpuSmiParseError, match=r"^npu-smi info -t template-info: no template table header"):
+        backend.chip_vnpu(4)
+
+
 def test_smp_mode_is_none(host: Path, backend: NpuSmiBackend) -> None:
     answer(host, "info-vnpu-4-0", text="NPU is working in SMP mode, does not support vnpu query.\n")
 
