@@ -6,6 +6,7 @@ own layout, so both backends look at the same machine through their own interfac
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from dataclasses import replace
@@ -17,6 +18,7 @@ from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.dcmi import DcmiBackend
 from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.cli import main
 from npu_plugin.config import BackendOptions
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError
@@ -145,6 +147,28 @@ def test_both_backends_see_the_same_vnpus(fake_builds: dict[str, Path], config_p
     assert set(by_npu_smi[7].totals if by_npu_smi[7] else ()) == {"aicore"}
     assert {phy: dcmi.list_vnpus(phy) for phy in range(8)} == {phy: smi.list_vnpus(phy) for phy in range(8)}
     dcmi.close()
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_inventory_prints_the_same_vnpu_blocks_through_either_backend(
+    fake_builds: dict[str, Path], config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = atlas_800t_a2_split()
+    host.write(config_path)
+    npu_smi = str(npu_smi_for(tmp_path / "npu-smi", host))
+    library = _library(fake_builds, tmp_path / "lib")
+    common = ["inventory", "--log-level", "error", "--vnpu", "static", "-o", "json", "--npu-smi", npu_smi]
+
+    blocks = []
+    for backend in (["--backend", "npu-smi"], ["--backend", "dcmi", "--dcmi-library", library]):
+        assert main([*common, *backend]) == 0
+        blocks.append([device.get("vnpu") for device in json.loads(capsys.readouterr().out)["devices"]])
+
+    assert blocks[0] == blocks[1]
+    assert blocks[0][4]["existing"] == [
+        {"vnpuId": 164, "template": "vir05_1c_16g"},
+        {"vnpuId": 165, "template": "vir05_1c_16g"},
+    ]
 
 
 # ---- --backend auto
