@@ -134,6 +134,7 @@ VDEV_NAME_LEN = 16
 VDEV_RESERVE = 32
 SOC_SPLIT_MAX = 32
 VFG_ID_ANY = 0xFFFFFFFF  # "the driver picks the vGroup", as mind-cluster creates
+VDEV_ID_ANY = 0xFFFFFFFF  # "the driver picks the vNPU id"
 VDEVICE_MODE_CONTAINER = 0
 VDEVICE_MODE_VM = 1
 # "Not available" sentinels (npu-smi prints NA for them): AICPU 0xFFFF, media and AI cores -1.0.

@@ -171,13 +171,21 @@ class NpuSmiBackend:
         return [Vnpu(physical_id, row.vnpu_id, row.template) for row in parse_info_vnpu(answer).vnpus]
 
     def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
-        """`set -t create-vnpu -i <card> -c <chip> -f <template> -v <id>`; VnpuError with the refusal's DCMI code."""
+        """`set -t create-vnpu -i <card> -c <chip> -f <template> -v <id>`; VnpuError with the refusal's DCMI code.
+        npu-smi does not say which id it gave, so for the any-id (0xffffffff) the id is the one new in the list."""
         device = self._discovered(physical_id)
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
+        before = {v.vnpu_id for v in self.list_vnpus(physical_id)} if vnpu_id == abi.VDEV_ID_ANY else set()
         command, outcome = self._set(parse_create_vnpu, CREATE_VNPU, *where, "-f", template, "-v", str(vnpu_id))
         if not outcome.ok:
             raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
-        return vnpu_id
+        if vnpu_id != abi.VDEV_ID_ANY:
+            return vnpu_id
+        made = [v.vnpu_id for v in self.list_vnpus(physical_id) if v.vnpu_id not in before]
+        if len(made) != 1:
+            found = f"{len(made)} new vNPUs" if made else "no new vNPU"
+            raise VnpuError(abi.DCMI_ERR_CODE_INNER_ERR, f"`{command}` succeeded but info-vnpu lists {found}")
+        return made[0]
 
     def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
         """`set -t destroy-vnpu -i <card> -c <chip> -v <id>`; never with the driver's destroy-all id."""

@@ -160,6 +160,32 @@ def test_create_passes_card_chip_template_and_id(host: Path, backend: NpuSmiBack
     assert set_log(host) == ["set -t create-vnpu -i 4 -c 0 -f vir05_1c_16g -v 166"]
 
 
+def test_create_with_the_any_id_returns_the_id_npu_smi_gave(host: Path, backend: NpuSmiBackend, tmp_path: Path) -> None:
+    """npu-smi's answer names no id: the new row of info-vnpu does. The wrapper makes the create add one."""
+    answer(host, "create-vnpu", "create-vnpu.ok.txt")
+    listed = host.parent / "info-vnpu-4-0.txt"
+    after = tmp_path / "after.txt"
+    row = "|  166      |  2             |  000000000000  |  0       |  vir05_1c_16g        |"
+    rule = "+" + "-" * 79 + "+"
+    text = listed.read_text().replace("Total number of vnpu: 2 ", "Total number of vnpu: 3 ")
+    after.write_text(text + row + "\n" + rule + "\n")
+    wrapper = script(
+        tmp_path / "npu-smi",
+        f'#!/bin/sh\ncase "$1" in set) cp {after} {listed} ;; esac\nexec {host} "$@"\n',
+    )
+    backend.executable = str(wrapper)
+
+    assert backend.create_vnpu(4, "vir05_1c_16g", 0xFFFFFFFF) == 166
+    assert set_log(host) == ["set -t create-vnpu -i 4 -c 0 -f vir05_1c_16g -v 4294967295"]
+
+
+def test_create_with_the_any_id_that_lists_nothing_new_is_an_error(host: Path, backend: NpuSmiBackend) -> None:
+    answer(host, "create-vnpu", "create-vnpu.ok.txt")
+
+    with pytest.raises(VnpuError, match="succeeded but info-vnpu lists no new vNPU"):
+        backend.create_vnpu(4, "vir05_1c_16g", 0xFFFFFFFF)
+
+
 @pytest.mark.parametrize(
     ("fixture", "status", "expected"),
     [
