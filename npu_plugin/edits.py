@@ -8,6 +8,9 @@ from enum import StrEnum
 from pathlib import Path
 
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+# Ascend's runtime reads ASCEND_VISIBLE_DEVICES as vNPU ids, not physical ones, with this option.
+RUNTIME_OPTIONS_ENV = "ASCEND_RUNTIME_OPTIONS"
+VIRTUAL_OPTION = "VIRTUAL"
 COMMON_NODES = ("davinci_manager", "devmm_svm", "hisi_hdc")
 DRIVER_MOUNTS = (
     "/usr/local/Ascend/driver/lib64",
@@ -63,15 +66,20 @@ def probe_host(dev_root: Path, injection: Injection, mount_driver: bool) -> Host
     )
 
 
-def container_edits(layout: HostLayout, physical_ids: Iterable[int]) -> ContainerEdits:
-    """Env, device nodes and mounts for these devices (pure)."""
-    ids = sorted(set(physical_ids))
-    env = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
-    nodes = _device_nodes(layout, [f"davinci{i}" for i in ids] + list(layout.common_nodes))
+def container_edits(layout: HostLayout, ids: Iterable[int], *, virtual: bool = False) -> ContainerEdits:
+    """Env, device nodes and mounts for these devices (pure): whole NPUs by physical id or, `virtual`, vNPUs by
+    vNPU id. The container sees a vNPU as /dev/davinci<id>, backed by the host's /dev/vdavinci<id>."""
+    ids = sorted(set(ids))
+    env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
+    if virtual:
+        env += ((RUNTIME_OPTIONS_ENV, VIRTUAL_OPTION),)
+    nodes = _device_nodes(layout, [_own_node(i, virtual) for i in ids] + [(n, n) for n in layout.common_nodes])
     return ContainerEdits(env=env, device_nodes=nodes, mounts=_driver_mounts(layout))
 
 
-def split_edits(layout: HostLayout, physical_ids: Iterable[int]) -> tuple[dict[int, ContainerEdits], ContainerEdits]:
+def split_edits(
+    layout: HostLayout, ids: Iterable[int], *, virtual: bool = False
+) -> tuple[dict[int, ContainerEdits], ContainerEdits]:
     """`container_edits` in parts a runtime can combine: each device's own node, and the common part
     (shared nodes, driver mounts) that any set of devices needs once (pure).
 
@@ -79,19 +87,26 @@ def split_edits(layout: HostLayout, physical_ids: Iterable[int]) -> tuple[dict[i
     each other's value, so whoever combines them sets it for the whole set.
     """
     per_device = {
-        physical_id: ContainerEdits(env=(), device_nodes=_device_nodes(layout, [f"davinci{physical_id}"]), mounts=())
-        for physical_id in physical_ids
+        device_id: ContainerEdits(
+            env=(), device_nodes=_device_nodes(layout, [_own_node(device_id, virtual)]), mounts=()
+        )
+        for device_id in ids
     }
     common = ContainerEdits(
-        env=(), device_nodes=_device_nodes(layout, list(layout.common_nodes)), mounts=_driver_mounts(layout)
+        env=(), device_nodes=_device_nodes(layout, [(n, n) for n in layout.common_nodes]), mounts=_driver_mounts(layout)
     )
     return per_device, common
 
 
-def _device_nodes(layout: HostLayout, names: list[str]) -> tuple[DeviceNode, ...]:
+def _own_node(device_id: int, virtual: bool) -> tuple[str, str]:
+    """A device's node as (host name, container name) under /dev."""
+    return (f"vdavinci{device_id}", f"davinci{device_id}") if virtual else (f"davinci{device_id}",) * 2
+
+
+def _device_nodes(layout: HostLayout, names: list[tuple[str, str]]) -> tuple[DeviceNode, ...]:
     if layout.injection is not Injection.NODES:
         return ()
-    return tuple(DeviceNode(f"{layout.dev_root.rstrip('/')}/{n}", f"/dev/{n}") for n in names)
+    return tuple(DeviceNode(f"{layout.dev_root.rstrip('/')}/{host}", f"/dev/{inside}") for host, inside in names)
 
 
 def _driver_mounts(layout: HostLayout) -> tuple[Mount, ...]:

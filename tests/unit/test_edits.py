@@ -89,9 +89,12 @@ def test_probe_host_mounts_only_existing_driver_paths_and_only_when_asked(tmp_pa
     ids=["nodes", "runtime", "mounts-only", "nodes-and-mounts"],
 )
 @pytest.mark.parametrize("ids", [[3], [3, 1], []], ids=["one", "two", "none"])
-def test_split_edits_are_container_edits_in_parts_without_the_env(host: HostLayout, ids: list[int]) -> None:
-    per_device, common = split_edits(host, ids)
-    whole = container_edits(host, ids)
+@pytest.mark.parametrize("virtual", [False, True], ids=["whole", "vnpu"])
+def test_split_edits_are_container_edits_in_parts_without_the_env(
+    host: HostLayout, ids: list[int], virtual: bool
+) -> None:
+    per_device, common = split_edits(host, ids, virtual=virtual)
+    whole = container_edits(host, ids, virtual=virtual)
     assert set(per_device) == set(ids)
     assert not common.env and all(not part.env and not part.mounts for part in per_device.values())
     if ids:
@@ -100,3 +103,20 @@ def test_split_edits_are_container_edits_in_parts_without_the_env(host: HostLayo
         assert common.mounts == whole.mounts
     if host.injection is Injection.NODES:
         assert [n.container_path for i in ids for n in per_device[i].device_nodes] == [f"/dev/davinci{i}" for i in ids]
+
+
+def test_a_vnpu_is_its_vdavinci_node_seen_as_davinci_with_the_virtual_runtime_option() -> None:
+    assert container_edits(layout(common=("hisi_hdc",)), [164], virtual=True) == ContainerEdits(
+        env=(("ASCEND_VISIBLE_DEVICES", "164"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL")),
+        device_nodes=(
+            DeviceNode("/host/dev/vdavinci164", "/dev/davinci164"),
+            DeviceNode("/host/dev/hisi_hdc", "/dev/hisi_hdc"),
+        ),
+        mounts=(),
+    )
+
+
+def test_a_vnpu_with_runtime_injection_is_env_only() -> None:
+    edits = container_edits(layout(Injection.RUNTIME), [100], virtual=True)
+    assert edits.env == (("ASCEND_VISIBLE_DEVICES", "100"), ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL"))
+    assert edits.device_nodes == ()
