@@ -26,6 +26,7 @@ from npu_plugin.config import (
     address,
     among,
     dns_subdomain,
+    kubernetes_minor,
     matching,
     non_empty,
     one_of,
@@ -319,10 +320,19 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
     output.add_argument(
         "--output",
         "-o",
-        type=among(("table", "json", "yaml", "resourceslice")),
+        type=among(("table", "json", "yaml", "resourceslice", "deviceclasses")),
         default="table",
-        metavar="{table,json,yaml,resourceslice}",
-        help="what to print",
+        metavar="{table,json,yaml,resourceslice,deviceclasses}",
+        help="what to print; deviceclasses: one DeviceClass per vNPU template the node publishes (needs --vnpu)",
+    )
+    output.add_argument(
+        "--kubernetes-version",
+        type=kubernetes_minor,
+        default=35,
+        metavar="X.Y",
+        shown_default="1.35",
+        help="-o resourceslice with --vnpu: the API server's version, which decides the layout of counters "
+        "(split from 1.35, combined on 1.34)",
     )
     output.add_argument(
         "--node-name", type=dns_subdomain, metavar="NAME", help="-o resourceslice: the node the slices are for"
@@ -557,6 +567,7 @@ def _inventory(args: argparse.Namespace) -> int:
         unhealthy_policy=args.unhealthy_policy,
         vnpu=args.vnpu,
         vnpu_templates=args.vnpu_templates,
+        kubernetes_minor=args.kubernetes_version,
     )
     return run_inventory(backend_options(args, args.fake_vnpu_state), output)
 

@@ -74,6 +74,9 @@ def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     return check
 
 
+MIN_KUBERNETES_MINOR = 34
+
+
 def one_of(kind: type[E], normalize: Callable[[str], str] = str) -> Callable[[str], E]:
     """An argparse type for a StrEnum, naming the allowed values when `value` is none of them."""
 
@@ -85,6 +88,16 @@ def one_of(kind: type[E], normalize: Callable[[str], str] = str) -> Callable[[st
             raise argparse.ArgumentTypeError(f"{value!r} is not one of {allowed}") from None
 
     return check
+
+
+def kubernetes_minor(value: str) -> int:
+    """An argparse type for a Kubernetes version `1.Y` this plugin serves (1.34 or later): the minor, Y."""
+    match = re.fullmatch(r"v?1\.([1-9][0-9]*)", value.strip())
+    if match is None or int(match.group(1)) < MIN_KUBERNETES_MINOR:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a Kubernetes version 1.{MIN_KUBERNETES_MINOR} or later, like 1.35"
+        )
+    return int(match.group(1))
 
 
 def among(values: Sequence[str], normalize: Callable[[str], str] = str) -> Callable[[str], str]:

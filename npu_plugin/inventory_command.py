@@ -19,7 +19,7 @@ from npu_plugin.errors import ConfigError
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.quantity import format_bytes
 from npu_plugin.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
-from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader
+from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 
 _COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE", "NUMA", "PCI", "GROUP", "HEALTH")
 
@@ -107,7 +107,8 @@ def _dash(value: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """What `inventory` prints: `form` is table, json, yaml or resourceslice; the rest is for slices."""
+    """What `inventory` prints: `form` is table, json, yaml, resourceslice or deviceclasses; the rest is for slices
+    and classes."""
 
     form: str
     node_name: str | None = None
@@ -115,6 +116,7 @@ class Output:
     unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.REMOVE
     vnpu: VnpuMode = VnpuMode.OFF
     vnpu_templates: frozenset[str] | None = None
+    kubernetes_minor: int = 35  # the layout of vNPU slices: split from 1.35, combined on 1.34
 
     def __post_init__(self) -> None:
         if self.vnpu_templates is not None and self.vnpu is not VnpuMode.DYNAMIC:
@@ -123,16 +125,38 @@ class Output:
             )
 
 
-def render_slices(output: Output, devices: Sequence[Device]) -> str:
+def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int, ChipPlan]) -> str:
+    """The node's slices at generation 1; with --vnpu, in the layout of `--kubernetes-version` with
+    DRAPartitionableDevices on (the layout without counters is the one of `--vnpu static`)."""
     from npu_plugin.dra.slices import SliceSettings, build_slices
+    from npu_plugin.dra.vnpu_slices import build_vnpu_slices, layout_for
 
     if not output.node_name:
         raise ConfigError("--output resourceslice needs --node-name (or NODE_NAME)")
     settings = SliceSettings(
         driver=output.driver, node_name=output.node_name, node_uid=None, unhealthy_policy=output.unhealthy_policy
     )
-    slices = build_slices(settings, [(d, d.health.healthy) for d in devices], generation=1)
+    pairs = [(d, d.health.healthy) for d in devices]
+    if output.vnpu is VnpuMode.OFF:
+        slices = build_slices(settings, pairs, generation=1)
+    else:
+        layout = layout_for(output.kubernetes_minor, partitionable=True)
+        slices = build_vnpu_slices(settings, pairs, served_chips(plans, output.vnpu_templates), layout, 1)
     return yaml.safe_dump_all(slices, sort_keys=False)
+
+
+def render_device_classes(output: Output, plans: Mapping[int, ChipPlan]) -> str:
+    """One DeviceClass per template the node's vNPU devices have."""
+    from npu_plugin.dra.deviceclasses import template_device_classes
+
+    if output.vnpu is VnpuMode.OFF:
+        raise ConfigError("--output deviceclasses prints a class per vNPU template: it needs --vnpu static or dynamic")
+    templates = published_templates(plans, output.vnpu_templates)
+    if not templates:
+        raise ConfigError(
+            f"--output deviceclasses: no chip of this node has vNPU templates to publish with --vnpu {output.vnpu}"
+        )
+    return yaml.safe_dump_all(template_device_classes(output.driver, templates), sort_keys=False)
 
 
 def run_inventory(options: BackendOptions, output: Output) -> int:
@@ -140,22 +164,22 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
     try:
         devices = discover(backend)
         vnpu_backend = backend if output.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend) else None
+        plans = (
+            {} if vnpu_backend is None else VnpuReader(vnpu_backend, output.vnpu, output.vnpu_templates).read(devices)
+        )
         if output.form == "table":
             text = render_table(devices)
             if output.vnpu is not VnpuMode.OFF:
-                plans = (
-                    {}
-                    if vnpu_backend is None
-                    else VnpuReader(vnpu_backend, output.vnpu, output.vnpu_templates).read(devices)
-                )
                 text += "\n\n" + render_vnpu_tables(plans, output.vnpu_templates)
         elif output.form in ("json", "yaml"):
             document: dict[str, Any] = inventory_document(devices, _vnpu_facts(vnpu_backend, devices))
             text = (
                 json.dumps(document, indent=2) if output.form == "json" else yaml.safe_dump(document, sort_keys=False)
             )
+        elif output.form == "deviceclasses":
+            text = render_device_classes(output, plans)
         else:
-            text = render_slices(output, devices)
+            text = render_slices(output, devices, plans)
     finally:
         backend.close()
     sys.stdout.write(text.rstrip("\n") + "\n")

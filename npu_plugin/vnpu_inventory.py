@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.device import Device
+from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.errors import ConfigError
 from npu_plugin.vnpu import AICORE, TEMPLATE_NAME, ChipMode, ChipVnpu, VnpuMode, VnpuTemplate, static_only_reason
 
@@ -149,3 +150,18 @@ class VnpuReader:
             if line not in self._said:
                 self._said.add(line)
                 log.info("%s", line, extra={"reason": reason})
+
+
+def served_chips(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> VnpuChips:
+    """What the slice builder needs of the plans: each chip's facts and which chips are split on demand."""
+    dynamic = frozenset(p for p, plan in plans.items() if plan.serving is Serving.DYNAMIC)
+    return VnpuChips({p: plan.chip for p, plan in plans.items()}, dynamic, offered)
+
+
+def published_templates(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> set[str]:
+    """The templates the node's vNPU devices have: those offered on dynamic chips, and those of existing vNPUs."""
+    names = {v.template for plan in plans.values() if plan.serving is Serving.STATIC for v in plan.chip.vnpus}
+    for plan in plans.values():
+        if plan.serving is Serving.DYNAMIC:
+            names |= {t.name for t in plan.chip.templates if offered is None or t.name in offered}
+    return names

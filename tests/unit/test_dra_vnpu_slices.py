@@ -16,7 +16,7 @@ from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, VnpuChips, build_vnpu_slices, layout_for
 from npu_plugin.profiles import PROFILES, profile_inventory
 from npu_plugin.vnpu import Vnpu, VnpuMode, static_only_reason
-from npu_plugin.vnpu_inventory import ChipPlan, Serving, checked, serving
+from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 
 DRIVER = "npu.huawei.com"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -55,12 +55,7 @@ def slices(
 ) -> list[Any]:
     devices, plans = plans_for(profile, **kwargs)
     pairs = [(d, d.physical_id not in unhealthy) for d in devices]
-    return list(build_vnpu_slices(settings(policy), pairs, served(plans), layout, generation=3))
-
-
-def served(plans: dict[int, ChipPlan], offered: frozenset[str] | None = None) -> VnpuChips:
-    dynamic = frozenset(p for p, plan in plans.items() if plan.serving is Serving.DYNAMIC)
-    return VnpuChips({p: plan.chip for p, plan in plans.items()}, dynamic, offered)
+    return list(build_vnpu_slices(settings(policy), pairs, served_chips(plans), layout, generation=3))
 
 
 def all_devices(built: list[Any]) -> list[dict[str, Any]]:
@@ -125,7 +120,7 @@ def test_chips_sort_numerically_and_a_chip_is_never_split_across_slices() -> Non
     many = [replace(devices[i % 4], physical_id=i) for i in range(12)]
     plans = {i: ChipPlan(replace(plans[i % 4].chip, physical_id=i), plans[i % 4].serving) for i in range(12)}
     built = build_vnpu_slices(
-        settings(), [(d, True) for d in reversed(many)], served(plans), Layout.SPLIT, generation=1
+        settings(), [(d, True) for d in reversed(many)], served_chips(plans), Layout.SPLIT, generation=1
     )
     counter_slices = [s for s in built if "sharedCounters" in s["spec"]]
     assert [len(s["spec"]["sharedCounters"]) for s in counter_slices] == [8, 4]
@@ -220,7 +215,7 @@ def test_a_chip_with_vnpus_someone_else_made_serves_them_as_plain_static_devices
     foreign = replace(plans[0].chip, vnpus=(Vnpu(0, 102, "vir05_1c_16g"), Vnpu(0, 100, "vir10_3c_32g")))
     plans[0] = ChipPlan(foreign, *serving(foreign, VnpuMode.DYNAMIC, None))
     for layout in Layout:
-        built = build_vnpu_slices(settings(), [(d, True) for d in devices], served(plans), layout, generation=1)
+        built = build_vnpu_slices(settings(), [(d, True) for d in devices], served_chips(plans), layout, generation=1)
         chip0 = [d for d in all_devices(built) if d["attributes"]["physicalId"] == {"int": 0}]
         assert [d["name"] for d in chip0] == ["npu-0-vnpu-100", "npu-0-vnpu-102"]
         assert all(s["spec"].get("sharedCounters", [{}])[0].get("name") != "npu-0-counters" for s in built)
@@ -252,7 +247,11 @@ def test_an_unhealthy_chip_keeps_its_counter_set_and_its_devices_leave_or_are_ta
 def test_offered_templates_limit_the_candidates() -> None:
     devices, plans = plans_for("atlas-800t-a2")
     built = build_vnpu_slices(
-        settings(), [(d, True) for d in devices], served(plans, frozenset({"vir10_3c_32g"})), Layout.SPLIT, generation=1
+        settings(),
+        [(d, True) for d in devices],
+        served_chips(plans, frozenset({"vir10_3c_32g"})),
+        Layout.SPLIT,
+        generation=1,
     )
     assert names(built)[:3] == ["npu-0-vir10-3c-32g-0", "npu-0-vir10-3c-32g-1", "npu-0"]
 

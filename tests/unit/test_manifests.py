@@ -423,7 +423,9 @@ SELECTED_TYPES = {
     "ascend310.npu.huawei.com": {"Ascend310"},
     "ascend910b.npu.huawei.com": {"Ascend910B"},
     "ascend910.extended.npu.huawei.com": {"Ascend910", "Ascend910B", "Ascend910C"},
+    "vnpu.npu.huawei.com": set(),  # whole NPUs: none
 }
+VNPU_CLASS = "vnpu.npu.huawei.com"
 # The classes `npu-plugin migrate` names by default, per device-plugin resource name.
 MIGRATE_CLASSES = {
     "huawei.com/Ascend910": "ascend910.npu.huawei.com",
@@ -440,6 +442,18 @@ def test_device_class_selects_exactly_its_device_types(name: str) -> None:
     assert _selects(expression, _device(driver="gpu.example.com", deviceType="Ascend910B")) is False
 
 
+@pytest.mark.parametrize("name", sorted(SELECTED_TYPES))
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_only_the_vnpu_class_selects_vnpus(name: str, mode: str) -> None:
+    """vNPUs overlap their NPU: a whole-NPU class that selected one would hand out part of a chip as a chip, and
+    make `allocationMode: All` unsatisfiable."""
+    (expression,) = _cel(_device_classes()[name])
+    for family in FAMILIES:
+        vnpu = _device(deviceType=family, vnpuTemplate="vir05_1c_16g", vnpuMode=mode)
+        assert _selects(expression, vnpu) is (name == VNPU_CLASS), family
+    assert _selects(expression, _device(driver="gpu.example.com", vnpuTemplate="vir05_1c_16g")) is False
+
+
 def test_every_device_class_is_described() -> None:
     assert _device_classes().keys() == SELECTED_TYPES.keys()
     extended = _device_classes()["ascend910.extended.npu.huawei.com"]
@@ -452,7 +466,7 @@ def test_overlays_apply_the_classes_migrate_names() -> None:
     assert RESOURCE_DEVICE_CLASSES == MIGRATE_CLASSES
     for mode in ("dra", "both"):
         applied = {o["metadata"]["name"] for o in build(mode) if o["kind"] == "DeviceClass"}
-        assert applied == {DRIVER, *MIGRATE_CLASSES.values()}, mode
+        assert applied == {DRIVER, VNPU_CLASS, *MIGRATE_CLASSES.values()}, mode
     assert "DeviceClass" not in {o["kind"] for o in build("device-plugin")}
 
 
