@@ -78,6 +78,7 @@ class Member:
     node: str
     inventory: Path
     daemon: subprocess.Popen[bytes]
+    started: float  # time.monotonic() when its process was started
 
     def set_critical(self, physical_ids: set[int]) -> None:
         devices = fake_devices(DEVICES)
@@ -93,6 +94,7 @@ class FleetResults:
     cpus: int | None
     cold_start_s: float
     cold_start_node_p50_s: float
+    cold_start_node_max_s: float
     rest_window_s: float
     requests_per_node_hour: dict[str, float]
     counted_at_rest: dict[str, int]
@@ -124,14 +126,14 @@ def pools(api: FakeKubeAPI) -> dict[str, list[str] | None]:
 def wait_until_correct(
     api: FakeKubeAPI, nodes: list[str], want: Callable[[str], list[str]], on_poll: Callable[[], None] = lambda: None
 ) -> dict[str, float]:
-    """Seconds (from now) until each node's pool is `want(node)`; TimeoutError after TIMEOUT_S."""
+    """When (time.monotonic()) each node's pool became `want(node)`; TimeoutError after TIMEOUT_S."""
     started, done = time.monotonic(), dict[str, float]()
     while len(done) < len(nodes):
         on_poll()
         current = pools(api)
         for node in nodes:
             if node not in done and current.get(node) == want(node):
-                done[node] = time.monotonic() - started
+                done[node] = time.monotonic()
         if time.monotonic() - started > TIMEOUT_S:
             late = sorted(set(nodes) - done.keys())
             raise TimeoutError(f"{len(late)} node(s) not correct within {TIMEOUT_S:g} s: {', '.join(late[:5])}")
@@ -190,10 +192,11 @@ def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
                 *dra_dirs(home, node, kubeconfig),
             )
             with (home / "daemon.log").open("wb") as out:
+                started = time.monotonic()
                 daemon = subprocess.Popen(
                     argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
                 )
-            members.append(Member(node, inventory, daemon))
+            members.append(Member(node, inventory, daemon, started))
         yield members
     finally:
         stop([m.daemon for m in members])
@@ -253,7 +256,7 @@ def outage(api: FakeKubeAPI, members: list[Member]) -> Recovery:
     watching = time.monotonic() - returned
     time.sleep(2.0)  # stragglers: requests that follow still count
     rate.sample()
-    return Recovery(max(recovered.values()), watching, rate.peak(), verbs(api.requests))
+    return Recovery(max(recovered.values()) - returned, watching, rate.peak(), verbs(api.requests))
 
 
 def selected_node(query: Mapping[str, str]) -> str | None:
@@ -288,7 +291,9 @@ def measure(work: Path, size: int, window: float) -> FleetResults:
         started = time.monotonic()
         with fleet(work, api, size) as members:
             published = wait_until_correct(api, nodes, lambda _node: names(set()))
-            cold_start = time.monotonic() - started
+            cold_start = max(published.values()) - started
+            # Each node from its own process start: starting N processes takes a while on few cores.
+            per_node = [published[m.node] - m.started for m in members]
             rest = at_rest(api, members, window)
             recovery = outage(api, members)
             writes, writers = flap(api, members[0])
@@ -296,7 +301,8 @@ def measure(work: Path, size: int, window: float) -> FleetResults:
         nodes=size,
         cpus=os.cpu_count(),
         cold_start_s=round(cold_start, 2),
-        cold_start_node_p50_s=round(percentile(list(published.values()), 0.5), 2),
+        cold_start_node_p50_s=round(percentile(per_node, 0.5), 2),
+        cold_start_node_max_s=round(max(per_node), 2),
         rest_window_s=window,
         requests_per_node_hour=rest.requests_per_node_hour,
         counted_at_rest=dict(sorted(rest.counted.items())),
@@ -329,7 +335,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
         Row(
             "cold start -> every pool published",
             f"{r['cold_start_s']:.2f} s",
-            f"{n} daemons on {r['cpus']} cores; per node p50 {r['cold_start_node_p50_s']:.2f} s",
+            f"{n} daemons on {r['cpus']} cores; each from its own start: p50 {r['cold_start_node_p50_s']:.2f} s, "
+            f"max {r['cold_start_node_max_s']:.2f} s",
             f"<= {t['cold_start_s']:g} s",
             at_most(r["cold_start_s"], t["cold_start_s"]),
         ),
