@@ -1,4 +1,4 @@
-"""Discovery and health through Huawei's DCMI library (libdcmi.so), bound with ctypes."""
+"""Discovery, health and vNPUs through Huawei's DCMI library (libdcmi.so), bound with ctypes."""
 
 from __future__ import annotations
 
