@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
-from npu_plugin.backends.base import Backend
+from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.cdi.files import write_static_spec
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.device import Device, resource_name_for
@@ -25,6 +25,8 @@ from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
+from npu_plugin.vnpu import VnpuMode
+from npu_plugin.vnpu_inventory import VnpuReader
 
 if TYPE_CHECKING:
     from npu_plugin.dra.plugin import DraPlugin
@@ -54,9 +56,18 @@ def run_daemon(config: Config) -> int:
     backend = open_backend(config.backend)
     try:
         devices = discover(backend)
+        check_vnpus(config, backend, devices)
         return asyncio.run(Daemon(config, backend, devices).run())
     finally:
         backend.close()
+
+
+def check_vnpus(config: Config, backend: Backend, devices: list[Device]) -> None:
+    """With --vnpu static|dynamic, read every chip's vNPUs once before serving: a --vnpu-templates name no chip
+    offers stops the start (exit 2, naming the chip), so does unreadable vNPU state (exit 1); skipped templates
+    and chips that cannot split on demand are logged."""
+    if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
+        VnpuReader(backend, config.vnpu, config.vnpu_templates).read(devices)
 
 
 def resolve_resource_name(config: Config, devices: list[Device]) -> str:

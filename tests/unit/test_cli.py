@@ -265,3 +265,21 @@ def test_vnpu_dynamic_in_device_plugin_mode_exits_2_naming_the_flag(capsys: pyte
     assert main([*SERVE, "--vnpu", "dynamic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("npu-plugin serve: error: --vnpu dynamic"), err
+
+
+def test_serve_checks_the_vnpus_before_serving(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dra = [*SERVE, "--mode", "dra", "--node-name", "n1", "--dev-root", str(tmp_path / "dev")]
+    dra += ["--state-dir", str(tmp_path / "state"), "--vnpu", "dynamic"]
+    assert main([*dra, "--vnpu-templates", "vir07"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "npu-plugin serve: error: --vnpu-templates vir07: npu-0 (910B3) offers vir05_1c_16g, vir10_3c_32g"
+    )
+    state = tmp_path / "hw.json"
+    state.write_text('{"bootId": 7}')
+    assert main([*dra, "--fake-vnpu-state", str(state)]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"npu-plugin serve: error: fake vNPU state {state} is corrupt: bootId: expected a non-empty string, got 7 "
+        "(DCMI -8005)"
+    )
+    # Only the simulated hardware, made by the first start: no checkpoint, no socket.
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["fake-vnpu.json"]
