@@ -62,7 +62,7 @@ _ASCEND_FLAGS = {
     "else the default --device-injection nodes",
     "volcanoType": "not needed: with --mode dra the Kubernetes scheduler picks devices by their attributes, "
     "and the device plugin prefers one topology group on its own",
-    "presetVirtualDevice": "not needed: whole NPUs only, virtual NPUs are not served",
+    "presetVirtualDevice": "use --vnpu static to serve the vNPUs that exist (or --vnpu dynamic with DRA)",
     "listWatchPeriod": "use --health-interval SECONDS",
     "mode": "use --mode device-plugin|dra|both to choose the API; the chip family is discovered",
     "version": "use --version",

@@ -92,7 +92,7 @@ def test_a_mistyped_flag_names_the_command_and_the_closest_flag(
     [
         ("-useAscendDocker=true", "--device-injection runtime"),
         ("-volcanoType=false", "scheduler"),
-        ("-presetVirtualDevice=true", "whole NPUs only"),
+        ("-presetVirtualDevice=true", "use --vnpu static"),
         ("-listWatchPeriod=5", "--health-interval"),
         ("-mode=ascend910", "--mode device-plugin|dra|both"),
         ("-logFile=/var/log/x.log", "stderr"),
