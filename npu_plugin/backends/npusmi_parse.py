@@ -77,32 +77,40 @@ class TopologyMatrix:
     cpu_affinity: tuple[str | None, ...]  # the CPU range printed per NPU; a NUMA node is not given
 
 
-def _fail(command: str, line: int | None, message: str) -> NpuSmiParseError:
+# ---------------------------------------------------------------- shared with npusmi_vnpu_parse
+
+
+def parse_error(command: str, line: int | None, message: str) -> NpuSmiParseError:
+    """`npu-smi <command>, line <n>: <message>`: the one shape of every parse error."""
     where = f"npu-smi {command}" + (f", line {line}" if line is not None else "")
     return NpuSmiParseError(f"{where}: {message}")
 
 
-def _shown(text: str) -> str:
+def quoted_line(text: str) -> str:
+    """A line of output for an error message, stripped and cut at 80 characters."""
     return repr(text.strip()[:80]) if text.strip() else "an empty line"
 
 
-def _opening(lines: list[str]) -> str:
+def output_opening(lines: list[str]) -> str:
+    """How the output begins, for an error that found no table at all."""
     first = next((line for line in lines if line.strip()), None)
-    return f"the output begins {_shown(first)}" if first is not None else "it printed nothing"
+    return f"the output begins {quoted_line(first)}" if first is not None else "it printed nothing"
 
 
-def _got(lines: list[str], index: int) -> str:
-    return _shown(lines[index]) if index < len(lines) else "the end of the output"
+def line_at(lines: list[str], index: int) -> str:
+    """The line at `index` for an error message, or `the end of the output` past it."""
+    return quoted_line(lines[index]) if index < len(lines) else "the end of the output"
+
+
+def table_cells(line: str) -> list[str]:
+    """The `|`-separated cells of a table row, stripped."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 def _int(word: str, command: str, line: int, what: str) -> int:
     if not _INT.fullmatch(word):
-        raise _fail(command, line, f"expected {what} (a number), got {word!r}")
+        raise parse_error(command, line, f"expected {what} (a number), got {word!r}")
     return int(word)
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 # ---------------------------------------------------------------- npu-smi info
@@ -119,27 +127,29 @@ def parse_info(text: str) -> list[InfoRow]:
         rows.append(_parse_pair(lines, pair_at, id_column, has_hbm, version))
         index = pair_at + 2
     if not rows:
-        raise _fail("info", len(lines), "the device table has no device rows (truncated output?)")
+        raise parse_error("info", len(lines), "the device table has no device rows (truncated output?)")
     return rows
 
 
 def _find_info_header(lines: list[str]) -> tuple[int, str | None]:
     version = None
     for index, line in enumerate(lines):
-        cells = _cells(line)
+        cells = table_cells(line)
         if len(cells) >= 2 and cells[0].split() == ["NPU", "Name"] and cells[1] == "Health":
             return index, version
         if version is None and (found := _VERSION.search(line)):
             version = found.group(1)
-    raise _fail("info", None, f"no device table header '| NPU   Name | Health | ...' found; {_opening(lines)}")
+    raise parse_error(
+        "info", None, f"no device table header '| NPU   Name | Health | ...' found; {output_opening(lines)}"
+    )
 
 
 def _second_header(lines: list[str], index: int) -> tuple[str, bool]:
-    cells = _cells(lines[index]) if index < len(lines) else []
+    cells = table_cells(lines[index]) if index < len(lines) else []
     words = cells[0].split() if cells else []
     if len(cells) < 3 or words[:1] != ["Chip"] or words[1:] not in ([], ["Phy-ID"], ["Device"]):
         expected = "the header row '| Chip [Phy-ID|Device] | Bus-Id | ...'"
-        raise _fail("info", index + 1, f"expected {expected}, got {_got(lines, index)}")
+        raise parse_error("info", index + 1, f"expected {expected}, got {line_at(lines, index)}")
     return (words[1] if len(words) > 1 else ""), "HBM-Usage" in cells[2]
 
 
@@ -149,7 +159,7 @@ def _next_device_row(lines: list[str], index: int) -> int | None:
         line = lines[at].strip()
         if line.startswith("+"):
             continue
-        cells = _cells(line)
+        cells = table_cells(line)
         is_process_table = (len(cells) > 1 and cells[1].startswith("Process")) or "processes" in line
         return None if not line.startswith("|") or is_process_table else at
     return None
@@ -159,11 +169,11 @@ def _parse_pair(lines: list[str], at: int, id_column: str, has_hbm: bool, versio
     card_id, chip_name, health = _first_row(lines[at], at + 1)
     if not _starts(lines, at + 1, "|"):
         expected = f"the second row of NPU {card_id} (chip id, Bus-Id, memory)"
-        raise _fail("info", at + 2, f"expected {expected}, got {_got(lines, at + 1)}")
+        raise parse_error("info", at + 2, f"expected {expected}, got {line_at(lines, at + 1)}")
     chip_id, printed, bus_id, memory = _second_row(lines[at + 1], at + 2, id_column, has_hbm)
     if not _starts(lines, at + 2, "+"):
         expected = f"a '+---' line closing NPU {card_id} chip {chip_id}"
-        raise _fail("info", at + 3, f"expected {expected}, got {_got(lines, at + 2)}")
+        raise parse_error("info", at + 3, f"expected {expected}, got {line_at(lines, at + 2)}")
     return InfoRow(card_id, chip_id, chip_name, health, memory, bus_id, printed, id_column, version, at + 1)
 
 
@@ -172,23 +182,23 @@ def _starts(lines: list[str], index: int, prefix: str) -> bool:
 
 
 def _first_row(line: str, number: int) -> tuple[int, str, Health]:
-    cells = _cells(line)
+    cells = table_cells(line)
     words = cells[0].split(maxsplit=1)
     if len(cells) < 3 or len(words) != 2:
-        raise _fail("info", number, f"expected '| <NPU> <Name> | <Health> | ...', got {_shown(line)}")
+        raise parse_error("info", number, f"expected '| <NPU> <Name> | <Health> | ...', got {quoted_line(line)}")
     try:
         health = Health.parse(cells[1])
     except ValueError as error:
-        raise _fail("info", number, str(error)) from None
+        raise parse_error("info", number, str(error)) from None
     return _int(words[0], "info", number, "the NPU id"), words[1], health
 
 
 def _second_row(line: str, number: int, id_column: str, has_hbm: bool) -> tuple[int, int | None, str | None, int]:
-    cells = _cells(line)
+    cells = table_cells(line)
     words = cells[0].split()
     if len(cells) < 3 or len(words) != (2 if id_column else 1):
         expected = f"'| <Chip>{f' <{id_column}>' if id_column else ''} | <Bus-Id> | <AICore> <used> / <total>'"
-        raise _fail("info", number, f"expected {expected}, got {_shown(line)}")
+        raise parse_error("info", number, f"expected {expected}, got {quoted_line(line)}")
     chip_id = _int(words[0], "info", number, "the chip id")
     printed = None if id_column == "" or words[1] in _ABSENT else _int(words[1], "info", number, id_column)
     return chip_id, printed, _bus_id(cells[1], number), _memory(cells[2], number, has_hbm)
@@ -198,7 +208,7 @@ def _bus_id(cell: str, number: int) -> str | None:
     if cell in _ABSENT:
         return None
     if not _BUS_ID.fullmatch(cell):
-        raise _fail("info", number, f"expected a PCI Bus-Id like 0000:C1:00.0 or NA, got {cell!r}")
+        raise parse_error("info", number, f"expected a PCI Bus-Id like 0000:C1:00.0 or NA, got {cell!r}")
     return cell.lower()
 
 
@@ -207,7 +217,7 @@ def _memory(cell: str, number: int, has_hbm: bool) -> int:
     wanted = 2 if has_hbm else 1
     if len(usages) != wanted:
         columns = "Memory-Usage and HBM-Usage" if has_hbm else "Memory-Usage"
-        raise _fail("info", number, f"expected {wanted} '<used> / <total>' ({columns}), got {cell!r}")
+        raise parse_error("info", number, f"expected {wanted} '<used> / <total>' ({columns}), got {cell!r}")
     total = usages[-1][1]
     return int(total) * MIB if total.isdigit() else 0  # a die in a bad state prints NA
 
@@ -224,7 +234,7 @@ def parse_mapping(text: str) -> list[MappingRow]:
         if lines[index].strip() and (row := _mapping_row(lines[index], index + 1, columns)) is not None:
             rows.append(row)
     if not rows:
-        raise _fail("info -m", len(lines), "no chip with a logic id after the header (truncated output?)")
+        raise parse_error("info -m", len(lines), "no chip with a logic id after the header (truncated output?)")
     return rows
 
 
@@ -234,14 +244,14 @@ def _mapping_header(lines: list[str]) -> tuple[int, list[str]]:
         if all(name in columns for name in _MAPPING_COLUMNS) and columns[-1] == "Chip Name":
             return index, columns
     expected = f"no header with the columns {', '.join(_MAPPING_COLUMNS)} found"
-    raise _fail("info -m", None, f"{expected}; {_opening(lines)}")
+    raise parse_error("info -m", None, f"{expected}; {output_opening(lines)}")
 
 
 def _mapping_row(line: str, number: int, columns: list[str]) -> MappingRow | None:
     fields = line.split(maxsplit=len(columns) - 1)
     if len(fields) != len(columns):
         expected = f"{len(columns)} columns ({', '.join(columns)})"
-        raise _fail("info -m", number, f"expected {expected}, got {_shown(line)}")
+        raise parse_error("info -m", number, f"expected {expected}, got {quoted_line(line)}")
     value = dict(zip(columns, (field.strip() for field in fields), strict=True))
     if value["Chip Logic ID"] in _ABSENT:
         return None  # the card's Mcu, or a chip the driver does not expose
@@ -266,7 +276,7 @@ def parse_topology(text: str) -> TopologyMatrix:
     labels = _topology_labels(lines[at].split()) if at < len(lines) else ()
     if not labels:
         expected = "a header 'NPU0 NPU1 ... CPU Affinity'"
-        raise _fail("info -t topo", at + 1, f"expected {expected}, got {_got(lines, at)}")
+        raise parse_error("info -t topo", at + 1, f"expected {expected}, got {line_at(lines, at)}")
     rows = [_topology_row(lines, at + 1 + i, label, len(labels)) for i, label in enumerate(labels)]
     return TopologyMatrix(labels, tuple(links for links, _ in rows), tuple(affinity for _, affinity in rows))
 
@@ -285,7 +295,7 @@ def _topology_row(lines: list[str], index: int, label: int, count: int) -> tuple
     links = tuple(words[1 : count + 1])
     if words[:1] != [f"NPU{label}"] or len(links) != count or not all(map(_LINK.fullmatch, links)):
         expected = f"the row 'NPU{label}' with {count} link words"
-        raise _fail("info -t topo", index + 1, f"expected {expected}, got {_got(lines, index)}")
+        raise parse_error("info -t topo", index + 1, f"expected {expected}, got {line_at(lines, index)}")
     affinity = words[count + 1] if len(words) > count + 1 else None
     return links, None if affinity in _ABSENT else affinity
 
@@ -332,7 +342,7 @@ def _index_mapping(mapping: Sequence[MappingRow]) -> dict[tuple[int, int], Mappi
     chips: dict[tuple[int, int], MappingRow] = {}
     for row in mapping:
         if (row.card_id, row.chip_id) in chips:
-            raise _fail("info -m", row.line, f"NPU {row.card_id} chip {row.chip_id} is listed twice")
+            raise parse_error("info -m", row.line, f"NPU {row.card_id} chip {row.chip_id} is listed twice")
         chips[(row.card_id, row.chip_id)] = row
     return chips
 
@@ -340,7 +350,7 @@ def _index_mapping(mapping: Sequence[MappingRow]) -> dict[tuple[int, int], Mappi
 def _mapping_for(row: InfoRow, chips: dict[tuple[int, int], MappingRow]) -> MappingRow:
     if (chip := chips.get((row.card_id, row.chip_id))) is None:
         missing = f"NPU {row.card_id} chip {row.chip_id} (npu-smi info line {row.line})"
-        raise _fail("info -m", None, f"has no row for {missing}")
+        raise parse_error("info -m", None, f"has no row for {missing}")
     return chip
 
 
@@ -377,7 +387,7 @@ def _device_type(row: InfoRow, chip: MappingRow) -> str:
         family = device_type_for_chip(row.chip_name)
     except ValueError:
         expected = "expected a 910, 310P or 310 name"
-        raise _fail("info", row.line, f"unsupported chip {row.chip_name!r}; {expected}") from None
+        raise parse_error("info", row.line, f"unsupported chip {row.chip_name!r}; {expected}") from None
     # A3 (910C) dies print as plain `Ascend910`; only the A3 layouts carry a Phy-ID column.
     if family == "Ascend910" and (row.id_column == "Phy-ID" or chip.physical_id is not None):
         return "Ascend910C"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends.npusmi_parse import _cells, _fail, _got, _opening, _shown
+from npu_plugin.backends.npusmi_parse import line_at, output_opening, parse_error, quoted_line, table_cells
 from npu_plugin.errors import NpuSmiParseError
 from npu_plugin.vnpu import ChipMode, VnpuTemplate
 
@@ -87,7 +87,9 @@ def parse_template_info(text: str) -> tuple[VnpuTemplate, ...]:
     while index < len(lines) and lines[index].strip().startswith("|"):
         template = _template_pair(lines, index)
         if (first := seen.setdefault(template.name, index + 1)) != index + 1:
-            raise _fail(TEMPLATE_INFO, index + 1, f"template {template.name!r} is listed twice (first at line {first})")
+            raise parse_error(
+                TEMPLATE_INFO, index + 1, f"template {template.name!r} is listed twice (first at line {first})"
+            )
         templates.append(template)
         index += 3
     return tuple(templates)
@@ -97,14 +99,14 @@ def _template_header(lines: list[str]) -> int:
     index = next((i for i, line in enumerate(lines) if _words(line) == _TEMPLATE_HEADER[0]), None)
     if index is None:
         expected = "no template table header '|Name AICORE Memory AICPU VPC VENC JPEGD|' found"
-        raise _fail(TEMPLATE_INFO, None, f"{expected}; {_opening(lines)}")
+        raise parse_error(TEMPLATE_INFO, None, f"{expected}; {output_opening(lines)}")
     if index + 1 >= len(lines) or _words(lines[index + 1]) != _TEMPLATE_HEADER[1]:
-        raise _fail(
-            TEMPLATE_INFO, index + 2, f"expected the header row 'GB PNGD VDEC JPEGE', got {_got(lines, index + 1)}"
+        raise parse_error(
+            TEMPLATE_INFO, index + 2, f"expected the header row 'GB PNGD VDEC JPEGE', got {line_at(lines, index + 1)}"
         )
     if not _is_rule(lines, index + 2, "="):
-        raise _fail(
-            TEMPLATE_INFO, index + 3, f"expected a '|=====|' rule under the header, got {_got(lines, index + 2)}"
+        raise parse_error(
+            TEMPLATE_INFO, index + 3, f"expected a '|=====|' rule under the header, got {line_at(lines, index + 2)}"
         )
     return index
 
@@ -113,14 +115,14 @@ def _template_pair(lines: list[str], index: int) -> VnpuTemplate:
     first = _words(lines[index])
     if len(first) != 7:
         expected = "'|<name> <AICORE> <Memory GB> <AICPU> <VPC> <VENC> <JPEGD>|'"
-        raise _fail(TEMPLATE_INFO, index + 1, f"expected {expected}, got {_shown(lines[index])}")
+        raise parse_error(TEMPLATE_INFO, index + 1, f"expected {expected}, got {quoted_line(lines[index])}")
     second = _words(lines[index + 1]) if index + 1 < len(lines) and lines[index + 1].strip().startswith("|") else []
     if len(second) != 3:
         expected = f"the second row of {first[0]} '|<PNGD> <VDEC> <JPEGE>|'"
-        raise _fail(TEMPLATE_INFO, index + 2, f"expected {expected}, got {_got(lines, index + 1)}")
+        raise parse_error(TEMPLATE_INFO, index + 2, f"expected {expected}, got {line_at(lines, index + 1)}")
     if not _is_rule(lines, index + 2, "-"):
         expected = f"a '+-----+' rule closing template {first[0]}"
-        raise _fail(TEMPLATE_INFO, index + 3, f"expected {expected}, got {_got(lines, index + 2)}")
+        raise parse_error(TEMPLATE_INFO, index + 3, f"expected {expected}, got {line_at(lines, index + 2)}")
     name, aicore, memory, aicpu, vpc, venc, jpegd = first
     pngd, vdec, jpege = second
     row, next_row = index + 1, index + 2
@@ -145,7 +147,7 @@ def _amount(word: str, line: int, column: str, *, integer: bool = False) -> Deci
     pattern = _INT if integer else _AMOUNT
     if not pattern.fullmatch(word):
         kind = "a whole number" if integer else "a number"
-        raise _fail(TEMPLATE_INFO, line, f"expected {column} ({kind}), got {word!r}")
+        raise parse_error(TEMPLATE_INFO, line, f"expected {column} ({kind}), got {word!r}")
     return Decimal(word)
 
 
@@ -167,11 +169,13 @@ def parse_info_vnpu(text: str) -> ChipVnpuTable:
     at = next((i for i, line in enumerate(lines) if [w.lower() for w in _words(line)] == list(_RESOURCES)), None)
     if at is None:
         expected = "no resource header '| AICORE Memory AICPU VPC VENC VDEC JPEGD JPEGE PNGD |' found"
-        raise _fail(INFO_VNPU, None, f"{expected}; {_opening(lines)}")
+        raise parse_error(INFO_VNPU, None, f"{expected}; {output_opening(lines)}")
     if at + 1 >= len(lines) or _words(lines[at + 1]) != ["GB"]:
-        raise _fail(INFO_VNPU, at + 2, f"expected the header row 'GB', got {_got(lines, at + 1)}")
+        raise parse_error(INFO_VNPU, at + 2, f"expected the header row 'GB', got {line_at(lines, at + 1)}")
     if not _is_rule(lines, at + 2, "="):
-        raise _fail(INFO_VNPU, at + 3, f"expected a '|=====|' rule under the header, got {_got(lines, at + 2)}")
+        raise parse_error(
+            INFO_VNPU, at + 3, f"expected a '|=====|' rule under the header, got {line_at(lines, at + 2)}"
+        )
     free, total = _free_total(lines, at + 3)
     count, index = _vnpu_count(lines, at + 4)
     vnpus = _vnpu_rows(lines, index, count)
@@ -182,14 +186,14 @@ def _free_total(lines: list[str], index: int) -> tuple[dict[str, Decimal], dict[
     words = _words(lines[index]) if index < len(lines) else []
     if len(words) != len(_RESOURCES):
         expected = f"{len(_RESOURCES)} '<free>/<total>' or 'NA/NA' values"
-        raise _fail(INFO_VNPU, index + 1, f"expected {expected}, got {_got(lines, index)}")
+        raise parse_error(INFO_VNPU, index + 1, f"expected {expected}, got {line_at(lines, index)}")
     free: dict[str, Decimal] = {}
     total: dict[str, Decimal] = {}
     for resource, word in zip(_RESOURCES, words, strict=True):
         if word == "NA/NA":
             continue
         if not (found := _FREE_TOTAL.fullmatch(word)):
-            raise _fail(INFO_VNPU, index + 1, f"expected {resource} as '<free>/<total>' or 'NA/NA', got {word!r}")
+            raise parse_error(INFO_VNPU, index + 1, f"expected {resource} as '<free>/<total>' or 'NA/NA', got {word!r}")
         free[resource], total[resource] = Decimal(found.group(1)), Decimal(found.group(2))
     return free, total
 
@@ -204,7 +208,7 @@ def _vnpu_count(lines: list[str], index: int) -> tuple[int, int]:
         break
     else:
         at = len(lines)
-    raise _fail(INFO_VNPU, at + 1, f"expected '| Total number of vnpu: <N> |', got {_got(lines, at)}")
+    raise parse_error(INFO_VNPU, at + 1, f"expected '| Total number of vnpu: <N> |', got {line_at(lines, at)}")
 
 
 def _vnpu_rows(lines: list[str], index: int, count: int) -> tuple[VnpuRow, ...]:
@@ -216,15 +220,19 @@ def _vnpu_rows(lines: list[str], index: int, count: int) -> tuple[VnpuRow, ...]:
             continue
         if not line.startswith("|"):
             break
-        if _cells(line) == _VNPU_HEADER:
+        if table_cells(line) == _VNPU_HEADER:
             header = True
         elif header:
-            rows.append(_vnpu_row(_cells(line), at + 1, line))
+            rows.append(_vnpu_row(table_cells(line), at + 1, line))
         else:
-            raise _fail(INFO_VNPU, at + 1, f"expected the header '| Vnpu ID | Vgroup ID | ... |', got {_shown(line)}")
+            raise parse_error(
+                INFO_VNPU, at + 1, f"expected the header '| Vnpu ID | Vgroup ID | ... |', got {quoted_line(line)}"
+            )
     if len(rows) != count:
         last = rows[-1].line if rows else index
-        raise _fail(INFO_VNPU, last, f"'Total number of vnpu: {count}' but {len(rows)} vNPU rows follow (truncated?)")
+        raise parse_error(
+            INFO_VNPU, last, f"'Total number of vnpu: {count}' but {len(rows)} vNPU rows follow (truncated?)"
+        )
     _check_unique_ids(rows)
     return tuple(rows)
 
@@ -232,10 +240,10 @@ def _vnpu_rows(lines: list[str], index: int, count: int) -> tuple[VnpuRow, ...]:
 def _vnpu_row(cells: list[str], number: int, line: str) -> VnpuRow:
     if len(cells) != len(_VNPU_HEADER) or not _INT.fullmatch(cells[0]) or not cells[4]:
         expected = "'| <Vnpu ID> | <Vgroup ID> | <Container ID> | <Status> | <Template Name> |'"
-        raise _fail(INFO_VNPU, number, f"expected {expected}, got {_shown(line)}")
+        raise parse_error(INFO_VNPU, number, f"expected {expected}, got {quoted_line(line)}")
     vnpu_id, vgroup, container, status, template = cells
     if container != "NA" and not _CONTAINER.fullmatch(container):
-        raise _fail(INFO_VNPU, number, f"expected a hexadecimal Container ID or NA, got {container!r}")
+        raise parse_error(INFO_VNPU, number, f"expected a hexadecimal Container ID or NA, got {container!r}")
     return VnpuRow(
         vnpu_id=int(vnpu_id),
         vgroup_id=_optional_int(vgroup, number, "Vgroup ID"),
@@ -250,7 +258,7 @@ def _optional_int(word: str, number: int, column: str) -> int | None:
     if word == "NA":
         return None
     if not _INT.fullmatch(word):
-        raise _fail(INFO_VNPU, number, f"expected {column} (a number or NA), got {word!r}")
+        raise parse_error(INFO_VNPU, number, f"expected {column} (a number or NA), got {word!r}")
     return int(word)
 
 
@@ -258,7 +266,7 @@ def _check_unique_ids(rows: list[VnpuRow]) -> None:
     seen: dict[int, VnpuRow] = {}
     for row in rows:
         if (first := seen.setdefault(row.vnpu_id, row)) is not row:
-            raise _fail(INFO_VNPU, row.line, f"vNPU {row.vnpu_id} is listed twice (first at line {first.line})")
+            raise parse_error(INFO_VNPU, row.line, f"vNPU {row.vnpu_id} is listed twice (first at line {first.line})")
 
 
 # ---------------------------------------------------------------- info -t vnpu-mode
@@ -270,9 +278,9 @@ def parse_vnpu_mode(text: str) -> ChipMode:
     for number, line in enumerate(lines, 1):
         if found := _MODE.fullmatch(line):
             if (mode := _MODES.get(found.group(1).lower())) is None:
-                raise _fail(VNPU_MODE, number, f"expected the mode 'docker' or 'VM', got {found.group(1)!r}")
+                raise parse_error(VNPU_MODE, number, f"expected the mode 'docker' or 'VM', got {found.group(1)!r}")
             return mode
-    raise _fail(VNPU_MODE, None, f"no 'vnpu-mode : <docker|VM>' line; {_opening(lines)}")
+    raise parse_error(VNPU_MODE, None, f"no 'vnpu-mode : <docker|VM>' line; {output_opening(lines)}")
 
 
 # ---------------------------------------------------------------- set -t create-vnpu / destroy-vnpu
