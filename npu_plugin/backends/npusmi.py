@@ -72,6 +72,7 @@ class NpuSmiBackend:
         self.topology: TopologyMatrix | None = None
         self._physical_ids: dict[tuple[int, int], int] = {}
         self._devices: dict[int, Device] = {}
+        self._templates: dict[int, tuple[VnpuTemplate, ...]] = {}
         self._by_logic_id: dict[int, int] = {}
         self._sampling_fails = False
         self._reported_missing: set[str] = set()
@@ -148,8 +149,13 @@ class NpuSmiBackend:
         )
 
     def templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
-        """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot tell."""
-        return parse_template_info(self._run("info", "-t", "template-info", "-i", str(card_id)))
+        """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot tell.
+
+        Read once per card: they are the driver's tables, which do not change while it runs."""
+        if (known := self._templates.get(card_id)) is None:
+            known = parse_template_info(self._run("info", "-t", "template-info", "-i", str(card_id)))
+            self._templates[card_id] = known
+        return known
 
     def _card_templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
         """The card's templates; none when template-info fails (said once per card), malformed output raising."""

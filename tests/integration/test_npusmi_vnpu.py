@@ -73,6 +73,17 @@ def test_chip_vnpu_reads_templates_totals_mode_and_vnpus(backend: NpuSmiBackend)
     assert backend.list_vnpus(4) == [Vnpu(4, 164, "vir05_1c_16g"), Vnpu(4, 165, "vir05_1c_16g")]
 
 
+def test_templates_are_read_once_per_card(host: Path, backend: NpuSmiBackend) -> None:
+    first = backend.chip_vnpu(4)
+    (host.parent / "template-info-4.txt").unlink()  # npu-smi would now fail the query
+
+    again = backend.chip_vnpu(4)
+
+    assert first is not None
+    assert again is not None
+    assert again.templates == first.templates != ()
+
+
 def test_vm_mode_shows_no_vnpus(host: Path, backend: NpuSmiBackend) -> None:
     answer(host, "info-vnpu-4-0", "info-vnpu.vm-mode.txt")
     answer(host, "vnpu-mode", "vnpu-mode.vm.txt")
