@@ -134,7 +134,9 @@ class DcmiBackend:
         if facts is None:
             return None
         if mode is None:
-            self._note_once("mode", "DCMI dcmi_get_vdevice_mode is missing or fails; container mode is assumed")
+            self._note_once(
+                "mode", "DCMI dcmi_get_vdevice_mode is missing or fails; container mode is assumed", logging.INFO
+            )
         templates, from_npu_smi = self._templates(slot, facts)
         device_type = self._device_types.get(physical_id, "")
         return ChipVnpu(
@@ -182,13 +184,15 @@ class DcmiBackend:
                 "templates",
                 f"DCMI has no template query and npu-smi cannot list them ({error}); vNPUs are not created on "
                 "demand, and only the templates of existing vNPUs are known",
+                logging.WARNING,
             )
             return dcmi_vnpu.existing_templates(facts.vnpus), False
 
-    def _note_once(self, key: str, message: str) -> None:
+    def _note_once(self, key: str, message: str, level: int) -> None:
+        """Say a vNPU fact the backend falls back on once per backend, not at every read."""
         if key not in self._vnpu_notes:
             self._vnpu_notes.add(key)
-            log.warning("%s", message, extra={"error": message})
+            log.log(level, "%s", message, extra={"error": message})
 
     def _slot_of(self, physical_id: int) -> _Slot:
         slot = next((slot for slot in self._slots if slot.physical_id == physical_id), None)

@@ -112,11 +112,17 @@ def test_without_npu_smi_only_existing_templates_and_no_dynamic(
     [(1, "current", ChipMode.VM), (None, "current", ChipMode.CONTAINER), (0, "legacy", ChipMode.CONTAINER)],
     ids=["vm", "not supported", "not exported"],
 )
-def test_mode(open_host: Opener, vnpu_mode: int | None, variant: str, mode: ChipMode) -> None:
-    chip = open_host(b3_host(vnpu_mode), variant=variant).chip_vnpu(4)
+def test_mode(
+    open_host: Opener, caplog: pytest.LogCaptureFixture, vnpu_mode: int | None, variant: str, mode: ChipMode
+) -> None:
+    backend = open_host(b3_host(vnpu_mode), variant=variant)
 
-    assert chip is not None
-    assert chip.mode is mode
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi"):
+        chips = [backend.chip_vnpu(4), backend.chip_vnpu(5)]
+
+    assert [chip.mode if chip else None for chip in chips] == [mode, mode]
+    assumed = [r for r in caplog.records if "container mode is assumed" in r.getMessage()]
+    assert len(assumed) == (0 if vnpu_mode == 1 else 1)
 
 
 def test_a_chip_the_driver_cannot_split_is_none(open_host: Opener) -> None:
