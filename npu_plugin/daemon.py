@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from npu_plugin import __version__
@@ -15,17 +15,19 @@ from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.cdi.files import write_static_spec
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.device import Device, resource_name_for
-from npu_plugin.deviceplugin.plugin import DevicePlugin
+from npu_plugin.deviceplugin.listing import DeviceListing
+from npu_plugin.deviceplugin.plugins import DevicePlugins
 from npu_plugin.deviceplugin.service import DevicePluginService
+from npu_plugin.deviceplugin.vnpu_service import VnpuDevicePluginService
 from npu_plugin.edits import HostLayout, probe_host
-from npu_plugin.errors import ConfigError
+from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.handover import Handover
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
-from npu_plugin.vnpu import VnpuMode
+from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
 from npu_plugin.vnpu_inventory import VnpuReader
 
 if TYPE_CHECKING:
@@ -127,7 +129,7 @@ class Daemon:
             self._task(self.telemetry.run(self.stop), "health-service"),
         ]
         if device_plugin is not None:
-            tasks.append(self._task(device_plugin.run(self.stop), "device-plugin"))
+            tasks.append(self._task(device_plugin.run(self.stop), "device-plugins"))
         if self.dra is not None:
             tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
         if self.handover is not None:
@@ -160,25 +162,64 @@ class Daemon:
             async for snapshot in snapshots:
                 self.telemetry.devices(snapshot)
 
-    def _device_plugin(self) -> DevicePlugin:
-        driver = None
-        if self.config.cdi_enabled:
-            driver = self.config.driver_name
-            path = write_static_spec(self.config.cdi_root, driver, self.layout, self.devices)
+    def _device_plugin(self) -> DevicePlugins:
+        config, device_type = self.config, self.devices[0].device_type
+        listing = self._device_listing()
+        driver = config.driver_name if config.cdi_enabled else None
+        if driver is not None:
+            path = write_static_spec(config.cdi_root, driver, self.layout, self.devices)
             log.info("static CDI spec for the device plugin written to %s", path)
 
-        def make_service() -> DevicePluginService:
-            return DevicePluginService(
-                self.inventory, self.layout, self.devices[0].device_type, driver, on_allocate=self.telemetry.allocated
+        def make_service(vnpu_resource: str | None) -> DevicePluginService:
+            if vnpu_resource is None:
+                return DevicePluginService(listing, self.layout, device_type, driver, self.telemetry.allocated)
+            return VnpuDevicePluginService(
+                listing,
+                self.layout,
+                device_type,
+                driver,
+                resource_name=vnpu_resource,
+                on_allocate=self.telemetry.allocated,
             )
 
-        return DevicePlugin(
-            self.config.device_plugin_path,
+        return DevicePlugins(
+            config.device_plugin_path,
             self.resource_name,
-            self.config.pod_uid,
-            make_service,
+            config.pod_uid,
+            listing=listing,
+            make_service=make_service,
             on_registered=lambda up: self.telemetry.registered(Mode.DEVICE_PLUGIN, up),
         )
+
+    def _device_listing(self) -> DeviceListing:
+        """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips, re-read every health
+        interval (the device plugin serves existing vNPUs only: creating them is DRA's)."""
+        if self.config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
+            return DeviceListing(self.inventory)
+        reader = VnpuReader(self.backend, VnpuMode.STATIC)
+
+        def read(devices: Sequence[Device]) -> dict[int, tuple[Vnpu, ...]]:
+            return {physical_id: plan.chip.vnpus for physical_id, plan in reader.read(devices).items()}
+
+        return DeviceListing(
+            self.inventory,
+            domain=self.resource_name.split("/", 1)[0],
+            read_vnpus=read,
+            interval=self.config.health_interval,
+            on_vnpus=self._vnpus_changed,
+        )
+
+    def _vnpus_changed(self, vnpus: Mapping[int, tuple[Vnpu, ...]]) -> None:
+        """The static CDI spec names every vNPU before the kubelet hears of it; in device-plugin mode the vNPU
+        metric is ours to set (with DRA, DRA knows which vNPUs it made)."""
+        vnpu_ids = [v.vnpu_id for chip in vnpus.values() for v in chip]
+        if self.config.cdi_enabled:
+            try:
+                write_static_spec(self.config.cdi_root, self.config.driver_name, self.layout, self.devices, vnpu_ids)
+            except CdiError as error:
+                log.warning("vNPUs changed but %s", error, extra={"error": str(error)})
+        if not self.config.serves_dra:
+            self.telemetry.vnpus((v, VnpuOrigin.STATIC) for chip in vnpus.values() for v in chip)
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin

@@ -44,12 +44,14 @@ def claim_spec_files(cdi_root: Path, driver: str) -> dict[str, Path]:
     }
 
 
-def write_static_spec(cdi_root: Path, driver: str, layout: HostLayout, devices: Sequence[Device]) -> Path:
+def write_static_spec(
+    cdi_root: Path, driver: str, layout: HostLayout, devices: Sequence[Device], vnpu_ids: Sequence[int] = ()
+) -> Path:
     """Write the static spec (creating --cdi-root); CdiError naming the path and errno when it cannot."""
     path = static_spec_path(cdi_root, driver)
     try:
         make_directories(cdi_root, CDI_DIR_MODE)
-        write_atomic(path, spec_bytes(static_spec(driver, layout, devices)), durable=CDI_DURABLE)
+        write_atomic(path, spec_bytes(static_spec(driver, layout, devices, vnpu_ids)), durable=CDI_DURABLE)
     except OSError as error:
         raise CdiError(f"cannot write the static CDI spec: {describe_os_error(error, path)}") from None
     return path

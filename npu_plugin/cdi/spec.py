@@ -1,6 +1,7 @@
 """CDI names and specs: the static spec of the device plugin and the per-claim specs of DRA (pure).
 
-Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`; a claim's spec names
+Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`, and per vNPU the device
+plugin serves, `vnpu-<vnpuId>`; a claim's spec names
 one per request, `<claimUID>-<request>`, exposing exactly that request's NPUs. Each spec carries the
 lowest cdiVersion its content needs.
 """
@@ -69,6 +70,15 @@ def static_cdi_id(driver: str, physical_id: int) -> str:
     return qualified_name(driver, dra_name(physical_id))
 
 
+def static_vnpu_cdi_id(driver: str, vnpu_id: int) -> str:
+    """The static spec's id of one vNPU, which Allocate returns: `npu.huawei.com/npu=vnpu-164`."""
+    return qualified_name(driver, vnpu_cdi_name(vnpu_id))
+
+
+def vnpu_cdi_name(vnpu_id: int) -> str:
+    return f"vnpu-{vnpu_id}"
+
+
 def claim_device_name(claim_uid: str, request: str) -> str:
     return f"{claim_uid}-{request}"
 
@@ -129,11 +139,15 @@ def minimum_version(spec: CdiSpec) -> str:
     return "0.3.0"
 
 
-def static_spec(driver: str, layout: HostLayout, devices: Sequence[Device]) -> CdiSpec:
-    """The device plugin's spec: one CDI device per NPU holding only its own device node; common nodes and
-    mounts are spec-wide. Allocate sets ASCEND_VISIBLE_DEVICES in `envs` for the whole set."""
+def static_spec(driver: str, layout: HostLayout, devices: Sequence[Device], vnpu_ids: Sequence[int] = ()) -> CdiSpec:
+    """The device plugin's spec: one CDI device per NPU, and one per vNPU, holding only its own device node;
+    common nodes and mounts are spec-wide. Allocate sets ASCEND_VISIBLE_DEVICES (and, for a vNPU,
+    ASCEND_RUNTIME_OPTIONS) in `envs`."""
     per_device, common = split_edits(layout, [d.physical_id for d in devices])
-    return render_spec(driver, [CdiDevice(d.dra_name, per_device[d.physical_id]) for d in devices], common)
+    per_vnpu, _ = split_edits(layout, vnpu_ids, virtual=True)
+    entries = [CdiDevice(d.dra_name, per_device[d.physical_id]) for d in devices]
+    entries += [CdiDevice(vnpu_cdi_name(i), per_vnpu[i]) for i in sorted(vnpu_ids)]
+    return render_spec(driver, entries, common)
 
 
 def claim_spec(driver: str, claim_uid: str, requests: Mapping[str, Sequence[int]], layout: HostLayout) -> CdiSpec:

@@ -7,7 +7,8 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -16,9 +17,10 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.cdi.spec import static_cdi_id
 from npu_plugin.device import id_prefix, parse_dp_id
+from npu_plugin.deviceplugin.listing import DeviceListing, Listing
 from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError, quoted
-from npu_plugin.inventory import DeviceView, Inventory, Snapshot
+from npu_plugin.inventory import DeviceView, Snapshot
 from npu_plugin.logs import device_key
 from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
@@ -31,20 +33,27 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 RESPONSE_CACHE_SIZE = 256
 
 
-def list_response(snapshot: Snapshot) -> pb.ListAndWatchResponse:
-    """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice."""
-    return pb.ListAndWatchResponse(devices=[_device(v) for v in snapshot.owned_by(Owner.DEVICE_PLUGIN)])
+def list_response(snapshot: Snapshot, split: Collection[int] = ()) -> pb.ListAndWatchResponse:
+    """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice, and so are
+    chips split into vNPUs (`split`), which are offered through their vNPUs only."""
+    return pb.ListAndWatchResponse(
+        devices=[
+            list_entry(v.device.dp_id, v) for v in snapshot.owned_by(Owner.DEVICE_PLUGIN) if v.physical_id not in split
+        ]
+    )
 
 
-def _device(view: DeviceView) -> pb.Device:
+def list_entry(device_id: str, view: DeviceView) -> pb.Device:
     numa = view.device.numa_node
     topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]) if numa is not None else None
     # A device draining to DRA stays listed, Unhealthy, so the kubelet keeps it for its current pod only.
     healthy = view.healthy and not view.draining
-    return pb.Device(ID=view.device.dp_id, health=HEALTHY if healthy else UNHEALTHY, topology=topology)
+    return pb.Device(ID=device_id, health=HEALTHY if healthy else UNHEALTHY, topology=topology)
 
 
-def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) -> list[int]:
+def allocatable_ids(
+    snapshot: Snapshot, device_ids: Sequence[str], prefix: str, split: Collection[int] = ()
+) -> list[int]:
     """Physical ids for a request; AllocationError names the first id we must not hand out."""
     ids: list[int] = []
     for device_id in device_ids:
@@ -52,14 +61,21 @@ def allocatable_ids(snapshot: Snapshot, device_ids: Sequence[str], prefix: str) 
         view = snapshot.get(parsed[1]) if parsed and parsed[0] == prefix else None
         if view is None:
             raise AllocationError(f"unknown device id {quoted(device_id)}")
-        if view.owner is not Owner.DEVICE_PLUGIN:
-            raise AllocationError(f"device {device_id} is owned by {view.owner.value}, not the device plugin")
-        if view.draining:
-            raise AllocationError(f"device {device_id} is being handed over to DRA (--dra-devices)")
-        if not view.healthy:
-            raise AllocationError(f"device {device_id} is unhealthy")
+        if view.physical_id in split:
+            raise AllocationError(f"device {device_id} is split into vNPUs: request one of its vNPU resources")
+        check_allocatable(device_id, view)
         ids.append(view.physical_id)
     return ids
+
+
+def check_allocatable(device_id: str, view: DeviceView) -> None:
+    """AllocationError when the chip behind `device_id` must not be handed out now."""
+    if view.owner is not Owner.DEVICE_PLUGIN:
+        raise AllocationError(f"device {device_id} is owned by {view.owner.value}, not the device plugin")
+    if view.draining:
+        raise AllocationError(f"device {device_id} is being handed over to DRA (--dra-devices)")
+    if not view.healthy:
+        raise AllocationError(f"device {device_id} is unhealthy")
 
 
 def container_response(edits: ContainerEdits, cdi_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
@@ -77,18 +93,27 @@ def container_response(edits: ContainerEdits, cdi_ids: Sequence[str]) -> pb.Cont
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one container request gets: the ids its response is built from (physical or vNPU ids) and the
+    physical chips behind them (for the log)."""
+
+    ids: tuple[int, ...]
+    physical_ids: tuple[int, ...]
+
+
 class DevicePluginService(pb_grpc.DevicePluginServicer):
     """Stateless over the inventory: every answer is computed from the current snapshot."""
 
     def __init__(
         self,
-        inventory: Inventory,
+        listing: DeviceListing,
         layout: HostLayout,
         device_type: str,
         cdi_driver: str | None,
         on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
     ) -> None:
-        self._inventory, self._layout = inventory, layout
+        self._listing, self._layout = listing, layout
         self._prefix = id_prefix(device_type)
         self._cdi_driver = cdi_driver
         self._on_allocate = on_allocate
@@ -104,18 +129,21 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
 
     async def ListAndWatch(self, request: pb.Empty, context: Context) -> AsyncIterator[pb.ListAndWatchResponse]:
         sent = None
-        async with contextlib.aclosing(until_closed(self._inventory.watch(), self._closing)) as changes:
-            async for snapshot in changes:
-                response = list_response(snapshot)
+        async with contextlib.aclosing(until_closed(self._listing.watch(), self._closing)) as changes:
+            async for listing in changes:
+                response = self._list(listing)
                 # A new backend level that leaves every verdict unchanged is not news to the kubelet.
                 if response != sent:
                     sent = response
                     yield response
 
+    def _list(self, listing: Listing) -> pb.ListAndWatchResponse:
+        return list_response(listing.snapshot, listing.vnpus.keys())
+
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context
     ) -> pb.PreferredAllocationResponse:
-        snapshot = self._inventory.snapshot()
+        snapshot = self._listing.current().snapshot
         devices = [v.device for v in snapshot.devices]
         responses = []
         for container in request.container_requests:
@@ -143,24 +171,32 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
         started = time.perf_counter()
-        snapshot = self._inventory.snapshot()
+        listing = self._listing.current()
         if not request.container_requests:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Allocate: the request holds no container requests")
-        granted: list[tuple[int, ...]] = []
+        granted: list[Grant] = []
         for container in request.container_requests:
             try:
                 if not container.devices_ids:
                     raise AllocationError("a container request names no devices")
-                granted.append(tuple(sorted(allocatable_ids(snapshot, container.devices_ids, self._prefix))))
+                granted.append(self._grant(listing, container.devices_ids))
             except AllocationError as error:
                 log.warning("Allocate refused: %s", error, extra={"error": str(error)})
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
-        response = self._response(tuple(granted))
+        response = self._response(tuple(grant.ids for grant in granted))
         if log.isEnabledFor(logging.INFO):
-            for container, ids in zip(request.container_requests, granted, strict=True):
-                log.info("allocated devices %s", ",".join(container.devices_ids), extra={"device": device_key(ids)})
+            for container, grant in zip(request.container_requests, granted, strict=True):
+                log.info(
+                    "allocated devices %s",
+                    ",".join(container.devices_ids),
+                    extra={"device": device_key(grant.physical_ids)},
+                )
         self._on_allocate(time.perf_counter() - started, len(granted))
         return response
+
+    def _grant(self, listing: Listing, device_ids: Sequence[str]) -> Grant:
+        ids = tuple(sorted(allocatable_ids(listing.snapshot, device_ids, self._prefix, listing.vnpus.keys())))
+        return Grant(ids, ids)
 
     def _build_response(self, granted: tuple[tuple[int, ...], ...]) -> pb.AllocateResponse:
         """What the kubelet gets for these devices: it depends on nothing but them and the host layout, so

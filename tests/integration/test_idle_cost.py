@@ -11,6 +11,7 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.device import Device, Health
+from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import Injection, probe_host
 from npu_plugin.health import HealthMonitor
@@ -50,7 +51,9 @@ def test_health_passes_over_an_unchanged_node_notify_no_server(tmp_path: Path) -
         backend = FakeBackend(inventory_path=inventory_file)
         inventory = Inventory(backend.discover(), failure_threshold=2, recovery_threshold=3)
         monitor = HealthMonitor(backend, inventory, dev_root, interval=3600)
-        service = DevicePluginService(inventory, probe_host(dev_root, Injection.NODES, False), "Ascend910B", None)
+        service = DevicePluginService(
+            DeviceListing(inventory), probe_host(dev_root, Injection.NODES, False), "Ascend910B", None
+        )
         snapshots: list[int] = []
         messages: list[pb.ListAndWatchResponse] = []
 

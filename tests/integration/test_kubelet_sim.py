@@ -11,6 +11,7 @@ import pytest
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.inventory import Inventory
@@ -92,7 +93,7 @@ def test_register_dials_back_and_keeps_list_and_watch_open(short_dir: Path) -> N
     async def scenario() -> None:
         inventory = Inventory(profile_devices("atlas-800-9000"), failure_threshold=1, recovery_threshold=1)
         layout = HostLayout("/dev", Injection.NODES, (), ())
-        service = DevicePluginService(inventory, layout, "Ascend910", None)
+        service = DevicePluginService(DeviceListing(inventory), layout, "Ascend910", None)
         plugin_socket = short_dir / "plugin.sock"
         server = await start_unix_server(
             plugin_socket, lambda s: pb_grpc.add_DevicePluginServicer_to_server(service, s)

@@ -20,8 +20,11 @@ from npu_plugin.cdi.spec import (
     render_spec,
     spec_bytes,
     static_cdi_id,
+    static_spec,
+    static_vnpu_cdi_id,
 )
 from npu_plugin.edits import DRIVER_MOUNTS, ContainerEdits, DeviceNode, HostLayout, Injection, Mount, container_edits
+from npu_plugin.profiles import profile_devices
 from tests.cdi_validation import assert_valid_cdi, cdi_problems
 
 DRIVER = "npu.huawei.com"
@@ -105,6 +108,7 @@ def test_names_and_ids() -> None:
     assert cdi_kind(DRIVER) == "npu.huawei.com/npu"
     assert qualified_name(DRIVER, "npu-3") == "npu.huawei.com/npu=npu-3"
     assert static_cdi_id(DRIVER, 3) == "npu.huawei.com/npu=npu-3"
+    assert static_vnpu_cdi_id(DRIVER, 164) == "npu.huawei.com/npu=vnpu-164"
     assert claim_device_name("u-1", "train") == "u-1-train"
     assert claim_cdi_id(DRIVER, "u-1", "train") == "npu.huawei.com/npu=u-1-train"
     assert claim_spec_path(Path("/var/run/cdi"), DRIVER, "u-1") == Path("/var/run/cdi/npu.huawei.com-claim_u-1.json")
@@ -117,6 +121,28 @@ LAYOUTS = {
     "runtime": HostLayout("/dev", Injection.RUNTIME, ("davinci_manager",), ()),
     "mounts": HostLayout("/dev", Injection.NODES, (), DRIVER_MOUNTS),
 }
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_the_static_spec_names_each_vnpu_after_the_npus_with_its_own_node(layout: HostLayout) -> None:
+    devices = profile_devices("atlas-800t-a2")[:2]
+    spec = static_spec(DRIVER, layout, devices, [180, 100])
+    assert_valid_cdi(spec)
+    assert [d["name"] for d in spec["devices"]] == ["npu-0", "npu-1", "vnpu-100", "vnpu-180"]
+    vnpu = spec["devices"][2]["containerEdits"]
+    if layout.injection is Injection.NODES:
+        assert vnpu == {
+            "deviceNodes": [
+                {"path": "/dev/davinci100", "hostPath": f"{layout.dev_root}/vdavinci100", "permissions": "rw"}
+            ]
+        }
+    else:
+        assert vnpu == {}
+    assert static_spec(DRIVER, layout, devices) == {
+        **spec,
+        "devices": spec["devices"][:2],
+        "cdiVersion": static_spec(DRIVER, layout, devices)["cdiVersion"],
+    }
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())

@@ -1,0 +1,172 @@
+"""What the device plugin lists: the inventory's devices and, under `--vnpu static`, the vNPUs of its chips.
+
+A vNPU is its own extended resource, named as Ascend's device plugin names it so tools that parse Ascend's ids keep
+working: resource `huawei.com/Ascend910-5c.1cpu.16g`, device id `Ascend910-5c.1cpu.16g-164-4` (vNPU 164 of chip 4).
+A chip with any vNPU is never offered whole: the driver cannot mount a split NPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from npu_plugin.device import Device, id_prefix
+from npu_plugin.inventory import DeviceView, Inventory, Snapshot
+from npu_plugin.ownership import Owner
+from npu_plugin.vnpu import Vnpu, dp_suffix
+
+log = logging.getLogger(__name__)
+# The chips that hold vNPUs now, with their vNPUs; read from the backend in a worker thread.
+VnpuRead = Callable[[Sequence[Device]], Mapping[int, tuple[Vnpu, ...]]]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualDevice:
+    """One vNPU as the device plugin offers it."""
+
+    device_id: str  # Ascend910-5c.1cpu.16g-164-4
+    resource_name: str  # huawei.com/Ascend910-5c.1cpu.16g
+    vnpu: Vnpu
+
+
+def vnpu_resource_name(domain: str, device_type: str, template: str) -> str | None:
+    """`huawei.com/Ascend910-5c.1cpu.16g` for a vir05_1c_16g vNPU of a 910 chip; None where the template's name
+    gives no suffix."""
+    suffix = dp_suffix(template)
+    return None if suffix is None else f"{domain}/{id_prefix(device_type)}-{suffix}"
+
+
+def virtual_devices(
+    domain: str, devices: Iterable[Device], vnpus: Mapping[int, tuple[Vnpu, ...]]
+) -> list[VirtualDevice]:
+    """The vNPUs of these chips that have a resource, by chip and vNPU id (pure)."""
+    listed = []
+    for device in sorted(devices, key=lambda d: d.physical_id):
+        for vnpu in sorted(vnpus.get(device.physical_id, ()), key=lambda v: v.vnpu_id):
+            resource = vnpu_resource_name(domain, device.device_type, vnpu.template)
+            if resource is not None:
+                device_id = f"{resource.split('/', 1)[1]}-{vnpu.vnpu_id}-{device.physical_id}"
+                listed.append(VirtualDevice(device_id, resource, vnpu))
+    return listed
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """The inventory at one version and the vNPUs at one read."""
+
+    snapshot: Snapshot
+    vnpus: Mapping[int, tuple[Vnpu, ...]]  # chips that hold any vNPU
+    virtual: tuple[VirtualDevice, ...]
+    _by_id: dict[str, VirtualDevice] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {d.device_id: d for d in self.virtual})
+
+    def split(self, physical_id: int) -> bool:
+        """Whether the chip holds vNPUs, and so is offered only through them."""
+        return physical_id in self.vnpus
+
+    def whole(self, owner: Owner) -> tuple[DeviceView, ...]:
+        return tuple(v for v in self.snapshot.owned_by(owner) if not self.split(v.physical_id))
+
+    def virtual_device(self, device_id: str) -> VirtualDevice | None:
+        return self._by_id.get(device_id)
+
+    def offered(self, resource_name: str) -> list[tuple[VirtualDevice, DeviceView]]:
+        """The vNPUs of a resource on the device plugin's chips, with their parent chip."""
+        pairs = [(d, self.snapshot.get(d.vnpu.physical_id)) for d in self.virtual if d.resource_name == resource_name]
+        return [(d, view) for d, view in pairs if view is not None and view.owner is Owner.DEVICE_PLUGIN]
+
+    def resources(self) -> set[str]:
+        """The vNPU resources present on the device plugin's chips."""
+        return {
+            d.resource_name
+            for d in self.virtual
+            if (view := self.snapshot.get(d.vnpu.physical_id)) and view.owner is Owner.DEVICE_PLUGIN
+        }
+
+
+class DeviceListing:
+    """The inventory joined with the chips' vNPUs, kept current: the vNPUs are re-read every `interval` (the
+    driver announces no change), and every change of either reaches the watchers."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        domain: str = "huawei.com",
+        read_vnpus: VnpuRead | None = None,
+        interval: float = 0.0,
+        on_vnpus: Callable[[Mapping[int, tuple[Vnpu, ...]]], None] = lambda _vnpus: None,
+    ) -> None:
+        self._inventory, self._domain = inventory, domain
+        self._read_vnpus, self._interval, self._on_vnpus = read_vnpus, interval, on_vnpus
+        self._vnpus: Mapping[int, tuple[Vnpu, ...]] = MappingProxyType({})
+        self._virtual: tuple[VirtualDevice, ...] = ()
+        self._waiters: set[asyncio.Event] = set()
+
+    def current(self) -> Listing:
+        return Listing(self._inventory.snapshot(), self._vnpus, self._virtual)
+
+    async def refresh(self) -> None:
+        """Read the vNPUs once; a failed read is logged and keeps the last good listing."""
+        if self._read_vnpus is None:
+            return
+        devices = [v.device for v in self._inventory.snapshot().devices]
+        try:
+            vnpus = await asyncio.to_thread(self._read_vnpus, devices)
+        except Exception as error:
+            log.warning("vNPU listing failed, keeping the last one: %s", error, extra={"error": str(error)})
+            return
+        vnpus = {p: tuple(sorted(v, key=lambda x: x.vnpu_id)) for p, v in vnpus.items() if v}
+        if vnpus == dict(self._vnpus):
+            return
+        log.info("vNPUs now: %s", _describe(vnpus), extra={"vnpus": _describe(vnpus)})
+        self._vnpus = MappingProxyType(vnpus)
+        self._virtual = tuple(virtual_devices(self._domain, devices, vnpus))
+        self._on_vnpus(self._vnpus)
+        for waiter in self._waiters:
+            waiter.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Re-read the vNPUs every interval until `stop`; without a reader there is nothing to do."""
+        if self._read_vnpus is None:
+            return
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._interval)
+            if not stop.is_set():
+                await self.refresh()
+
+    async def watch(self) -> AsyncGenerator[Listing, None]:
+        """The current listing at once, then the newest after every change (coalesced)."""
+        changed = asyncio.Event()
+        self._waiters.add(changed)
+        follower = asyncio.create_task(self._follow(changed), name="listing-follower")
+        try:
+            while True:
+                await changed.wait()
+                changed.clear()
+                yield self.current()
+        finally:
+            self._waiters.discard(changed)
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _follow(self, changed: asyncio.Event) -> None:
+        async with contextlib.aclosing(self._inventory.watch()) as snapshots:
+            async for _ in snapshots:
+                changed.set()
+
+
+def _describe(vnpus: Mapping[int, tuple[Vnpu, ...]]) -> str:
+    return (
+        ", ".join(
+            f"npu-{p}: " + " ".join(f"{v.vnpu_id}({v.template})" for v in chip) for p, chip in sorted(vnpus.items())
+        )
+        or "none"
+    )
