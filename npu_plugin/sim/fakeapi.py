@@ -1,9 +1,11 @@
 """A small fake Kubernetes API server on a real socket, for `npu-plugin simulate` and benchmarks.
 
 It serves Nodes (get/list/watch), cluster-scoped resource.k8s.io/v1 ResourceSlices and namespaced
-ResourceClaims (with a status subresource) the way kube-apiserver 1.34 does where the daemon and the
+ResourceClaims (with a status subresource) the way kube-apiserver does where the daemon and the
 simulators rely on it: resourceVersion preconditions, generateName, generation, equality field
-selectors, watches with a bounded history (410 Expired past it) and bookmarks. Validation, schema
+selectors, watches with a bounded history (410 Expired past it) and bookmarks, `dryRun=All` creates, and
+the Kubernetes version (1.34 by default, or 1.35, 1.36) with its DRAPartitionableDevices gate: while the
+gate is off, slice writes lose their counters as kube-apiserver's strategy drops them. Validation, schema
 decoding, patches, label selectors, fault injection and a request log are test-only: `tests.fakeapi`
 extends this server with them. Run `python -m npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH` to get
 a standalone server that prints its URL and stops on SIGTERM.
@@ -22,6 +24,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
+from npu_plugin.sim._kubeapi.cluster import SUPPORTED_MINORS, Cluster
 from npu_plugin.sim._kubeapi.kinds import JSON, NODES, resolve_kind
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.server import Context, Handler, Server
@@ -43,8 +46,13 @@ class FakeKubeAPI:
         *,
         history_limit: int = 1000,
         watch_timeout_seconds: float = 1800.0,
+        kubernetes_minor: int = 34,
+        partitionable_devices: bool | None = None,
     ) -> None:
+        """`partitionable_devices`: the DRAPartitionableDevices gate; None is the version's default (on from
+        1.36)."""
         self._host, self._port = host, port
+        self._cluster = Cluster(kubernetes_minor, partitionable_devices)
         self._store = Store(history_limit)
         self._registry = self._make_registry(self._store)
         self._watch_timeout = watch_timeout_seconds
@@ -67,7 +75,7 @@ class FakeKubeAPI:
             self._thread.start()
 
     def _make_registry(self, store: Store) -> Registry:
-        return Registry(store)
+        return Registry(store, self._cluster)
 
     def _make_context(self) -> Context:
         return Context(self._registry, self._watch_timeout)
@@ -148,6 +156,16 @@ class FakeKubeAPI:
         except ApiError as err:
             raise KeyError(f"{resolved.kind} {name!r} not found") from err
 
+    # ---- the cluster's version and gate (changes apply to the next request)
+    def set_kubernetes_version(self, minor: int, partitionable_devices: bool | None = None) -> None:
+        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default."""
+        checked = Cluster(minor, partitionable_devices)
+        self._cluster.minor, self._cluster.partitionable_gate = checked.minor, checked.partitionable_gate
+
+    @property
+    def partitionable_devices(self) -> bool:
+        return self._cluster.partitionable_devices
+
     @property
     def resource_version(self) -> int:
         return self._store.resource_version
@@ -174,7 +192,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this server here")
     parser.add_argument("--node", action="append", default=[], help="create this Node (repeatable)")
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=[f"1.{minor}" for minor in SUPPORTED_MINORS],
+        default="1.34",
+        help="the version served at /version, which decides the DRAPartitionableDevices default and validation",
+    )
+    parser.add_argument(
+        "--feature-gates",
+        choices=["DRAPartitionableDevices=true", "DRAPartitionableDevices=false"],
+        help="DRAPartitionableDevices on or off (default: off before 1.36, on from 1.36)",
+    )
     args = parser.parse_args(argv)
+    gate = None if args.feature_gates is None else args.feature_gates.endswith("=true")
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -182,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with FakeKubeAPI(args.host, args.port) as api:
+    minor = int(args.kubernetes_version.split(".")[1])
+    with FakeKubeAPI(args.host, args.port, kubernetes_minor=minor, partitionable_devices=gate) as api:
         for node in args.node:
             api.add_node(node)
         if args.kubeconfig:

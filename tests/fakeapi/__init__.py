@@ -1,7 +1,7 @@
 """The fake Kubernetes API server at full fidelity, for tests and benchmarks only (not in the wheel).
 
 It extends the small server `npu-plugin simulate` uses (`npu_plugin.sim.fakeapi`) with what only tests
-need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver 1.34 words them,
+need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver words them, per version,
 schema decoding (unknown and duplicate fields, wrong types), merge/strategic/JSON/apply patches, field
 and label selectors, fault injection and a request log.
 """
@@ -35,16 +35,25 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         history_limit: int = 1000,
         require_resource_version: bool = False,
         watch_timeout_seconds: float = 1800.0,
+        kubernetes_minor: int = 34,
+        partitionable_devices: bool | None = None,
     ) -> None:
         """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
         real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
         self._require_rv = require_resource_version
         self._faults = Faults()
         self._requests = RequestLog()
-        super().__init__(host, port, history_limit=history_limit, watch_timeout_seconds=watch_timeout_seconds)
+        super().__init__(
+            host,
+            port,
+            history_limit=history_limit,
+            watch_timeout_seconds=watch_timeout_seconds,
+            kubernetes_minor=kubernetes_minor,
+            partitionable_devices=partitionable_devices,
+        )
 
     def _make_registry(self, store: Store) -> Registry:
-        return FullRegistry(store, require_resource_version=self._require_rv)
+        return FullRegistry(store, self._cluster, require_resource_version=self._require_rv)
 
     def _make_context(self) -> Context:
         return FullContext(self._registry, self._watch_timeout, faults=self._faults, requests=self._requests)

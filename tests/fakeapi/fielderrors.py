@@ -56,6 +56,10 @@ def duplicate(path: str, value: Any) -> FieldError:
     return FieldError("FieldValueDuplicate", path, f"Duplicate value: {_show(value)}")
 
 
+def not_found(path: str, value: Any) -> FieldError:
+    return FieldError("FieldValueNotFound", path, f"Not found: {_show(value)}")
+
+
 def forbidden(path: str, detail: str) -> FieldError:
     return FieldError("FieldValueForbidden", path, f"Forbidden: {detail}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from npu_plugin.sim._kubeapi.cluster import Cluster
 from npu_plugin.sim._kubeapi.kinds import JSON, Kind, meta
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.status import bad_request
@@ -18,15 +19,15 @@ class FullRegistry(Registry):
     """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the real
     server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
 
-    def __init__(self, store: Store, *, require_resource_version: bool) -> None:
-        super().__init__(store)
+    def __init__(self, store: Store, cluster: Cluster, *, require_resource_version: bool) -> None:
+        super().__init__(store, cluster)
         self._require_rv = require_resource_version
 
     def decode(self, kind: Kind, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
         return decode(kind, body, field_validation)
 
     def validate(self, kind: Kind, new: JSON, old: JSON | None) -> None:
-        if errors := validate(kind, new, old):
+        if errors := validate(kind, new, old, self.cluster.minor):
             raise invalid(kind, meta(new).get("name", "") if old is None else old["metadata"]["name"], errors)
 
     def check_preconditions(self, kind: Kind, new: JSON, current: JSON) -> None:

@@ -1,6 +1,7 @@
 """Create/update validation mirroring `pkg/apis/resource/validation` (pure functions).
 
-Limits are those of resource.k8s.io/v1 in Kubernetes 1.34 (`staging/src/k8s.io/api/resource/v1/types.go`).
+Limits are those of resource.k8s.io/v1 in Kubernetes 1.34 (`staging/src/k8s.io/api/resource/v1/types.go`); the
+counter rules, which changed in 1.35, are in `counters.py`.
 Objects arrive already decoded by `schema.decode`, so known fields have the right JSON types.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 
 from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind
 from tests.fakeapi import names
+from tests.fakeapi.counters import slice_counter_errors
 from tests.fakeapi.fielderrors import (
     FieldError,
     duplicate,
@@ -45,13 +47,13 @@ _SEMVER = re.compile(
 IMMUTABLE = "field is immutable"
 
 
-def validate(kind: Kind, obj: JSON, old: JSON | None) -> list[FieldError]:
-    """All field errors of `obj` (a create when `old` is None, else an update of `old`)."""
+def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[FieldError]:
+    """All field errors of `obj` (a create when `old` is None, else an update of `old`) on Kubernetes 1.<minor>."""
     errs = validate_object_meta(obj["metadata"], kind.namespaced)
     if old is not None:
         errs += _meta_update(obj["metadata"], old["metadata"])
     if kind is RESOURCE_SLICES:
-        errs += _slice_spec(obj.get("spec", {}), "spec")
+        errs += _slice_spec(obj.get("spec", {}), "spec", minor)
         if old is not None:
             errs += _slice_immutables(obj.get("spec", {}), old.get("spec", {}))
     elif kind.tracks_generation and old is not None and obj.get("spec") != old.get("spec"):
@@ -154,11 +156,10 @@ def _pool(pool: JSON, path: str) -> list[FieldError]:
     return errs
 
 
-def _slice_spec(spec: JSON, path: str) -> list[FieldError]:
+def _slice_spec(spec: JSON, path: str, minor: int) -> list[FieldError]:
     errs = _driver_name(spec.get("driver", ""), f"{path}.driver") + _pool(spec.get("pool", {}), f"{path}.pool")
     errs += _node_selection(spec, path)
-    if "sharedCounters" in spec and "devices" in spec:
-        errs.append(invalid_value(path, "", "only one of `sharedCounters` or `devices` is allowed"))
+    errs += slice_counter_errors(spec, path, minor)
     return errs + _devices(spec.get("devices", []), bool(spec.get("perDeviceNodeSelection")), f"{path}.devices")
 
 

@@ -12,7 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._kubeapi.kinds import JSON, Kind, meta
+from npu_plugin.sim._kubeapi.cluster import Cluster
+from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
 from npu_plugin.sim._kubeapi.status import ApiError, bad_request, conflict, internal_error
 from npu_plugin.sim._kubeapi.store import Store, key_of, now
 
@@ -41,8 +42,9 @@ def _ensure_namespace(kind: Kind, obj: JSON, namespace: str) -> None:
 class Registry:
     """What the REST handlers of the real API server do between decoding and storage."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, cluster: Cluster | None = None) -> None:
         self.store = store
+        self.cluster = cluster or Cluster()
 
     # ---- what a higher-fidelity server refines
     def decode(self, kind: Kind, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
@@ -55,12 +57,23 @@ class Registry:
         """Raise a 422 ApiError for an object the API server would refuse (`old` is None on create)."""
 
     # ---- create
-    def create(self, kind: Kind, namespace: str, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
+    def create(
+        self, kind: Kind, namespace: str, body: Any, field_validation: str, *, dry_run: bool = False
+    ) -> tuple[JSON, list[str]]:
+        """Create; a dry run (`dryRun=All`) decodes, defaults, drops and validates alike but stores nothing."""
         obj, warnings = self.decode(kind, body, field_validation)
         _ensure_namespace(kind, obj, namespace)
         if meta(obj).get("resourceVersion"):
             raise internal_error("resourceVersion should not be set on objects to be created")
-        return self._create_prepared(kind, prepare_for_create(kind, obj), validated=True), warnings
+        obj = prepare_for_create(kind, obj)
+        if kind is RESOURCE_SLICES:
+            self.cluster.drop_disabled_fields(obj, None)
+        if dry_run:
+            if not meta(obj).get("name") and meta(obj).get("generateName"):
+                meta(obj)["name"] = generate_name(meta(obj)["generateName"])
+            self.validate(kind, obj, None)
+            return obj, warnings
+        return self._create_prepared(kind, obj, validated=True), warnings
 
     def _create_prepared(self, kind: Kind, obj: JSON, *, validated: bool) -> JSON:
         metadata = meta(obj)
@@ -109,6 +122,8 @@ class Registry:
         """The object a PUT of `new` over `current` stores (runs under the store lock)."""
         self.check_preconditions(kind, new, current)
         new = _apply_subresource(kind, new, current, subresource)
+        if kind is RESOURCE_SLICES:
+            self.cluster.drop_disabled_fields(new, current)
         _keep_system_fields(kind, new, current)
         self.validate(kind, new, current)
         return new

@@ -27,7 +27,6 @@ from npu_plugin.sim._kubeapi.status import ApiError, bad_request, status_object,
 from npu_plugin.sim._kubeapi.store import Event
 
 log = logging.getLogger(__name__)
-VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0-npu-plugin-fake", "platform": "linux/amd64"}
 _FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
 
 
@@ -164,7 +163,8 @@ class Handler(BaseHTTPRequestHandler):
     # ---- routing
     def _dispatch(self) -> None:
         if self._path in ("/healthz", "/readyz", "/livez", "/version"):
-            self._send_json(200, VERSION if self._path == "/version" else {"status": "ok"})
+            version = self.server.context.registry.cluster.version()
+            self._send_json(200, version if self._path == "/version" else {"status": "ok"})
             return
         route = parse_route(self._path)
         if route is None:
@@ -192,8 +192,20 @@ class Handler(BaseHTTPRequestHandler):
         if route.kind.namespaced and route.namespace is None:
             raise ApiError(status_object(405, "the server does not allow this method on the requested resource"))
         registry = self.server.context.registry
-        obj, warnings = registry.create(route.kind, route.namespace or "", self._body, self._field_validation)
+        dry_run = self._dry_run
+        obj, warnings = registry.create(
+            route.kind, route.namespace or "", self._body, self._field_validation, dry_run=dry_run
+        )
         self._send_json(201, obj, warnings)
+
+    @property
+    def _dry_run(self) -> bool:
+        value = self._query.get("dryRun")
+        if value is None:
+            return False
+        if value != "All":
+            raise bad_request(f'dryRun values must be "All", got "{value}"')
+        return True
 
     def _collection_delete(self, route: Route) -> None:
         registry = self.server.context.registry
