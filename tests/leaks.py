@@ -6,11 +6,11 @@ runner's final cancellation and records the tasks it is about to cancel. Loops m
 `new_event_loop()` are recorded too, and any task still pending on one of them at the end of the test is
 a leak, as is a loop never closed (its selector and self-pipe stay open).
 
-One kind of task gets time to finish instead: gRPC AsyncIO runs a task per streaming call that waits for
-gRPC core to report the call's end. After the call is cancelled (by the test, or by closing its channel),
-core reports it from its poller thread a moment later, and no public API awaits that report; so these
-tasks get up to GRPC_SETTLE_SECONDS to end. One that does not end belongs to a call nobody ended, and
-is reported.
+One kind of task gets time to finish instead: gRPC AsyncIO's own per-call tasks (GRPC_CALL_TASKS), on
+the client (the call's status) and on the server (each RPC's handler and its cancellation watch). After
+a call is ended (cancelled, its channel closed, its server stopped), gRPC core reports it from its
+poller thread a moment later, and no public API awaits that report; so these tasks get up to
+GRPC_SETTLE_SECONDS to end. One that does not end belongs to a call nobody ended, and is reported.
 
 Threads started during the test must have ended by its end (each gets up to THREAD_GRACE_SECONDS to
 finish what it was told to stop doing); garbage is collected first, because gRPC AsyncIO's poller thread
@@ -37,7 +37,16 @@ from typing import Any
 
 THREAD_GRACE_SECONDS = 5.0
 GRPC_SETTLE_SECONDS = 5.0
-GRPC_CALL_STATUS = "_AioCall._handle_status_once_received"
+# gRPC AsyncIO's own per-call tasks: a client call's status, and a server RPC's scheduling, exception
+# handling and cancellation watch. Each ends only after gRPC core reports the call's end.
+GRPC_CALL_TASKS = frozenset(
+    {
+        "_AioCall._handle_status_once_received",
+        "_schedule_rpc_coro",
+        "_handle_exceptions",
+        "_handle_cancellation_from_core",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ class LeakWatch:
 
     def _before_runner_cancels(self, original: Callable[[asyncio.AbstractEventLoop], None], loop: Any) -> None:
         pending = asyncio.all_tasks(loop)
-        settling = {task for task in pending if is_grpc_call_status(task)}
+        settling = {task for task in pending if is_grpc_call_task(task)}
         if settling:
             loop.run_until_complete(asyncio.wait(settling, timeout=GRPC_SETTLE_SECONDS))
         self.abandoned += [
@@ -180,9 +189,8 @@ class LeakWatch:
                 os.waitpid(child.pid, 0)
 
 
-def is_grpc_call_status(task: asyncio.Task[Any]) -> bool:
-    """gRPC AsyncIO's own task for a streaming call, waiting for gRPC core to report the call's end."""
-    return getattr(task.get_coro(), "__qualname__", None) == GRPC_CALL_STATUS
+def is_grpc_call_task(task: asyncio.Task[Any]) -> bool:
+    return getattr(task.get_coro(), "__qualname__", None) in GRPC_CALL_TASKS
 
 
 def thread_target(thread: threading.Thread) -> str:
