@@ -32,6 +32,7 @@ from npu_plugin.vnpu_inventory import VnpuReader
 
 if TYPE_CHECKING:
     from npu_plugin.dra.plugin import DraPlugin
+    from npu_plugin.dra.vnpus import VnpuHands
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -247,9 +248,20 @@ class Daemon:
             observe=self.telemetry.dra_call,
             on_publish=self.telemetry.published,
             on_registered=lambda up: self.telemetry.registered(Mode.DRA, up),
+            vnpus=self._vnpu_hands(),
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
+
+    def _vnpu_hands(self) -> VnpuHands | None:
+        """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is made."""
+        from npu_plugin.dra.vnpus import VnpuHands
+
+        config = self.config
+        if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
+            return None
+        reader = VnpuReader(self.backend, config.vnpu, config.vnpu_templates)
+        return VnpuHands(self.backend, reader, config.dev_root, offered=config.vnpu_templates)
 
     def _handover(self, dra: DraPlugin) -> Handover:
         return Handover(

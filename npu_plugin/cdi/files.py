@@ -58,9 +58,15 @@ def write_static_spec(
 
 
 def write_claim_spec(
-    cdi_root: Path, driver: str, claim_uid: str, requests: Mapping[str, Sequence[int]], layout: HostLayout
+    cdi_root: Path,
+    driver: str,
+    claim_uid: str,
+    requests: Mapping[str, Sequence[int]],
+    layout: HostLayout,
+    *,
+    virtual: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
-    spec = claim_spec(driver, claim_uid, requests, layout)
+    spec = claim_spec(driver, claim_uid, requests, layout, virtual=virtual)
     write_atomic(claim_spec_path(cdi_root, driver, claim_uid), spec_bytes(spec), durable=CDI_DURABLE)
 
 

@@ -150,11 +150,25 @@ def static_spec(driver: str, layout: HostLayout, devices: Sequence[Device], vnpu
     return render_spec(driver, entries, common)
 
 
-def claim_spec(driver: str, claim_uid: str, requests: Mapping[str, Sequence[int]], layout: HostLayout) -> CdiSpec:
-    """A claim's spec with a device per request whose edits expose exactly that request's NPUs."""
+def claim_spec(
+    driver: str,
+    claim_uid: str,
+    requests: Mapping[str, Sequence[int]],
+    layout: HostLayout,
+    *,
+    virtual: Mapping[str, Sequence[int]] | None = None,
+) -> CdiSpec:
+    """A claim's spec with a device per request whose edits expose exactly that request's NPUs: the whole
+    NPUs in `requests` (physical ids) or the vNPU in `virtual` (vNPU ids; a vNPU is alone in its request)."""
+    virtual = virtual or {}
     devices = [
-        CdiDevice(claim_device_name(claim_uid, request), container_edits(layout, physical_ids))
-        for request, physical_ids in sorted(requests.items())
+        CdiDevice(
+            claim_device_name(claim_uid, request),
+            container_edits(layout, virtual[request], virtual=True)
+            if request in virtual
+            else container_edits(layout, requests[request]),
+        )
+        for request in sorted(requests.keys() | virtual.keys())
     ]
     return render_spec(driver, devices)
 

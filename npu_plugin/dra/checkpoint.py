@@ -13,11 +13,19 @@ from typing import Any, NotRequired, TypedDict
 from npu_plugin.atomic import write_atomic
 from npu_plugin.device import parse_dra_name
 from npu_plugin.errors import CheckpointError, describe_os_error, quoted
+from npu_plugin.vnpu import VnpuOrigin
 
 log = logging.getLogger(__name__)
 VERSION = 1
 PREPARE_STARTED, PREPARE_COMPLETED = "PrepareStarted", "PrepareCompleted"
 _STATES = (PREPARE_STARTED, PREPARE_COMPLETED)
+
+
+class VnpuJson(TypedDict):
+    physicalId: int
+    template: str
+    vnpuId: int
+    origin: str
 
 
 class DeviceJson(TypedDict):
@@ -26,6 +34,43 @@ class DeviceJson(TypedDict):
     deviceName: str
     physicalId: NotRequired[int]  # absent in checkpoints written before it was recorded
     cdiDeviceIds: list[str]
+    vnpu: NotRequired[VnpuJson]  # only for a vNPU; older binaries ignore it
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuRecord:
+    """The vNPU behind a prepared device: `dynamic` ones we create in Prepare and destroy in Unprepare, `static`
+    ones existed before and are never destroyed. A dynamic record is written before the create call."""
+
+    physical_id: int
+    template: str
+    vnpu_id: int
+    origin: VnpuOrigin
+
+    @property
+    def created_by_us(self) -> bool:
+        return self.origin is VnpuOrigin.DYNAMIC
+
+    def to_json(self) -> VnpuJson:
+        return {
+            "physicalId": self.physical_id,
+            "template": self.template,
+            "vnpuId": self.vnpu_id,
+            "origin": self.origin.value,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> VnpuRecord:
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"malformed vnpu record {quoted(raw)}")
+        numbers = [raw.get(key) for key in ("physicalId", "vnpuId")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
+            raise CheckpointError(f"malformed vnpu record {quoted(raw)}: physicalId and vnpuId must be integers >= 0")
+        if not isinstance(raw.get("template"), str):
+            raise CheckpointError(f"malformed vnpu record {quoted(raw)}: template is not a string")
+        if raw.get("origin") not in (VnpuOrigin.DYNAMIC, VnpuOrigin.STATIC):
+            raise CheckpointError(f"malformed vnpu record {quoted(raw)}: origin is not dynamic or static")
+        return cls(raw["physicalId"], raw["template"], raw["vnpuId"], VnpuOrigin(raw["origin"]))
 
 
 class ClaimJson(TypedDict):
@@ -51,15 +96,19 @@ class PreparedDevice:
     device_name: str
     physical_id: int
     cdi_device_ids: tuple[str, ...]
+    vnpu: VnpuRecord | None = None
 
     def to_json(self) -> DeviceJson:
-        return {
+        document: DeviceJson = {
             "requestNames": list(self.request_names),
             "poolName": self.pool_name,
             "deviceName": self.device_name,
             "physicalId": self.physical_id,
             "cdiDeviceIds": list(self.cdi_device_ids),
         }
+        if self.vnpu is not None:
+            document["vnpu"] = self.vnpu.to_json()
+        return document
 
     @classmethod
     def from_json(cls, raw: Any) -> PreparedDevice:
@@ -72,6 +121,7 @@ class PreparedDevice:
             device_name=device_name,
             physical_id=_physical_id(raw, device_name),
             cdi_device_ids=_strings(raw, "cdiDeviceIds"),
+            vnpu=VnpuRecord.from_json(raw["vnpu"]) if "vnpu" in raw else None,
         )
 
 
@@ -166,12 +216,16 @@ class Checkpoint:
     def copy(self) -> Checkpoint:
         return Checkpoint(self.boot_id, dict(self.claims))
 
-    def holder_of(self, physical_id: int) -> str | None:
-        """UID of the claim that holds a device (prepared or being prepared)."""
+    def holder_of(self, device_name: str) -> str | None:
+        """UID of the claim that holds a device by its name (prepared or being prepared)."""
         for uid, entry in self.claims.items():
-            if any(d.physical_id == physical_id for d in entry.devices):
+            if any(d.device_name == device_name for d in entry.devices):
                 return uid
         return None
+
+    def vnpus(self) -> list[tuple[str, VnpuRecord]]:
+        """The vNPU records of every claim, with the claim's UID."""
+        return [(uid, d.vnpu) for uid, entry in self.claims.items() for d in entry.devices if d.vnpu is not None]
 
     def held_devices(self) -> set[int]:
         """Physical ids that claims hold (prepared or being prepared)."""

@@ -22,6 +22,7 @@ from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
+from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout
 from npu_plugin.inventory import Inventory
 from npu_plugin.kubeapi import KubeApi
@@ -79,6 +80,7 @@ class DraPlugin:
         observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
         on_publish: Callable[[str], None] = lambda _result: None,
         on_registered: Callable[[bool], None] = lambda _registered: None,
+        vnpus: VnpuHands | None = None,
     ) -> None:
         self.paths, self.driver, self.node_name = paths, driver, node_name
         self._inventory, self._client = inventory, client
@@ -95,6 +97,7 @@ class DraPlugin:
             store=store,
             snapshot=inventory.snapshot,
             fetch_claim=client.get_claim,
+            vnpus=vnpus,
         )
         self.publisher = SlicePublisher(
             client,

@@ -8,7 +8,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,25 @@ from npu_plugin.dra.checkpoint import (
     CheckpointStore,
     ClaimEntry,
     PreparedDevice,
+    VnpuRecord,
 )
-from npu_plugin.dra.claims import ClaimDevice, claim_devices
+from npu_plugin.dra.claims import ClaimDevice, Holding, claim_devices, overlap_problem
+from npu_plugin.dra.vnpus import CREATE_TRIES, VnpuHands, lowest_free_id
 from npu_plugin.edits import HostLayout
-from npu_plugin.errors import CdiError, CheckpointError, ClaimError, NpuPluginError, clipped, describe_os_error, quoted
+from npu_plugin.errors import (
+    BackendError,
+    CdiError,
+    CheckpointError,
+    ClaimError,
+    NpuPluginError,
+    VnpuError,
+    clipped,
+    describe_os_error,
+    quoted,
+)
 from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner
+from npu_plugin.vnpu_inventory import ChipPlan, served_chips
 
 log = logging.getLogger(__name__)
 LOCK_MODE = 0o600
@@ -71,8 +84,11 @@ def check_ref(ref: ClaimRef) -> None:
         raise ClaimError(f"invalid claim namespace/name {quoted(ref.namespace)}/{quoted(ref.name)}")
 
 
-def prepared_devices(driver: str, uid: str, devices: Sequence[ClaimDevice]) -> tuple[PreparedDevice, ...]:
-    """The response devices; each request's CDI id goes on its first device only."""
+def prepared_devices(
+    driver: str, uid: str, devices: Sequence[ClaimDevice], vnpus: Mapping[str, VnpuRecord] | None = None
+) -> tuple[PreparedDevice, ...]:
+    """The response devices, with the vNPU records by device name; each request's CDI id goes on its first
+    device only."""
     seen: set[str] = set()
     result = []
     for device in devices:
@@ -85,16 +101,44 @@ def prepared_devices(driver: str, uid: str, devices: Sequence[ClaimDevice]) -> t
                 device_name=device.device,
                 physical_id=device.physical_id,
                 cdi_device_ids=cdi,
+                vnpu=(vnpus or {}).get(device.device),
             )
         )
     return tuple(result)
 
 
-def requests_of(devices: Sequence[PreparedDevice]) -> dict[str, list[int]]:
-    requests: dict[str, list[int]] = {}
+def requests_of(devices: Sequence[PreparedDevice]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Each request's whole NPUs (physical ids) and vNPUs (vNPU ids)."""
+    whole: dict[str, list[int]] = {}
+    virtual: dict[str, list[int]] = {}
     for device in devices:
-        requests.setdefault(device.request_names[0], []).append(device.physical_id)
-    return requests
+        if device.vnpu is None:
+            whole.setdefault(device.request_names[0], []).append(device.physical_id)
+        else:
+            virtual.setdefault(device.request_names[0], []).append(device.vnpu.vnpu_id)
+    return whole, virtual
+
+
+def assign_ids(devices: Sequence[ClaimDevice], plans: Mapping[int, ChipPlan], taken: set[int]) -> dict[str, VnpuRecord]:
+    """vNPU records for a claim's vNPUs: a new one gets the lowest id of its chip's range that no live vNPU
+    and no checkpointed claim holds (`taken`, which grows with each id given)."""
+    records = {}
+    for device in devices:
+        wanted = device.vnpu
+        if wanted is None:
+            continue
+        vnpu_id = wanted.vnpu_id
+        if vnpu_id is None:
+            chip = plans[device.physical_id].chip
+            vnpu_id = lowest_free_id(chip.id_range, taken | {v.vnpu_id for v in chip.vnpus})
+            if vnpu_id is None:
+                first, last = chip.id_range
+                raise ClaimError(
+                    f"device {device.device}: every vNPU id of npu-{device.physical_id} is in use ({first}-{last})"
+                )
+        taken.add(vnpu_id)
+        records[device.device] = VnpuRecord(device.physical_id, wanted.template, vnpu_id, wanted.origin)
+    return records
 
 
 class Preparer:
@@ -112,10 +156,13 @@ class Preparer:
         store: CheckpointStore,
         snapshot: Callable[[], Snapshot],
         fetch_claim: FetchClaim,
+        vnpus: VnpuHands | None = None,
     ) -> None:
         self.driver, self.pool = driver, pool
         self.cdi_root, self.layout = cdi_root, layout
         self.store, self._snapshot, self._fetch = store, snapshot, fetch_claim
+        self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
+        self._mismatched: set[int] = set()  # recorded vNPU ids whose live vNPU has another template
         self._lock_path = state_dir / "prepare.lock"
         self._unaccounted: set[str] = set()  # claims whose specs exist but no checkpoint we read knows
         self.prepared_claims = 0  # completed claims as of the last locked section, for metrics
@@ -235,20 +282,56 @@ class Preparer:
                 return f"owned by {view.owner.value}, not DRA"
             if view.draining:
                 return "being handed over to the device plugin (--dra-devices); it takes no new claims"
-            holder = checkpoint.holder_of(physical_id)
-            if holder is not None and holder != ref.uid:
-                return f"already prepared for claim {holder}"
             return None
 
-        found = claim_devices(claim, uid=ref.uid, driver=self.driver, pool=self.pool, refuse_device=refuse)
-        return prepared_devices(self.driver, ref.uid, found)
+        plans = self._plans(snapshot, checkpoint)
+        offered = self.vnpus.offered if self.vnpus is not None else None
+        served = served_chips(plans, offered)
+        found = claim_devices(
+            claim, uid=ref.uid, driver=self.driver, pool=self.pool, refuse_device=refuse, vnpus=served
+        )
+        for device in found:
+            holder = checkpoint.holder_of(device.device)
+            if holder is not None and holder != ref.uid:
+                raise ClaimError(f"device {device.device}: already prepared for claim {holder}")
+        others = [(uid, d) for uid, entry in checkpoint.claims.items() if uid != ref.uid for d in entry.devices]
+        held = [Holding(d.physical_id, d.vnpu.template if d.vnpu else None) for _uid, d in others]
+        recorded = frozenset(record.vnpu_id for _uid, record in checkpoint.vnpus())
+        if problem := overlap_problem(found, served.chips, held, recorded):
+            raise ClaimError(problem)
+        taken = {record.vnpu_id for uid, record in checkpoint.vnpus() if uid != ref.uid}
+        return prepared_devices(self.driver, ref.uid, found, assign_ids(found, plans, taken))
+
+    def _plans(self, snapshot: Snapshot, checkpoint: Checkpoint) -> dict[int, ChipPlan]:
+        if self.vnpus is None:
+            return {}
+        return self.vnpus.plans([view.device for view in snapshot.devices], self._own_ids(checkpoint))
+
+    def _own_ids(self, checkpoint: Checkpoint) -> frozenset[int]:
+        """vNPU ids we created, as the checkpoint records them (less those found with another template)."""
+        ids = {r.vnpu_id for _uid, r in checkpoint.vnpus() if r.created_by_us}
+        return frozenset(ids - self._mismatched)
+
+    def own_vnpu_ids(self) -> frozenset[int]:
+        """The vNPU ids we created, for whoever plans what a chip serves: any other vNPU is foreign."""
+        if not self._lock_path.parent.is_dir():
+            return frozenset()
+        with self.locked() as checkpoint:
+            return self._own_ids(checkpoint)
 
     def _complete(self, ref: ClaimRef, checkpoint: Checkpoint) -> PrepareResult:
-        entry = checkpoint.claims[ref.uid]
         try:
-            write_claim_spec(self.cdi_root, self.driver, ref.uid, requests_of(entry.devices), self.layout)
+            self._make_vnpus(ref, checkpoint)
+        except ClaimError as error:
+            log.error("prepare failed: %s", error, extra={"claim": ref.label})  # noqa: TRY400
+            return PrepareResult(error=f"claim {ref.label}: {error}")
+        entry = checkpoint.claims[ref.uid]
+        whole, virtual = requests_of(entry.devices)
+        try:
+            write_claim_spec(self.cdi_root, self.driver, ref.uid, whole, self.layout, virtual=virtual)
         except OSError as error:
             if entry.state == PREPARE_STARTED:
+                self._undo_vnpus(entry.devices)
                 del checkpoint.claims[ref.uid]
             problem = describe_os_error(error, claim_spec_path(self.cdi_root, self.driver, ref.uid))
             log.error("cannot write CDI spec %s", problem, extra={"claim": ref.label})  # noqa: TRY400
@@ -262,6 +345,83 @@ class Preparer:
             extra={"claim": ref.label},
         )
         return PrepareResult(devices=entry.devices)
+
+    def _make_vnpus(self, ref: ClaimRef, checkpoint: Checkpoint) -> None:
+        """Create the claim's vNPUs that do not exist (each of a new claim; those of a prepared claim that a
+        reboot took, with their recorded ids) and wait for their device nodes. When that fails, a new claim's
+        vNPUs are destroyed again and its entry dropped; a prepared claim keeps its entry. ClaimError."""
+        entry = checkpoint.claims[ref.uid]
+        if self.vnpus is None or not any(d.vnpu is not None and d.vnpu.created_by_us for d in entry.devices):
+            return
+        created: list[PreparedDevice] = []
+        try:
+            for index, device in enumerate(entry.devices):
+                if device.vnpu is not None and device.vnpu.created_by_us:
+                    self._make_vnpu(ref, checkpoint, index, self.vnpus, created)
+        except (ClaimError, BackendError) as error:
+            if entry.state == PREPARE_STARTED:
+                self._undo_vnpus(created)
+                del checkpoint.claims[ref.uid]
+            raise ClaimError(str(error)) from None
+
+    def _make_vnpu(
+        self, ref: ClaimRef, checkpoint: Checkpoint, index: int, hands: VnpuHands, created: list[PreparedDevice]
+    ) -> None:
+        entry = checkpoint.claims[ref.uid]
+        record = entry.devices[index].vnpu
+        assert record is not None
+        live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
+        if live.get(record.vnpu_id) == record.template:
+            return
+        new = entry.state == PREPARE_STARTED
+        for attempt in range(1, CREATE_TRIES + 1):
+            if record.vnpu_id in live:
+                problem = f"the id holds a {live[record.vnpu_id]} vNPU"
+            else:
+                try:
+                    hands.create(record.physical_id, record.template, record.vnpu_id)
+                    break
+                except VnpuError as error:
+                    problem = str(error)
+                live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
+            free = None
+            if new and record.vnpu_id in live and attempt < CREATE_TRIES:
+                taken = {r.vnpu_id for _uid, r in checkpoint.vnpus()} | live.keys()
+                free = lowest_free_id(hands.id_range(record.physical_id), taken)
+            if free is None:
+                raise ClaimError(
+                    f"creating vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) "
+                    f"failed: {problem}"
+                )
+            # The id is someone else's: record the next free one before trying it, so no crash leaves a vNPU
+            # of ours unrecorded.
+            record = replace(record, vnpu_id=free)
+            devices = list(entry.devices)
+            devices[index] = replace(devices[index], vnpu=record)
+            entry = checkpoint.claims[ref.uid] = replace(entry, devices=tuple(devices))
+            self.store.save(checkpoint)
+        created.append(entry.devices[index])
+        if not hands.node_appears(record.vnpu_id):
+            raise ClaimError(
+                f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) was created but "
+                f"{hands.dev_root}/vdavinci{record.vnpu_id} did not appear"
+            )
+
+    def _undo_vnpus(self, devices: Sequence[PreparedDevice]) -> None:
+        """Destroy the vNPUs a failed Prepare made; one that cannot be destroyed stays, as a foreign vNPU."""
+        if self.vnpus is None:
+            return
+        for device in devices:
+            if device.vnpu is not None and device.vnpu.created_by_us:
+                try:
+                    self.vnpus.destroy(device.vnpu.physical_id, device.vnpu.vnpu_id)
+                except BackendError as error:
+                    log.error(  # noqa: TRY400
+                        "cannot destroy vNPU %d on npu-%d after a failed prepare; it stays as a foreign vNPU: %s",
+                        device.vnpu.vnpu_id,
+                        device.vnpu.physical_id,
+                        error,
+                    )
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Errors by claim UID ("" for success); an unknown claim succeeds."""
@@ -286,7 +446,20 @@ class Preparer:
         return errors
 
     def _forget(self, ref: ClaimRef, checkpoint: Checkpoint) -> str:
-        """Remove a claim's CDI spec, then its entry; the entry stays while the spec cannot be removed."""
+        """Destroy the vNPUs we created for a claim, remove its CDI spec, then its entry; the entry stays while
+        a vNPU or the spec cannot be removed (the kubelet retries, and until then the vNPU counts as used)."""
+        entry = checkpoint.claims.get(ref.uid)
+        for device in entry.devices if entry is not None else ():
+            record = device.vnpu
+            if record is None or not record.created_by_us:
+                continue
+            where = f"vNPU {record.vnpu_id} ({record.template}) on npu-{record.physical_id}"
+            if self.vnpus is None:
+                return f"claim {ref.label}: {where} was created with --vnpu dynamic; serve with it to destroy it"
+            try:
+                self.vnpus.destroy(record.physical_id, record.vnpu_id)
+            except BackendError as error:
+                return f"claim {ref.label}: destroying {where} failed: {error}"
         try:
             remove_claim_spec(self.cdi_root, self.driver, ref.uid)
         except OSError as error:
@@ -299,19 +472,88 @@ class Preparer:
 
     def collect_garbage(self) -> None:
         """At start: forget claims a crash left in PrepareStarted (the kubelet never heard of success and
-        prepares them again) and drop CDI files of claims not held as completed (a crash between writing
-        the file and recording it, or between removing the entry and the file)."""
+        prepares them again) after destroying the vNPUs they may have created, and drop CDI files of claims
+        not held as completed (a crash between writing the file and recording it, or between removing the
+        entry and the file). vNPUs of prepared claims are kept; vNPUs no claim records are never destroyed."""
         with self.locked() as checkpoint:
             interrupted = [uid for uid, entry in checkpoint.claims.items() if entry.state != PREPARE_COMPLETED]
+            released = 0
             for uid in interrupted:
                 log.warning("claim %s was being prepared when the plugin stopped; releasing it", uid)
-                del checkpoint.claims[uid]
-            if interrupted:
+                if self._destroy_interrupted(uid, checkpoint.claims[uid]):
+                    del checkpoint.claims[uid]
+                    released += 1
+            if released:
                 self.store.save(checkpoint)
+            self._check_live_vnpus(checkpoint)
             try:
                 self._remove_orphans(checkpoint)
             except OSError as error:
                 raise CdiError(f"cannot clean up --cdi-root: {describe_os_error(error)}") from None
+
+    def _destroy_interrupted(self, uid: str, entry: ClaimEntry) -> bool:
+        """Destroy the vNPUs an interrupted Prepare recorded (made or not); False keeps the entry, so the vNPU
+        stays counted as used and the next start tries again."""
+        for device in entry.devices:
+            record = device.vnpu
+            if record is None or not record.created_by_us:
+                continue
+            if self.vnpus is None:
+                log.error(
+                    "claim %s recorded vNPU %d on npu-%d, which only --vnpu dynamic can destroy; keeping the record",
+                    uid,
+                    record.vnpu_id,
+                    record.physical_id,
+                )
+                return False
+            try:
+                self.vnpus.destroy(record.physical_id, record.vnpu_id)
+            except BackendError as error:
+                log.error(  # noqa: TRY400
+                    "cannot destroy vNPU %d on npu-%d of interrupted claim %s; keeping the record: %s",
+                    record.vnpu_id,
+                    record.physical_id,
+                    uid,
+                    error,
+                )
+                return False
+        return True
+
+    def _check_live_vnpus(self, checkpoint: Checkpoint) -> None:
+        """Compare each chip's vNPUs with the checkpoint: a prepared claim's vNPU that now has another template,
+        and any vNPU no claim records, are foreign (never destroyed; their chip serves them as they are)."""
+        if self.vnpus is None:
+            return
+        records = {r.vnpu_id: (uid, r) for uid, r in checkpoint.vnpus()}
+        for view in self._snapshot().devices:
+            try:
+                live = self.vnpus.live(view.physical_id)
+            except BackendError:
+                continue  # a chip without vNPU facts holds none
+            foreign = []
+            for vnpu in live:
+                known = records.get(vnpu.vnpu_id)
+                if known is None:
+                    foreign.append(vnpu.vnpu_id)
+                elif known[1].template != vnpu.template:
+                    log.error(
+                        "vNPU %d on npu-%d is a %s, but claim %s recorded a %s; treating it as foreign",
+                        vnpu.vnpu_id,
+                        vnpu.physical_id,
+                        vnpu.template,
+                        known[0],
+                        known[1].template,
+                    )
+                    self._mismatched.add(vnpu.vnpu_id)
+                    foreign.append(vnpu.vnpu_id)
+            if foreign:
+                log.warning(
+                    "npu-%d holds vNPUs not created by npu-plugin (%s); they are never destroyed, and the chip "
+                    "serves them as they are until they are gone",
+                    view.physical_id,
+                    ", ".join(map(str, foreign)),
+                    extra={"physicalId": view.physical_id, "foreign": foreign},
+                )
 
     def _remove_orphans(self, checkpoint: Checkpoint) -> None:
         for uid, path in claim_spec_files(self.cdi_root, self.driver).items():

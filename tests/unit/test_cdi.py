@@ -17,6 +17,7 @@ from npu_plugin.cdi.spec import (
     claim_spec,
     minimum_version,
     qualified_name,
+    render_edits,
     render_spec,
     spec_bytes,
     static_cdi_id,
@@ -156,6 +157,17 @@ def test_a_claim_spec_has_a_device_per_request_with_that_requests_npus(layout: H
     expected = render_spec(DRIVER, [CdiDevice("x", container_edits(layout, [1, 3]))])["devices"][0]
     assert rendered[f"{uid}-train"] == expected["containerEdits"]
     assert spec["cdiVersion"] == "0.5.0"  # the name starts with a digit
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_a_claim_spec_gives_a_vnpu_request_its_virtual_id(layout: HostLayout) -> None:
+    spec = claim_spec(DRIVER, "0c5a", {"whole": [2]}, layout, virtual={"vnpu": [100]})
+    assert_valid_cdi(spec)
+    rendered = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert rendered["0c5a-vnpu"] == render_edits(container_edits(layout, [100], virtual=True))
+    assert rendered["0c5a-vnpu"]["env"] == ["ASCEND_VISIBLE_DEVICES=100", "ASCEND_RUNTIME_OPTIONS=VIRTUAL"]
+    assert rendered["0c5a-whole"]["env"] == ["ASCEND_VISIBLE_DEVICES=2"]
+    assert "ASCEND_VNPU_SPECS" not in json.dumps(spec)
 
 
 @pytest.mark.parametrize(

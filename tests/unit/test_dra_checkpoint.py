@@ -15,9 +15,11 @@ from npu_plugin.dra.checkpoint import (
     CheckpointStore,
     ClaimEntry,
     PreparedDevice,
+    VnpuRecord,
     read_boot_id,
 )
 from npu_plugin.errors import CheckpointError
+from npu_plugin.vnpu import VnpuOrigin
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoint"
 
@@ -123,8 +125,55 @@ def test_anything_else_is_refused(data: bytes, reason: str) -> None:
 
 
 def test_holder_of() -> None:
-    assert CHECKPOINT.holder_of(2) == "u1"
-    assert CHECKPOINT.holder_of(3) is None
+    assert CHECKPOINT.holder_of("npu-2") == "u1"
+    assert CHECKPOINT.holder_of("npu-3") is None
+
+
+VNPU_RECORD = VnpuRecord(4, "vir05_1c_16g", 164, VnpuOrigin.DYNAMIC)
+VNPU_DEVICE = PreparedDevice(("vnpu",), "n1", "npu-4-vir05-1c-16g-0", 4, ("npu.huawei.com/npu=u2-vnpu",), VNPU_RECORD)
+
+
+def test_a_vnpu_record_is_an_optional_object_per_device() -> None:
+    checkpoint = Checkpoint("boot-1", {"u2": ClaimEntry("ns", "two", PREPARE_STARTED, (VNPU_DEVICE,))})
+    document = json.loads(checkpoint.to_bytes())
+    assert document["version"] == 1
+    assert document["claims"]["u2"]["devices"][0] == {
+        "requestNames": ["vnpu"],
+        "poolName": "n1",
+        "deviceName": "npu-4-vir05-1c-16g-0",
+        "physicalId": 4,
+        "cdiDeviceIds": ["npu.huawei.com/npu=u2-vnpu"],
+        "vnpu": {"physicalId": 4, "template": "vir05_1c_16g", "vnpuId": 164, "origin": "dynamic"},
+    }
+    assert Checkpoint.from_bytes(checkpoint.to_bytes()) == checkpoint
+    assert checkpoint.vnpus() == [("u2", VNPU_RECORD)]
+    assert checkpoint.holder_of("npu-4-vir05-1c-16g-0") == "u2"
+
+
+def test_without_vnpus_the_bytes_are_those_of_the_previous_release() -> None:
+    """--vnpu off: no device carries the key, so the file is what an older binary writes and reads."""
+    assert b'"vnpu"' not in CHECKPOINT.to_bytes()
+    assert CHECKPOINT.vnpus() == []
+
+
+GOOD_VNPU = {"physicalId": 4, "template": "vir05_1c_16g", "vnpuId": 164, "origin": "static"}
+
+
+@pytest.mark.parametrize(
+    ("vnpu", "reason"),
+    [
+        ("x", "malformed vnpu record 'x'"),
+        ({**GOOD_VNPU, "vnpuId": -1}, "physicalId and vnpuId must be integers >= 0"),
+        ({**GOOD_VNPU, "physicalId": True}, "physicalId and vnpuId must be integers >= 0"),
+        ({**GOOD_VNPU, "vnpuId": None}, "physicalId and vnpuId must be integers >= 0"),
+        ({**GOOD_VNPU, "template": 5}, "template is not a string"),
+        ({**GOOD_VNPU, "origin": "foreign"}, "origin is not dynamic or static"),
+    ],
+)
+def test_a_malformed_vnpu_record_is_refused(vnpu: Any, reason: str) -> None:
+    with pytest.raises(CheckpointError) as raised:
+        Checkpoint.from_bytes(claims_with(devices=[{**GOOD_DEVICE, "vnpu": vnpu}]))
+    assert reason in str(raised.value)
 
 
 def test_store_saves_atomically_and_loads(tmp_path: Path) -> None:

@@ -1,0 +1,124 @@
+"""The preparer's hands on vNPUs: the chips' plans, id choice, create and destroy with the driver's retries,
+and the wait for a new vNPU's device node.
+
+Every call blocks; the preparer makes them under the state lock, so the checkpoint records a vNPU before it
+exists and forgets it only after it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+
+from npu_plugin.backends.base import VnpuBackend
+from npu_plugin.device import Device
+from npu_plugin.errors import VnpuError, VnpuNotFoundError
+from npu_plugin.vnpu import Vnpu
+from npu_plugin.vnpu_inventory import ChipPlan, VnpuReader
+
+log = logging.getLogger(__name__)
+DEVICE_NOT_EXIST = -8008  # the driver's code for a chip or vNPU that is not there
+CREATE_TRIES = 3
+DESTROY_TRIES = 3
+RETRY_SECONDS = 1.0
+NODE_WAIT_SECONDS = 5.0
+NODE_POLL_SECONDS = 0.05
+
+
+def lowest_free_id(id_range: tuple[int, int], taken: Collection[int]) -> int | None:
+    """The lowest id of the chip's inclusive range that is not taken, or None when all are."""
+    first, last = id_range
+    return next((i for i in range(first, last + 1) if i not in taken), None)
+
+
+class VnpuHands:
+    """Create, destroy and look at vNPUs through a VnpuBackend; `sleep` and the timings are injectable so tests
+    never wait on the wall clock."""
+
+    def __init__(
+        self,
+        backend: VnpuBackend,
+        reader: VnpuReader,
+        dev_root: Path,
+        *,
+        offered: frozenset[str] | None = None,
+        retry_seconds: float = RETRY_SECONDS,
+        node_wait_seconds: float = NODE_WAIT_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.backend, self.reader, self.dev_root, self.offered = backend, reader, dev_root, offered
+        self._retry_seconds, self._node_wait_seconds, self._sleep = retry_seconds, node_wait_seconds, sleep
+
+    def plans(self, devices: Sequence[Device], ours: frozenset[int]) -> dict[int, ChipPlan]:
+        """How each chip is served now; `ours` are the vNPU ids the checkpoint records as created by us."""
+        return self.reader.read(devices, ours)
+
+    def live(self, physical_id: int) -> list[Vnpu]:
+        return self.backend.list_vnpus(physical_id)
+
+    def id_range(self, physical_id: int) -> tuple[int, int]:
+        chip = self.backend.chip_vnpu(physical_id)
+        if chip is None:
+            raise VnpuError(DEVICE_NOT_EXIST, f"npu-{physical_id} reports no vNPU facts")
+        return chip.id_range
+
+    def create(self, physical_id: int, template: str, vnpu_id: int) -> None:
+        started = time.monotonic()
+        try:
+            self.backend.create_vnpu(physical_id, template, vnpu_id)
+        except VnpuError as error:
+            log.warning(
+                "create vNPU %s on npu-%d (id %d) failed: %s",
+                template,
+                physical_id,
+                vnpu_id,
+                error,
+                extra={"physicalId": physical_id, "template": template, "vnpuId": vnpu_id, "code": error.code},
+            )
+            raise
+        log.info(
+            "created vNPU %s on npu-%d (id %d) in %.2fs",
+            template,
+            physical_id,
+            vnpu_id,
+            time.monotonic() - started,
+            extra={"physicalId": physical_id, "template": template, "vnpuId": vnpu_id},
+        )
+
+    def destroy(self, physical_id: int, vnpu_id: int) -> None:
+        """Destroy with the driver's retries (a vNPU still in use frees up shortly after its container stops);
+        one that does not exist is already what we want. Raises the last VnpuError."""
+        for attempt in range(1, DESTROY_TRIES + 1):
+            try:
+                self.backend.destroy_vnpu(physical_id, vnpu_id)
+            except VnpuNotFoundError:
+                log.info("vNPU %d on npu-%d is already gone", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
+                return
+            except VnpuError as error:
+                log.warning(
+                    "destroy vNPU %d on npu-%d failed (try %d of %d): %s",
+                    vnpu_id,
+                    physical_id,
+                    attempt,
+                    DESTROY_TRIES,
+                    error,
+                    extra={"physicalId": physical_id, "vnpuId": vnpu_id, "code": error.code},
+                )
+                if attempt == DESTROY_TRIES:
+                    raise
+                self._sleep(self._retry_seconds)
+            else:
+                log.info("destroyed vNPU %d on npu-%d", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
+                return
+
+    def node_appears(self, vnpu_id: int) -> bool:
+        """Whether `<dev-root>/vdavinci<id>` exists within the wait (the driver may make it after returning)."""
+        node = self.dev_root / f"vdavinci{vnpu_id}"
+        deadline = time.monotonic() + self._node_wait_seconds
+        while not node.exists():
+            if time.monotonic() >= deadline:
+                return False
+            self._sleep(NODE_POLL_SECONDS)
+        return True
