@@ -10,13 +10,16 @@ import grpc
 from npu_plugin._proto import podresources_v1_pb2 as pb
 from npu_plugin._proto import podresources_v1_pb2_grpc as pb_grpc
 from npu_plugin.device import parse_dp_id, parse_dra_name
+from npu_plugin.vnpu import parse_dp_vnpu_id, parse_vnpu_name
 
 log = logging.getLogger(__name__)
 TIMEOUT = 5.0
 
 
 def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driver: str) -> tuple[set[int], set[int]]:
-    """(device-plugin-held, DRA-held) physical ids in a List answer (pure)."""
+    """(device-plugin-held, DRA-held) physical ids in a List answer (pure). A vNPU counts as its chip: the chip is
+    the unit of ownership, so a vNPU resource (`huawei.com/Ascend910-5c.1cpu.16g`, id `...-164-4`) or a vNPU device
+    of a claim (`npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`) holds chip 4."""
     device_plugin: set[int] = set()
     dra: set[int] = set()
     for pod in response.pod_resources:
@@ -24,14 +27,23 @@ def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driv
             for devices in container.devices:
                 if devices.resource_name == resource_name:
                     device_plugin |= {p[1] for i in devices.device_ids if (p := parse_dp_id(i)) is not None}
+                elif devices.resource_name.startswith(f"{resource_name}-"):
+                    device_plugin |= {
+                        v.physical_id for i in devices.device_ids if (v := parse_dp_vnpu_id(i)) is not None
+                    }
             for dynamic in container.dynamic_resources:
                 for claimed in dynamic.claim_resources:
-                    if (
-                        claimed.driver_name == driver
-                        and (physical_id := parse_dra_name(claimed.device_name)) is not None
-                    ):
+                    if claimed.driver_name == driver and (physical_id := dra_chip(claimed.device_name)) is not None:
                         dra.add(physical_id)
     return device_plugin, dra
+
+
+def dra_chip(name: str) -> int | None:
+    """The chip of a DRA device name in any of its forms: `npu-4`, `npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`."""
+    if (physical_id := parse_dra_name(name)) is not None:
+        return physical_id
+    vnpu = parse_vnpu_name(name)
+    return vnpu.physical_id if vnpu is not None else None
 
 
 async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[int], set[int]] | None:

@@ -252,6 +252,31 @@ def dp_suffix(template: str) -> str | None:
     return ".".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class DpVnpuId:
+    """A Device Plugin vNPU id's parts: `Ascend910-5c.1cpu.16g-164-4`."""
+
+    prefix: str
+    suffix: str
+    vnpu_id: int
+    physical_id: int
+
+
+_DP_VNPU_ID = re.compile(f"(Ascend910|Ascend310P)-([0-9]+c(?:\\.[0-9a-z]+)*)-{_ID}-{_ID}")
+
+
+def dp_vnpu_id(prefix: str, suffix: str, vnpu_id: int, physical_id: int) -> str:
+    """Ascend's id of a vNPU in Device Plugin mode, `<prefix>-<suffix>-<vnpuId>-<physicalId>`."""
+    return f"{prefix}-{suffix}-{vnpu_id}-{physical_id}"
+
+
+def parse_dp_vnpu_id(device_id: str) -> DpVnpuId | None:
+    """The parts of a Device Plugin vNPU id, strictly (no leading zeros); None for anything else."""
+    if match := _DP_VNPU_ID.fullmatch(device_id):
+        return DpVnpuId(match.group(1), match.group(2), int(match.group(3)), int(match.group(4)))
+    return None
+
+
 def format_counter(value: Decimal) -> str:
     """A counter value as a canonical Kubernetes quantity: 20 → `20`, 1.5 → `1500m`."""
     if value == value.to_integral_value():

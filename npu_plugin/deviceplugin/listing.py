@@ -17,7 +17,7 @@ from types import MappingProxyType
 from npu_plugin.device import Device, id_prefix
 from npu_plugin.inventory import DeviceView, Inventory, Snapshot
 from npu_plugin.ownership import Owner
-from npu_plugin.vnpu import Vnpu, dp_suffix
+from npu_plugin.vnpu import Vnpu, dp_suffix, dp_vnpu_id
 
 log = logging.getLogger(__name__)
 # The chips that hold vNPUs now, with their vNPUs; read from the backend in a worker thread.
@@ -49,7 +49,8 @@ def virtual_devices(
         for vnpu in sorted(vnpus.get(device.physical_id, ()), key=lambda v: v.vnpu_id):
             resource = vnpu_resource_name(domain, device.device_type, vnpu.template)
             if resource is not None:
-                device_id = f"{resource.split('/', 1)[1]}-{vnpu.vnpu_id}-{device.physical_id}"
+                prefix, suffix = resource.split("/", 1)[1].split("-", 1)
+                device_id = dp_vnpu_id(prefix, suffix, vnpu.vnpu_id, device.physical_id)
                 listed.append(VirtualDevice(device_id, resource, vnpu))
     return listed
 

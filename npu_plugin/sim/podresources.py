@@ -15,7 +15,7 @@ from npu_plugin.sockets import start_unix_server, stop_unix_server
 
 @dataclass(slots=True)
 class _Pod:
-    devices: dict[str, list[str]] = field(default_factory=dict)  # container -> device plugin ids
+    devices: dict[str, tuple[str | None, list[str]]] = field(default_factory=dict)  # container -> (resource, ids)
     claims: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # container -> (driver, pool, device)
 
 
@@ -38,8 +38,11 @@ class PodResourcesSimulator(pb_grpc.PodResourcesListerServicer):
             await stop_unix_server(self._server, self.socket, grace=0.2)
             self._server = None
 
-    def hold_devices(self, namespace: str, pod: str, container: str, device_ids: list[str]) -> None:
-        self._pods.setdefault((namespace, pod), _Pod()).devices[container] = list(device_ids)
+    def hold_devices(
+        self, namespace: str, pod: str, container: str, device_ids: list[str], resource: str | None = None
+    ) -> None:
+        """A container holding device-plugin devices of `resource` (the simulator's resource name by default)."""
+        self._pods.setdefault((namespace, pod), _Pod()).devices[container] = (resource, list(device_ids))
 
     def hold_claim(self, namespace: str, pod: str, container: str, *, driver: str, pool: str, device: str) -> None:
         self._pods.setdefault((namespace, pod), _Pod()).claims.setdefault(container, []).append((driver, pool, device))
@@ -54,7 +57,8 @@ class PodResourcesSimulator(pb_grpc.PodResourcesListerServicer):
             for container in sorted(pod.devices.keys() | pod.claims.keys()):
                 entry = resources.containers.add(name=container)
                 if container in pod.devices:
-                    entry.devices.add(resource_name=self.resource_name, device_ids=pod.devices[container])
+                    resource, ids = pod.devices[container]
+                    entry.devices.add(resource_name=resource or self.resource_name, device_ids=ids)
                 for driver, pool, device in pod.claims.get(container, []):
                     dynamic = entry.dynamic_resources.add(claim_name=f"{name}-{container}", claim_namespace=namespace)
                     dynamic.claim_resources.add(driver_name=driver, pool_name=pool, device_name=device)

@@ -1,0 +1,75 @@
+"""Both mode with vNPUs, the device-plugin side: the chip stays the unit of ownership, the device plugin serves the
+vNPUs of its own chips, and a vNPU a container holds keeps its chip on the device plugin (A30)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import yaml
+
+from npu_plugin.inventory_file import inventory_document
+from npu_plugin.profiles import profile_inventory
+from npu_plugin.vnpu import Vnpu
+from tests.conftest import Launcher
+from tests.fakeapi import FakeKubeAPI
+from tests.integration.both_support import both_args, node, registered
+from tests.integration.dra_support import Workspace, async_wait_until, published_names
+
+pytest_plugins = ["tests.integration.dra_fixtures"]
+LARGE = "huawei.com/Ascend910-10c.3cpu.32g"
+VNPU_180 = "Ascend910-10c.3cpu.32g-180-5"
+
+
+def write_inventory_with_vnpu_180(workspace: Workspace) -> None:
+    """The Atlas 800T A2 with a static vNPU 180 (vir10_3c_32g) on chip 5."""
+    profile = profile_inventory("atlas-800t-a2")
+    chips = {p: replace(c, vnpus=(Vnpu(5, 180, "vir10_3c_32g"),) if p == 5 else ()) for p, c in profile.vnpu.items()}
+    workspace.inventory.write_text(yaml.safe_dump(inventory_document(profile.devices, chips), sort_keys=False))
+
+
+def args(workspace: Workspace, dra_devices: str) -> list[str]:
+    state = workspace.root / "hw.json"
+    return [*both_args(workspace, dra_devices), "--vnpu", "dynamic", "--fake-vnpu-state", str(state)]
+
+
+def test_a30_the_device_plugin_serves_its_chips_vnpus_and_never_a_split_chip_whole(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    async def scenario() -> None:
+        write_inventory_with_vnpu_180(workspace)
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*args(workspace, "0-3"))
+            await registered(sim, daemon)
+            await async_wait_until(lambda: LARGE in sim.kubelet.plugins, what="the vNPU resource")
+            large = sim.kubelet.plugins[LARGE]
+            await async_wait_until(lambda: bool(large.devices), what="vNPU 180 listed")
+            assert sorted(large.devices) == [VNPU_180]
+            assert sorted(sim.listed()) == ["Ascend910-4", "Ascend910-6", "Ascend910-7"]
+            assert "npu-5" not in published_names(fake_api)
+
+    asyncio.run(scenario())
+
+
+def test_a_vnpu_a_container_holds_keeps_its_chip_with_the_device_plugin_until_the_pod_ends(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    async def scenario() -> None:
+        write_inventory_with_vnpu_180(workspace)
+        async with node(workspace, fake_api) as sim:
+            sim.pod_resources.hold_devices("default", "infer", "main", [VNPU_180], resource=LARGE)
+            daemon = launch_daemon(*args(workspace, "4-7"))
+            await registered(sim, daemon)
+            await async_wait_until(lambda: LARGE in sim.kubelet.plugins, what="the vNPU resource")
+            large = sim.kubelet.plugins[LARGE]
+            await async_wait_until(lambda: bool(large.devices), what="vNPU 180 listed")
+            # Still the device plugin's for the running pod, but offered to no new one.
+            assert large.devices[VNPU_180].health == "Unhealthy"
+            daemon.wait_for_log("device 5 stays with device-plugin until released")
+            assert "npu-5" not in published_names(fake_api) and "npu-5-vnpu-180" not in published_names(fake_api)
+
+            sim.pod_resources.release("default", "infer")
+            await async_wait_until(lambda: not large.devices, what="the device plugin letting vNPU 180 go")
+            daemon.wait_for_log("device 5 released by device-plugin, now served by dra")
+
+    asyncio.run(scenario())
