@@ -261,7 +261,13 @@ class Daemon:
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
         reader = VnpuReader(self.backend, config.vnpu, config.vnpu_templates)
-        return VnpuHands(self.backend, reader, config.dev_root, offered=config.vnpu_templates)
+        return VnpuHands(
+            self.backend,
+            reader,
+            config.dev_root,
+            offered=config.vnpu_templates,
+            on_operation=self.telemetry.vnpu_operation,
+        )
 
     def _handover(self, dra: DraPlugin) -> Handover:
         return Handover(

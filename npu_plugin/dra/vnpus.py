@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.device import Device
@@ -18,13 +19,24 @@ from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.vnpu import Vnpu
 from npu_plugin.vnpu_inventory import ChipPlan, VnpuReader
 
+if TYPE_CHECKING:
+    from npu_plugin.metrics import VnpuOp, VnpuResult
+
+    OperationHook = Callable[[VnpuOp, VnpuResult, float | None], None]
+
 log = logging.getLogger(__name__)
 DEVICE_NOT_EXIST = -8008  # the driver's code for a chip or vNPU that is not there
+# The driver's code when a create finds too little of a resource left (`check aicore num failed`).
+RESOURCES_EXHAUSTED = -8005
 CREATE_TRIES = 3
 DESTROY_TRIES = 3
 RETRY_SECONDS = 1.0
 NODE_WAIT_SECONDS = 5.0
 NODE_POLL_SECONDS = 0.05
+
+
+def _ignore(_op: VnpuOp, _result: VnpuResult, _seconds: float | None) -> None:
+    pass
 
 
 def lowest_free_id(id_range: tuple[int, int], taken: Collection[int]) -> int | None:
@@ -47,8 +59,10 @@ class VnpuHands:
         retry_seconds: float = RETRY_SECONDS,
         node_wait_seconds: float = NODE_WAIT_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
+        on_operation: OperationHook = _ignore,
     ) -> None:
         self.backend, self.reader, self.dev_root, self.offered = backend, reader, dev_root, offered
+        self._on_operation = on_operation
         self._retry_seconds, self._node_wait_seconds, self._sleep = retry_seconds, node_wait_seconds, sleep
 
     def plans(self, devices: Sequence[Device], ours: frozenset[int]) -> dict[int, ChipPlan]:
@@ -69,15 +83,24 @@ class VnpuHands:
         try:
             self.backend.create_vnpu(physical_id, template, vnpu_id)
         except VnpuError as error:
+            # Called only once the overlap check found room, so a lack of resources is a hardware rule the
+            # counters do not model (the 310P's vGroups, say).
+            refused = error.code == RESOURCES_EXHAUSTED
             log.warning(
-                "create vNPU %s on npu-%d (id %d) failed: %s",
+                "create vNPU %s on npu-%d (id %d) failed%s: %s",
                 template,
                 physical_id,
                 vnpu_id,
+                ": hardware refused a template mix the counters allow (offer one template per node with "
+                "--vnpu-templates)"
+                if refused
+                else "",
                 error,
                 extra={"physicalId": physical_id, "template": template, "vnpuId": vnpu_id, "code": error.code},
             )
+            self._on_operation("create", "refused" if refused else "error", None)
             raise
+        self._on_operation("create", "success", time.monotonic() - started)
         log.info(
             "created vNPU %s on npu-%d (id %d) in %.2fs",
             template,
@@ -94,9 +117,11 @@ class VnpuHands:
             try:
                 self.backend.destroy_vnpu(physical_id, vnpu_id)
             except VnpuNotFoundError:
+                self._on_operation("destroy", "success", None)
                 log.info("vNPU %d on npu-%d is already gone", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
                 return
             except VnpuError as error:
+                self._on_operation("destroy", "error", None)
                 log.warning(
                     "destroy vNPU %d on npu-%d failed (try %d of %d): %s",
                     vnpu_id,
@@ -110,6 +135,7 @@ class VnpuHands:
                     raise
                 self._sleep(self._retry_seconds)
             else:
+                self._on_operation("destroy", "success", None)
                 log.info("destroyed vNPU %d on npu-%d", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
                 return
 

@@ -36,6 +36,7 @@ class Node:
         self.fake = FakeBackend(profile="atlas-800t-a2", vnpu_state=self.hw, dev_root=self.dev)
         self.backend: VnpuBackend = backend or self.fake
         self.claims = Claims()
+        self.operations: list[tuple[str, str]] = []  # what the metrics hear
         self.preparer = self.make_preparer()
 
     def make_preparer(self) -> Preparer:
@@ -43,7 +44,15 @@ class Node:
             self.fake.discover(), failure_threshold=1, recovery_threshold=1, owners=dict.fromkeys(range(8), Owner.DRA)
         )
         reader = VnpuReader(self.backend, VnpuMode.DYNAMIC)
-        hands = VnpuHands(self.backend, reader, self.dev, retry_seconds=0, node_wait_seconds=0.5, sleep=lambda _s: None)
+        hands = VnpuHands(
+            self.backend,
+            reader,
+            self.dev,
+            retry_seconds=0,
+            node_wait_seconds=0.5,
+            sleep=lambda _s: None,
+            on_operation=lambda op, result, _seconds: self.operations.append((op, result)),
+        )
         return Preparer(
             driver=DRIVER,
             pool=POOL,
@@ -247,3 +256,23 @@ def test_foreign_vnpus_are_never_destroyed_and_their_chip_serves_them_as_they_ar
     assert node.spec("s")["devices"][0]["containerEdits"]["env"][0] == "ASCEND_VISIBLE_DEVICES=102"
     assert node.preparer.unprepare([static]) == {"s": ""}
     assert node.vnpus() == {"0": [{"vnpuId": 102, "template": V05}]}
+
+
+def test_each_create_and_destroy_is_counted_and_a_refused_mix_is_told_apart(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    ref = node.claim("u1", "npu-0-vir05-1c-16g-0")
+    node.prepare(ref)
+    node.set_hardware(vnpus=node.hardware()["vnpus"], faults={"createError": -8005, "destroyBusy": 1})
+    node.prepare(node.claim("u2", "npu-1-vir05-1c-16g-0"))
+    assert node.preparer.unprepare([ref]) == {"u1": ""}
+    node.set_hardware(vnpus=node.hardware()["vnpus"], faults={"createError": -8002})
+    node.prepare(node.claim("u3", "npu-1-vir05-1c-16g-0"))
+    assert node.operations == [
+        ("create", "success"),
+        ("create", "refused"),
+        ("destroy", "error"),
+        ("destroy", "success"),
+        ("create", "error"),
+    ]
+    assert sum("hardware refused a template mix the counters allow" in r.getMessage() for r in caplog.records) == 1
