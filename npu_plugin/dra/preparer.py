@@ -39,7 +39,6 @@ from npu_plugin.errors import (
     CheckpointError,
     ClaimError,
     NpuPluginError,
-    VnpuError,
     clipped,
     describe_os_error,
     quoted,
@@ -381,7 +380,7 @@ class Preparer:
                 try:
                     hands.create(record.physical_id, record.template, record.vnpu_id)
                     break
-                except VnpuError as error:
+                except BackendError as error:
                     problem = str(error)
                 live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
             free = None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.device import Device
-from npu_plugin.errors import VnpuError, VnpuNotFoundError
+from npu_plugin.errors import BackendError, VnpuError, VnpuNotFoundError
 from npu_plugin.vnpu import Vnpu
 from npu_plugin.vnpu_inventory import ChipPlan, VnpuReader
 
@@ -98,7 +98,10 @@ class VnpuHands:
                 error,
                 extra={"physicalId": physical_id, "template": template, "vnpuId": vnpu_id, "code": error.code},
             )
-            self._on_operation("create", "refused" if refused else "error", None)
+            self._on_operation("create", "refused", None)
+            raise
+        except BackendError:
+            self._on_operation("create", "error", None)  # the call itself failed (npu-smi, DCMI)
             raise
         self._on_operation("create", "success", time.monotonic() - started)
         log.info(
@@ -120,8 +123,8 @@ class VnpuHands:
                 self._on_operation("destroy", "success", None)
                 log.info("vNPU %d on npu-%d is already gone", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
                 return
-            except VnpuError as error:
-                self._on_operation("destroy", "error", None)
+            except BackendError as error:
+                self._on_operation("destroy", "refused" if isinstance(error, VnpuError) else "error", None)
                 log.warning(
                     "destroy vNPU %d on npu-%d failed (try %d of %d): %s",
                     vnpu_id,
@@ -129,7 +132,7 @@ class VnpuHands:
                     attempt,
                     DESTROY_TRIES,
                     error,
-                    extra={"physicalId": physical_id, "vnpuId": vnpu_id, "code": error.code},
+                    extra={"physicalId": physical_id, "vnpuId": vnpu_id, "code": getattr(error, "code", None)},
                 )
                 if attempt == DESTROY_TRIES:
                     raise

@@ -15,6 +15,7 @@ from npu_plugin.dra.checkpoint import PREPARE_STARTED, CheckpointStore, ClaimEnt
 from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout, Injection
+from npu_plugin.errors import BackendError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
@@ -271,8 +272,24 @@ def test_each_create_and_destroy_is_counted_and_a_refused_mix_is_told_apart(
     assert node.operations == [
         ("create", "success"),
         ("create", "refused"),
-        ("destroy", "error"),
+        ("destroy", "refused"),
         ("destroy", "success"),
-        ("create", "error"),
+        ("create", "refused"),
     ]
     assert sum("hardware refused a template mix the counters allow" in r.getMessage() for r in caplog.records) == 1
+
+
+class BrokenTool(RacingBackend):
+    """The fake backend whose create cannot even be called (npu-smi missing, say)."""
+
+    def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
+        raise BackendError("npu-smi: command not found")
+
+
+def test_a_create_that_cannot_be_called_is_an_error_of_its_claim_and_counted_as_one(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node = Node(tmp_path, BrokenTool(node.fake))
+    error = node.prepare(node.claim("u1", "npu-0-vir05-1c-16g-0"))["u1"]
+    assert "creating vNPU vir05_1c_16g on npu-0 (id 100) failed: npu-smi: command not found" in error
+    assert node.operations == [("create", "error")]
+    assert node.checkpoint() == {}
