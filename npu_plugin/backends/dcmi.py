@@ -379,7 +379,7 @@ class DcmiBackend:
             if abi.is_hccs_peer(topo):
                 peers[first.physical_id].add(second.physical_id)
                 peers[second.physical_id].add(first.physical_id)
-        return {pid: frozenset(peers[pid]) for pid in sorted(answered)}
+        return {physical_id: frozenset(peers[physical_id]) for physical_id in sorted(answered)}
 
     def _topo(self, first: _Slot, second: _Slot) -> tuple[int, int]:
         topo = ctypes.c_int()
