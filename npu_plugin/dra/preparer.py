@@ -259,6 +259,8 @@ class Preparer:
                             f"specs of claims it does not know ({', '.join(sorted(unaccounted))}): no new claim "
                             "is prepared until those are unprepared"
                         )
+                    if entry is not None and not self._destroy_interrupted(ref.uid, entry):
+                        raise ClaimError("the vNPUs an interrupted Prepare of this claim made cannot be destroyed yet")
                     # Not read yet when the other daemon (rolling update) unprepared it since we looked.
                     claim = fetched[ref.uid] if ref.uid in fetched else self._fetch(ref.namespace, ref.name)
                     devices = self._resolve(ref, claim, checkpoint)
@@ -448,17 +450,8 @@ class Preparer:
         """Destroy the vNPUs we created for a claim, remove its CDI spec, then its entry; the entry stays while
         a vNPU or the spec cannot be removed (the kubelet retries, and until then the vNPU counts as used)."""
         entry = checkpoint.claims.get(ref.uid)
-        for device in entry.devices if entry is not None else ():
-            record = device.vnpu
-            if record is None or not record.created_by_us:
-                continue
-            where = f"vNPU {record.vnpu_id} ({record.template}) on npu-{record.physical_id}"
-            if self.vnpus is None:
-                return f"claim {ref.label}: {where} was created with --vnpu dynamic; serve with it to destroy it"
-            try:
-                self.vnpus.destroy(record.physical_id, record.vnpu_id)
-            except BackendError as error:
-                return f"claim {ref.label}: destroying {where} failed: {error}"
+        if entry is not None and (problem := self._destroy_created(entry.devices)):
+            return f"claim {ref.label}: {problem}"
         try:
             remove_claim_spec(self.cdi_root, self.driver, ref.uid)
         except OSError as error:
@@ -490,32 +483,28 @@ class Preparer:
             except OSError as error:
                 raise CdiError(f"cannot clean up --cdi-root: {describe_os_error(error)}") from None
 
-    def _destroy_interrupted(self, uid: str, entry: ClaimEntry) -> bool:
-        """Destroy the vNPUs an interrupted Prepare recorded (made or not); False keeps the entry, so the vNPU
-        stays counted as used and the next start tries again."""
-        for device in entry.devices:
+    def _destroy_created(self, devices: Sequence[PreparedDevice]) -> str | None:
+        """Destroy the vNPUs we created for these devices (made or not: a crash may have come before or after
+        the create); why one cannot be destroyed, or None."""
+        for device in devices:
             record = device.vnpu
             if record is None or not record.created_by_us:
                 continue
+            where = f"vNPU {record.vnpu_id} ({record.template}) on npu-{record.physical_id}"
             if self.vnpus is None:
-                log.error(
-                    "claim %s recorded vNPU %d on npu-%d, which only --vnpu dynamic can destroy; keeping the record",
-                    uid,
-                    record.vnpu_id,
-                    record.physical_id,
-                )
-                return False
+                return f"{where} was created with --vnpu dynamic; serve with it to destroy it"
             try:
                 self.vnpus.destroy(record.physical_id, record.vnpu_id)
             except BackendError as error:
-                log.error(  # noqa: TRY400
-                    "cannot destroy vNPU %d on npu-%d of interrupted claim %s; keeping the record: %s",
-                    record.vnpu_id,
-                    record.physical_id,
-                    uid,
-                    error,
-                )
-                return False
+                return f"destroying {where} failed: {error}"
+        return None
+
+    def _destroy_interrupted(self, uid: str, entry: ClaimEntry) -> bool:
+        """Destroy the vNPUs an interrupted Prepare recorded; False keeps the entry, so the vNPU stays counted
+        as used, the next start tries again, and so does a Prepare of the same claim."""
+        if problem := self._destroy_created(entry.devices):
+            log.error("claim %s was being prepared when the plugin stopped; keeping its record: %s", uid, problem)
+            return False
         return True
 
     def _check_live_vnpus(self, checkpoint: Checkpoint) -> None:

@@ -11,7 +11,14 @@ import pytest
 
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.dra.checkpoint import PREPARE_STARTED, CheckpointStore, ClaimEntry, PreparedDevice, VnpuRecord
+from npu_plugin.dra.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    CheckpointStore,
+    ClaimEntry,
+    PreparedDevice,
+    VnpuRecord,
+)
 from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout, Injection
@@ -229,12 +236,7 @@ def test_a_whole_npu_and_a_vnpu_of_one_chip_exclude_each_other(node: Node) -> No
 def test_start_up_destroys_the_vnpus_of_interrupted_claims_and_keeps_the_others(node: Node) -> None:
     node.prepare(node.claim("kept", "npu-1-vir05-1c-16g-0"))
     node.fake.create_vnpu(0, V05, 100)  # made by a Prepare killed before it recorded completion
-    store = CheckpointStore(node.state, "boot")
-    checkpoint = store.load()
-    record = VnpuRecord(0, V05, 100, VnpuOrigin.DYNAMIC)
-    device = PreparedDevice(("vnpu",), POOL, "npu-0-vir05-1c-16g-0", 0, (), record)
-    checkpoint.claims["lost"] = ClaimEntry("ns", "c-lost", PREPARE_STARTED, (device,))
-    store.save(checkpoint)
+    record_claim(node, "lost", PREPARE_STARTED, V05)
     node.make_preparer().collect_garbage()
     assert node.vnpus() == {"1": [{"vnpuId": 116, "template": V05}]}
     assert list(node.checkpoint()) == ["kept"]
@@ -293,3 +295,42 @@ def test_a_create_that_cannot_be_called_is_an_error_of_its_claim_and_counted_as_
     assert "creating vNPU vir05_1c_16g on npu-0 (id 100) failed: npu-smi: command not found" in error
     assert node.operations == [("create", "error")]
     assert node.checkpoint() == {}
+
+
+def record_claim(node: Node, uid: str, state: str, template: str, vnpu_id: int = 100) -> None:
+    """A checkpoint entry as a crash (or another template) left it, for a vNPU on chip 0."""
+    store = CheckpointStore(node.state, "boot")
+    checkpoint = store.load()
+    record = VnpuRecord(0, template, vnpu_id, VnpuOrigin.DYNAMIC)
+    device = PreparedDevice(("vnpu",), POOL, f"npu-0-{template.replace('_', '-')}-0", 0, (), record)
+    checkpoint.claims[uid] = ClaimEntry("ns", f"c-{uid}", state, (device,))
+    store.save(checkpoint)
+
+
+def test_an_interrupted_claims_vnpu_that_cannot_be_destroyed_keeps_its_record_until_it_can(node: Node) -> None:
+    node.fake.create_vnpu(0, V05, 100)
+    record_claim(node, "u1", PREPARE_STARTED, V05)
+    node.set_hardware(vnpus=node.hardware()["vnpus"], faults={"destroyBusy": 6})
+    node.make_preparer().collect_garbage()
+    assert node.checkpoint()["u1"]["state"] == "PrepareStarted"
+    ref = node.claim("u1", "npu-0-vir05-1c-16g-0")
+    assert "an interrupted Prepare of this claim made cannot be destroyed yet" in node.prepare(ref)["u1"]
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+    assert node.prepare(ref) == {"u1": ""}  # busy no more: the old vNPU goes, a new one comes
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+    assert node.checkpoint()["u1"]["state"] == "PrepareCompleted"
+
+
+def test_a_recorded_vnpu_with_another_template_is_foreign(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    node.fake.create_vnpu(0, V05, 100)
+    record_claim(node, "u1", PREPARE_COMPLETED, "vir10_3c_32g")
+    preparer = node.make_preparer()
+    preparer.collect_garbage()
+    assert any(
+        "vNPU 100 on npu-0 is a vir05_1c_16g, but claim u1 recorded a vir10_3c_32g" in r.getMessage()
+        for r in caplog.records
+    )
+    assert preparer.own_vnpu_ids() == frozenset()
+    node.preparer = preparer
+    assert "npu-0 is not split on demand" in node.prepare(node.claim("u2", "npu-0-vir05-1c-16g-1"))["u2"]
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
