@@ -40,6 +40,13 @@ class DevicePlugins:
         self.plugins: dict[str, DevicePlugin] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._serve_every_resource(stop)
+        except ExceptionGroup as failed:
+            # One resource failing stops the daemon with its own error, not a group: an OSError stays one line.
+            raise failed.exceptions[0] from None
+
+    async def _serve_every_resource(self, stop: asyncio.Event) -> None:
         await self._listing.refresh()
         whole = DevicePlugin(
             self._directory, self._resource_name, self._pod_uid, lambda: self._make_service(None), self._on_registered
