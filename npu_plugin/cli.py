@@ -547,13 +547,6 @@ def _serve(args: argparse.Namespace) -> int:
             config.mode,
             extra={"flags": unused},
         )
-    if config.vnpu is not VnpuMode.OFF and config.serves_dra:
-        log.warning(
-            "--vnpu %s: vNPUs are not served yet in --mode %s; serving whole NPUs",
-            config.vnpu,
-            config.mode,
-            extra={"vnpu": config.vnpu.value},
-        )
     return run_daemon(config)
 
 

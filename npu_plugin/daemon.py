@@ -249,6 +249,7 @@ class Daemon:
             on_publish=self.telemetry.published,
             on_registered=lambda up: self.telemetry.registered(Mode.DRA, up),
             vnpus=self._vnpu_hands(),
+            on_vnpu_dynamic_available=self.telemetry.vnpu_dynamic_available,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin

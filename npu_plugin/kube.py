@@ -117,10 +117,16 @@ class KubeClient:
         status, data = self._json(action, "GET", SLICES, query=_selector(node, driver))
         return checked(action, status, lambda: parse_slice_list(data))
 
-    def create_slice(self, body: ResourceSlice) -> StoredSlice:
-        action = "create resourceslice"
-        status, data = self._json(action, "POST", SLICES, body=body)
-        return checked(action, status, lambda: parse_slice(data, "the response"))
+    def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
+        action = "create resourceslice" + (" (dry run)" if dry_run else "")
+        query = {"dryRun": "All"} if dry_run else None
+        status, data = self._json(action, "POST", SLICES, body=body, query=query)
+        return checked(action, status, lambda: parse_slice(data, "the response", stored=not dry_run))
+
+    def server_version(self) -> tuple[int, int]:
+        action = "get version"
+        status, data = self._json(action, "GET", "/version")
+        return checked(action, status, lambda: parse_version(data))
 
     def replace_slice(self, name: str, body: ResourceSlice) -> StoredSlice:
         action = f"update resourceslice {name}"
@@ -172,6 +178,14 @@ def checked(action: str, status: int, parse: Callable[[], T]) -> T:
         raise KubeApiError(action, status, f"malformed response: {error}") from None
 
 
+def parse_version(data: dict[str, Any]) -> tuple[int, int]:
+    """`{"major": "1", "minor": "35"}`; managed clusters say `"35+"`."""
+    try:
+        return int(str(data["major"]).rstrip("+")), int(str(data["minor"]).rstrip("+"))
+    except (KeyError, ValueError):
+        raise MalformedError(f"/version has no numeric major and minor: {clipped(json.dumps(data))!r}") from None
+
+
 def decode_object(data: bytes | None) -> dict[str, Any]:
     """A JSON object from a response body; MalformedError (naming what came instead) otherwise."""
     try:
@@ -198,10 +212,11 @@ def parse_slice_list(data: dict[str, Any]) -> SliceList:
     return SliceList(slices, _string(meta, "resourceVersion", "metadata"))
 
 
-def parse_slice(value: object, where: str) -> StoredSlice:
-    """A stored ResourceSlice; the server omits an empty device list, which becomes []."""
+def parse_slice(value: object, where: str, *, stored: bool = True) -> StoredSlice:
+    """A stored ResourceSlice (a dry run's answer has no resourceVersion: `stored` False); the server omits an
+    empty device list, which becomes []."""
     data = _mapping(value, where)
-    meta = _meta(data, where, "name", "resourceVersion")
+    meta = _meta(data, where, "name", *(("resourceVersion",) if stored else ()))
     for index, owner in enumerate(_list(meta, "ownerReferences", f"{where}.metadata")):
         _string(_mapping(owner, f"{where}.metadata.ownerReferences[{index}]"), "uid", "ownerReferences")
     spec = _mapping(data.get("spec"), f"{where}.spec")

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -22,12 +23,14 @@ from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
+from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout
 from npu_plugin.inventory import Inventory
 from npu_plugin.kubeapi import KubeApi
 from npu_plugin.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
 from npu_plugin.tasks import supervised
+from npu_plugin.vnpu_inventory import served_chips
 
 log = logging.getLogger(__name__)
 SOCKET_CHECK_SECONDS = 1.0
@@ -81,6 +84,7 @@ class DraPlugin:
         on_publish: Callable[[str], None] = lambda _result: None,
         on_registered: Callable[[bool], None] = lambda _registered: None,
         vnpus: VnpuHands | None = None,
+        on_vnpu_dynamic_available: Callable[[bool], None] = lambda _available: None,
     ) -> None:
         self.paths, self.driver, self.node_name = paths, driver, node_name
         self._inventory, self._client = inventory, client
@@ -106,8 +110,17 @@ class DraPlugin:
             node_name=node_name,
             unhealthy_policy=unhealthy_policy,
             on_publish=on_publish,
+            vnpu=None if vnpus is None else partial(self._vnpu_chips, vnpus),
+            on_dynamic_available=on_vnpu_dynamic_available,
         )
         self.observe, self._health_timeout = observe, health_timeout_seconds
+
+    def _vnpu_chips(self, vnpus: VnpuHands) -> VnpuChips:
+        """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the DRA-owned ones
+        (whether a 310P is a Duo depends on its card mates), and the vNPUs the checkpoint records as ours keep
+        their chip split on demand; any other vNPU is foreign."""
+        devices = [view.device for view in self._inventory.snapshot().devices]
+        return served_chips(vnpus.plans(devices, self.preparer.own_vnpu_ids()), vnpus.offered)
 
     def _observe_call(self, kind: str, seconds: float) -> None:
         self.observe(kind, seconds)

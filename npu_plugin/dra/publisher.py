@@ -1,5 +1,9 @@
 """Keeps this node's ResourceSlices equal to the inventory: reconciled from the informer's cache, coalesced
-writes, back-off with jitter. A resync that finds the cache equal to the inventory sends no request."""
+writes, back-off with jitter. A resync that finds the cache equal to the inventory sends no request.
+
+With vNPUs the layout follows the API server (`partitionable.py`): its version at start and at each resync, and
+whether it keeps counters. A write whose answer lost its counters switches to the layout without counters at
+once, so a cluster with DRAPartitionableDevices off sees one rewrite, never a loop of them."""
 
 from __future__ import annotations
 
@@ -15,11 +19,14 @@ from typing import Any, TypeVar
 
 from npu_plugin.backoff import BackoffPolicy, retry_forever
 from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.device import Device
 from npu_plugin.dra.informer import SliceInformer
-from npu_plugin.dra.slices import SliceSettings, build_slices, slice_specs
+from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
+from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
+from npu_plugin.dra.vnpu_slices import Layout, VnpuChips, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
-from npu_plugin.kubeapi import KubeApi, SliceDevice, StoredSlice
+from npu_plugin.kubeapi import CounterSet, KubeApi, SliceDevice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
 
@@ -36,11 +43,17 @@ def _normal_device(device: SliceDevice) -> dict[str, Any]:
     """The fields we write, as we write them: the API server adds defaults (e.g. taint timeAdded)."""
     taints = [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in device.get("taints") or []]
     normal = {"name": device["name"], "attributes": device["attributes"], "capacity": device["capacity"]}
-    return normal | ({"taints": taints} if taints else {})
+    consumes = [
+        {"counterSet": c["counterSet"], "counters": c["counters"]} for c in device.get("consumesCounters") or []
+    ]
+    return normal | ({"taints": taints} if taints else {}) | ({"consumesCounters": consumes} if consumes else {})
 
 
-def _devices_key(devices: Sequence[SliceDevice]) -> str:
-    return json.dumps([_normal_device(d) for d in devices], sort_keys=True)
+def _content_key(devices: Sequence[SliceDevice] | None, counter_sets: Sequence[CounterSet] | None) -> str:
+    """A slice's content as we compare it: no devices and an empty device list are the same (the server
+    omits an empty list), and so are no counter sets and an empty list of them."""
+    sets = [{"name": c["name"], "counters": c["counters"]} for c in counter_sets or []]
+    return json.dumps({"devices": [_normal_device(d) for d in devices or []], "sharedCounters": sets}, sort_keys=True)
 
 
 def _written_by_us(stored: StoredSlice, settings: SliceSettings, count: int) -> bool:
@@ -53,15 +66,13 @@ def _written_by_us(stored: StoredSlice, settings: SliceSettings, count: int) -> 
     )
 
 
-def slices_match(
-    existing: Sequence[StoredSlice], desired: Sequence[Sequence[SliceDevice]], settings: SliceSettings
-) -> bool:
+def slices_match(existing: Sequence[StoredSlice], desired: Sequence[SliceContent], settings: SliceSettings) -> bool:
     """True when the stored slices already say what we would write, in any order (so nothing is written)."""
     generations = {s["spec"]["pool"]["generation"] for s in existing}
     if len(existing) != len(desired) or len(generations) > 1:
         return False
-    stored = sorted(_devices_key(s["spec"]["devices"]) for s in existing)
-    return stored == sorted(_devices_key(d) for d in desired) and all(
+    stored = sorted(_content_key(s["spec"].get("devices"), s["spec"].get("sharedCounters")) for s in existing)
+    return stored == sorted(_content_key(c.devices, c.counter_sets) for c in desired) and all(
         _written_by_us(s, settings, len(desired)) for s in existing
     )
 
@@ -78,8 +89,16 @@ class SlicePublisher:
         node_name: str,
         unhealthy_policy: UnhealthyPolicy,
         on_publish: Callable[[str], None] = lambda _result: None,
+        vnpu: Callable[[], VnpuChips] | None = None,
+        on_dynamic_available: Callable[[bool], None] = lambda _available: None,
     ) -> None:
+        """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices are built;
+        `on_dynamic_available` hears whether vNPUs on demand are published (counters kept, a chip split)."""
         self._api, self._inventory = api, inventory
+        self._vnpu = vnpu
+        self._on_dynamic_available = on_dynamic_available
+        self._gate = PartitionableGate(api) if vnpu is not None else None
+        self._version_due = True
         self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
         self._on_publish = on_publish
         self._trigger = asyncio.Event()
@@ -142,6 +161,7 @@ class SlicePublisher:
             try:
                 await asyncio.wait_for(stop.wait(), RESYNC_SECONDS)
             except TimeoutError:
+                self._version_due = True
                 self.trigger()
 
     async def _reconcile_loop(self, stop: asyncio.Event, blocking: Callable[[Callable[[], bool]], Any]) -> None:
@@ -191,26 +211,44 @@ class SlicePublisher:
                 log.info("ResourceSlice update conflicted, reading again: %s", error)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _desired(self, devices: Sequence[tuple[Device, bool]]) -> list[SliceContent]:
+        if self._vnpu is None or self._gate is None:
+            return [SliceContent(chunk) for chunk in slice_specs(self._settings, devices)]
+        if self._version_due:
+            self._gate.refresh(self._settings)
+            self._version_due = False
+        chips = self._vnpu()
+        layout = self._gate.layout
+        self._on_dynamic_available(layout is not Layout.FALLBACK and bool(chips.dynamic))
+        return vnpu_slice_contents(self._settings, devices, chips, layout)
+
     def _write_slices(self) -> bool:
         snapshot = self._inventory.snapshot()
         devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
-        desired = slice_specs(self._settings, devices)
+        desired = self._desired(devices)
         existing = self.informer.snapshot()
         if slices_match(existing, desired, self._settings):
             return False
         stored = [s["spec"]["pool"]["generation"] for s in existing]
         generation = max([self._generation, *stored]) + 1
-        bodies = build_slices(self._settings, devices, generation)
+        bodies = [slice_object(self._settings, c.devices, generation, len(desired), c.counter_sets) for c in desired]
         for index, body in enumerate(bodies):
             if index < len(existing):
                 meta = existing[index]["metadata"]
                 name = meta["name"]
                 body["metadata"] |= {"name": name, "resourceVersion": meta["resourceVersion"]}
                 body["metadata"].pop("generateName")
-                self.informer.record(self._api.replace_slice(name, body), name)
+                answer = self._api.replace_slice(name, body)
             else:
-                created = self._api.create_slice(body)
-                self.informer.record(created, created["metadata"]["name"])
+                answer = self._api.create_slice(body)
+                name = answer["metadata"]["name"]
+            self.informer.record(answer, name)
+            if self._gate is not None and lost_counters(body, answer):
+                # The rest is written in the layout without counters, at once (the caller's next burst).
+                self._gate.stripped()
+                self._generation = generation
+                self._trigger_from_thread()
+                return True
         for extra in existing[len(bodies) :]:
             name = extra["metadata"]["name"]
             self._api.delete_slice(name)
@@ -221,6 +259,6 @@ class SlicePublisher:
             "published %d ResourceSlice(s) at pool generation %d with %d device(s)",
             len(bodies),
             generation,
-            sum(len(b["spec"]["devices"]) for b in bodies),
+            sum(len(b["spec"].get("devices") or []) for b in bodies),
         )
         return True

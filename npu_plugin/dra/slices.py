@@ -33,6 +33,14 @@ class SliceSettings:
     unhealthy_policy: UnhealthyPolicy
 
 
+@dataclass(frozen=True, slots=True)
+class SliceContent:
+    """What one slice holds: counter sets, devices, or (1.34 only) both; None means the key is absent."""
+
+    devices: list[SliceDevice] | None
+    counter_sets: list[CounterSet] | None = None
+
+
 def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy) -> SliceDevice | None:
     """A device of a slice; None when the remove policy keeps an unhealthy device out."""
     if not healthy and policy is UnhealthyPolicy.REMOVE:

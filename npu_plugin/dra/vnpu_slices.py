@@ -25,6 +25,7 @@ from npu_plugin.device import Device
 from npu_plugin.dra.slices import (
     MAX_DEVICES,
     MAX_DEVICES_WITH_TAINTS,
+    SliceContent,
     SliceSettings,
     device_entry,
     slice_object,
@@ -76,14 +77,6 @@ class VnpuChips:
     chips: Mapping[int, ChipVnpu]
     dynamic: frozenset[int] = frozenset()
     offered: frozenset[str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SliceContent:
-    """What one slice holds: counter sets, devices, or (1.34 only) both; None means the key is absent."""
-
-    devices: list[SliceDevice] | None
-    counter_sets: list[CounterSet] | None = None
 
 
 def counter_set_name(physical_id: int) -> str:

@@ -236,11 +236,11 @@ def checked_state(workspace: Workspace) -> Checkpoint:
 def node_slices(api: FakeKubeAPI) -> list[dict[str, Any]]:
     """This node's slices of our driver, devices in physical-id order across slices."""
     found = [s for s in api.objects("ResourceSlice") if s["spec"]["nodeName"] == NODE and s["spec"]["driver"] == DRIVER]
-    return sorted(found, key=lambda s: [int(d["name"].split("-")[1]) for d in s["spec"]["devices"]] or [-1])
+    return sorted(found, key=lambda s: [int(d["name"].split("-")[1]) for d in s["spec"].get("devices", [])] or [-1])
 
 
 def published_names(api: FakeKubeAPI) -> list[str]:
-    return [d["name"] for s in node_slices(api) for d in s["spec"]["devices"]]
+    return [d["name"] for s in node_slices(api) for d in s["spec"].get("devices", [])]
 
 
 def pool_settled(api: FakeKubeAPI) -> list[dict[str, Any]] | None:

@@ -132,8 +132,12 @@ class InMemoryKube:
                 if event.slice is None or _selected(event.slice, node, driver):
                     yield event
 
-    def create_slice(self, body: ResourceSlice) -> StoredSlice:
+    def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
         self._enter("create_slice")
+        if dry_run:  # answered as an API server with DRAPartitionableDevices off: stored nothing, no counters
+            spec = copy.deepcopy(body["spec"])
+            spec.pop("sharedCounters", None)
+            return {"metadata": {"name": body["metadata"].get("generateName", "slice-") + "dry"}, "spec": spec}
         with self._cond:
             meta = copy.deepcopy(body["metadata"])
             meta["name"] = meta.pop("generateName", "slice-") + str(self._version)
@@ -152,6 +156,10 @@ class InMemoryKube:
             stored: StoredSlice = {"metadata": copy.deepcopy(body["metadata"]), "spec": copy.deepcopy(body["spec"])}
             self._slices[name] = stored
             return self._commit("MODIFIED", stored)
+
+    def server_version(self) -> tuple[int, int]:
+        self._enter("server_version")
+        return (1, 34)
 
     def delete_slice(self, name: str) -> None:
         self._enter("delete_slice")

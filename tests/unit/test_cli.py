@@ -239,21 +239,6 @@ def test_a_repeatable_flag_collects_its_values_and_the_command_line_replaces_the
     assert parse_args(["migrate", *argv], environ).resource_name == expected
 
 
-@pytest.mark.parametrize("vnpu", ["static", "dynamic"])
-def test_serve_says_vnpus_are_not_served_yet_and_goes_on_with_whole_npus(
-    vnpu: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    argv = [*SERVE, "--mode", "dra", "--node-name", "n1", "--vnpu", vnpu, "--dev-root", str(blocker / "dev")]
-    assert main(argv) == 2  # stopped by the --dev-root check, after the warning
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "vNPU" in line]
-    assert len(warnings) == 1
-    assert warnings[0].endswith(
-        f"WARNING npu_plugin.cli: --vnpu {vnpu}: vNPUs are not served yet in --mode dra; serving whole NPUs"
-    )
-
-
 def test_serve_with_vnpu_off_warns_about_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

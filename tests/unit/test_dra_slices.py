@@ -10,7 +10,8 @@ import pytest
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.dra.publisher import slices_match
-from npu_plugin.dra.slices import SliceSettings, build_slices, device_entry, slice_specs
+from npu_plugin.dra.slices import SliceContent, SliceSettings, build_slices, device_entry, slice_specs
+from npu_plugin.kubeapi import SliceDevice
 
 DRIVER = "npu.huawei.com"
 FULL = Device(
@@ -36,6 +37,10 @@ BARE = Device(
     memory=24 * 2**30 + 1,
     topology_group="card-0",
 )
+
+
+def contents(chunks: list[list[SliceDevice]]) -> list[SliceContent]:
+    return [SliceContent(chunk) for chunk in chunks]
 
 
 def settings(policy: str = "remove", uid: str | None = "node-uid") -> SliceSettings:
@@ -167,7 +172,7 @@ def test_stored_slices_match_in_any_order_and_with_server_defaults() -> None:
         for d in desired[0]
     ]
     existing = [stored(desired[2], count=3), stored(with_defaults, count=3), stored(desired[1], count=3)]
-    assert slices_match(existing, desired, settings("taint"))
+    assert slices_match(existing, contents(desired), settings("taint"))
 
 
 @pytest.mark.parametrize(
@@ -180,18 +185,18 @@ def test_stored_slices_match_in_any_order_and_with_server_defaults() -> None:
 )
 def test_a_differing_stored_slice_does_not_match(change: dict[str, Any]) -> None:
     desired = slice_specs(settings(), devices(2))
-    assert slices_match([stored(desired[0])], desired, settings())
-    assert not slices_match([stored(desired[0], **change)], desired, settings())
+    assert slices_match([stored(desired[0])], contents(desired), settings())
+    assert not slices_match([stored(desired[0], **change)], contents(desired), settings())
 
 
 def test_slices_of_different_generations_do_not_match() -> None:
     desired = slice_specs(settings(), devices(129))
-    assert slices_match([stored(desired[0], 4, 2), stored(desired[1], 4, 2)], desired, settings())
-    assert not slices_match([stored(desired[0], 4, 2), stored(desired[1], 5, 2)], desired, settings())
+    assert slices_match([stored(desired[0], 4, 2), stored(desired[1], 4, 2)], contents(desired), settings())
+    assert not slices_match([stored(desired[0], 4, 2), stored(desired[1], 5, 2)], contents(desired), settings())
 
 
 def test_different_devices_or_slice_counts_do_not_match() -> None:
     desired = slice_specs(settings(), devices(2))
-    assert not slices_match([stored(desired[0][:1])], desired, settings())
-    assert not slices_match([], desired, settings())
-    assert not slices_match([stored(desired[0]), stored([])], desired, settings())
+    assert not slices_match([stored(desired[0][:1])], contents(desired), settings())
+    assert not slices_match([], contents(desired), settings())
+    assert not slices_match([stored(desired[0]), stored([])], contents(desired), settings())

@@ -1,0 +1,196 @@
+"""vNPU slices a DRA daemon publishes through the fake API server: the layout its version asks for, the gate probe,
+the read-back of every write and the fallback without counters, with no write storm (from the request log)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dra import publisher as publisher_module
+from npu_plugin.dra.publisher import SlicePublisher
+from npu_plugin.dra.vnpu_slices import VnpuChips
+from npu_plugin.inventory import Inventory
+from npu_plugin.kube import KubeClient
+from npu_plugin.kubeapi import ResourceSlice, StoredSlice
+from npu_plugin.ownership import Owner
+from npu_plugin.profiles import profile_inventory
+from npu_plugin.vnpu import VnpuMode
+from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
+from tests.conftest import Launcher, wait_until
+from tests.fakeapi import FakeKubeAPI
+from tests.integration.dra_support import DRIVER, NODE, Workspace, dra_args, node_slices
+
+pytest_plugins = ["tests.integration.dra_fixtures"]
+WRITES = ("create", "update", "delete")
+
+
+def vnpu_args(workspace: Workspace) -> list[str]:
+    args = dra_args(workspace, "--vnpu", "dynamic", "--fake-vnpu-state", str(workspace.root / "hw.json"))
+    at = args.index("--fake-inventory")
+    args[at : at + 2] = ["--fake-profile", "atlas-800t-a2"]
+    return args
+
+
+def slice_writes(api: FakeKubeAPI) -> list[str]:
+    """The slice writes that stored something (a dry-run probe stores nothing)."""
+    return [
+        f"{r.verb} {r.path}"
+        for r in api.requests
+        if r.verb in WRITES and "resourceslices" in r.path and "dryRun" not in r.query
+    ]
+
+
+def probes(api: FakeKubeAPI) -> int:
+    return sum(1 for r in api.requests if r.query.get("dryRun") == "All")
+
+
+def layout(api: FakeKubeAPI) -> list[tuple[int, int]]:
+    """(counter sets, devices) per stored slice of this node, counter slices first."""
+    shape = [(len(s["spec"].get("sharedCounters", [])), len(s["spec"].get("devices", []))) for s in node_slices(api)]
+    return sorted(shape, reverse=True)
+
+
+def test_kubernetes_1_36_gets_the_split_layout_with_the_gate_on_by_default(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A9
+    fake_api.set_kubernetes_version(36)
+    launch_daemon(*vnpu_args(workspace))
+    wait_until(lambda: layout(fake_api) == [(8, 0), (0, 56)], 10, "a counter slice and a device slice")
+    for s in node_slices(fake_api):
+        assert "devices" not in s["spec"] or "sharedCounters" not in s["spec"]
+        assert s["spec"]["pool"]["resourceSliceCount"] == 2
+
+
+def test_kubernetes_1_34_with_the_gate_on_gets_one_slice_per_chip(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    fake_api.set_kubernetes_version(34, partitionable_devices=True)
+    launch_daemon(*vnpu_args(workspace))
+    wait_until(lambda: layout(fake_api) == [(1, 7)] * 8, 10, "eight combined slices")
+
+
+def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the_gate(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A8
+    fake_api.set_kubernetes_version(35, partitionable_devices=False)
+    daemon = launch_daemon(*vnpu_args(workspace), "--log-level", "info")
+    wait_until(lambda: layout(fake_api) == [(0, 8)], 5, "eight whole NPUs")
+    names = [d["name"] for s in node_slices(fake_api) for d in s["spec"]["devices"]]
+    assert names == [f"npu-{i}" for i in range(8)]
+    assert all("consumesCounters" not in d for s in node_slices(fake_api) for d in s["spec"]["devices"])
+    daemon.wait_for_log("published 1 ResourceSlice(s)")
+    writes = slice_writes(fake_api)
+    # Each reconcile would rewrite if the stored slices never matched: end the watch, so the informer lists and
+    # watches again and the publisher reconciles, then look for writes a while.
+    watches = sum(1 for r in fake_api.requests if r.verb == "watch")
+    fake_api.end_watches()
+    wait_until(lambda: sum(1 for r in fake_api.requests if r.verb == "watch") > watches, 10, "a new watch")
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and slice_writes(fake_api) == writes:
+        time.sleep(0.05)
+    assert slice_writes(fake_api) == writes == ["create /apis/resource.k8s.io/v1/resourceslices"]
+    assert probes(fake_api) == 1
+    assert daemon.log().count("DRAPartitionableDevices is off") == 1
+
+
+# ---- the read-back, in process: an API server whose dry run does not drop the gated fields
+
+
+class DryRunKeepsCounters(KubeClient):
+    """A dry run that answers the body as sent: the probe says "on", the real writes then lose their counters."""
+
+    def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
+        if dry_run:
+            return {"metadata": {"name": "probe"}, "spec": body["spec"]}
+        return super().create_slice(body)
+
+
+def dynamic_chips() -> VnpuChips:
+    inventory = profile_inventory("atlas-800t-a2")
+    plans = {}
+    for device in inventory.devices:
+        chip, _ = checked(inventory.vnpu[device.physical_id])
+        plans[device.physical_id] = ChipPlan(chip, *serving(chip, VnpuMode.DYNAMIC, None))
+    return served_chips(plans)
+
+
+def publish_until(api: FakeKubeAPI, tmp_path: Path, client: KubeClient, done: Any) -> list[bool]:
+    """Run a publisher with the 910B3 profile's chips until `done()`; the dynamic-available reports."""
+    available: list[bool] = []
+    inventory = Inventory(
+        profile_inventory("atlas-800t-a2").devices, failure_threshold=1, recovery_threshold=1, owners=Owner.DRA
+    )
+    publisher = SlicePublisher(
+        client,
+        inventory,
+        driver=DRIVER,
+        node_name=NODE,
+        unhealthy_policy=UnhealthyPolicy.REMOVE,
+        vnpu=dynamic_chips,
+        on_dynamic_available=available.append,
+    )
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(publisher.run(stop))
+        while not done():
+            await asyncio.sleep(0.02)
+        stop.set()
+        await task
+
+    asyncio.run(asyncio.wait_for(run(), 20))
+    return available
+
+
+def test_a_write_that_loses_its_counters_switches_to_whole_npus_with_one_more_write(
+    fake_api: FakeKubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_api.set_kubernetes_version(35, partitionable_devices=False)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = DryRunKeepsCounters(tmp_path / "kc")
+    settled = threading.Event()
+
+    def done() -> bool:
+        if layout(fake_api) == [(0, 8)]:
+            if settled.is_set():
+                return True
+            settled.set()
+        return False
+
+    available = publish_until(fake_api, tmp_path, client, done)
+    client.close()
+    verbs = [w.split()[0] for w in slice_writes(fake_api)]
+    assert verbs == ["create", "update"]  # the counter slice, stripped; then the same slice rewritten whole
+    assert available[0] is True and available[-1] is False
+    assert next(r.message for r in caplog.records if "DRAPartitionableDevices" in r.message).startswith(
+        "DRAPartitionableDevices is off on the API server (a published slice lost its counters)"
+    )
+
+
+def test_an_upgrade_to_1_35_rewrites_every_slice_in_the_split_layout_at_the_next_resync(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # A11
+    monkeypatch.setattr(publisher_module, "RESYNC_SECONDS", 0.2)
+    fake_api.set_kubernetes_version(34, partitionable_devices=True)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = KubeClient(tmp_path / "kc")
+    generations: list[int] = []
+
+    def done() -> bool:
+        shape = layout(fake_api)
+        if shape == [(1, 7)] * 8 and not generations:
+            generations.append(node_slices(fake_api)[0]["spec"]["pool"]["generation"])
+            fake_api.set_kubernetes_version(35, partitionable_devices=True)
+        return bool(generations) and shape == [(8, 0), (0, 56)]
+
+    publish_until(fake_api, tmp_path, client, done)
+    client.close()
+    stored = node_slices(fake_api)
+    assert {s["spec"]["pool"]["generation"] for s in stored} == {generations[0] + 1}
+    assert all(not ("devices" in s["spec"] and "sharedCounters" in s["spec"]) for s in stored)
