@@ -16,6 +16,18 @@ SECTIONS = ("limits", "requests")
 REQUEST_NAME = "npu"  # the one device request inside each generated claim
 _DIGITS = re.compile(r"[0-9]+")
 _SLICE = re.compile(r"huawei\.com/Ascend[0-9A-Za-z]+-.+")
+# HAMi's and Volcano's vNPU requests beside `<family>: N`: each of the N vNPUs has at least this memory (MB) or
+# this many AI cores. Other slice resources (Ascend's static template resources) name no single size.
+VNPU_SLICES = {"memory": "MB", "core": "AI cores"}
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuRequest:
+    """What each vNPU of a migrated container must have: memory in MiB and AI cores, where it asked."""
+
+    memory_mib: int | None = None
+    aicore: int | None = None
+    slices: tuple[str, ...] = ()  # the slice resources it came from, removed with the NPU entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,12 @@ class ContainerClaim:
     count: int
     claim: str
     template: str
+    vnpu: VnpuRequest | None = None  # vNPUs of at least this size instead of whole NPUs
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """The resource entries the claim replaces."""
+        return (self.resource, *(self.vnpu.slices if self.vnpu else ()))
 
 
 def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set[int]) -> list[ContainerClaim]:
@@ -52,7 +70,7 @@ def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set
         asked = {r: found for r in resources if (found := _requested_count(container, r, place)) is not None}
         if not asked:
             continue
-        _check_whole_devices(container, asked, place)
+        vnpu = _vnpu_request(container, asked, place)
         for resource, (count, line) in asked.items():
             if container.name is None:
                 raise place.error(f"asks for {resource} but has no name", line, container)
@@ -60,26 +78,43 @@ def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set
                 raise place.error(f"metadata.name is needed to name the ResourceClaimTemplate for {resource}", line)
             claim = claim_name(container.name)
             template = template_name(workload.name, container.name, workload.role)
-            planned.append(ContainerClaim(container, resource, line, count, claim, template))
+            planned.append(ContainerClaim(container, resource, line, count, claim, template, vnpu))
             _check_editable(workload, container, place, line, shared)
     _check_claim_names(workload.pod_spec, [item for item in planned if item.count], place)
     return planned
 
 
-def _check_whole_devices(container: Container, asked: dict[str, tuple[int, int]], place: Place) -> None:
-    """One claim of whole NPUs per container: no second NPU resource, no slice of one beside it."""
+def _vnpu_request(container: Container, asked: dict[str, tuple[int, int]], place: Place) -> VnpuRequest | None:
+    """One claim per container: no second NPU resource. Slice resources beside the NPU resource become the size of
+    each vNPU (`<family>-memory`, `<family>-core`); any other slice of an NPU cannot be migrated."""
     wanted = [resource for resource, (count, _) in asked.items() if count]
     line = next(iter(asked.values()))[1]
     if len(wanted) > 1:
         detail = f"asks for {' and '.join(wanted)}; migrate one of them at a time with --resource-name"
         raise place.error(detail, line, container)
+    resource = next(iter(asked))
     slices = sorted({key for section in _sections(container) for key in section if is_slice_resource(key)})
-    if slices and wanted:
+    sizes = {kind: f"{resource}-{kind}" for kind in VNPU_SLICES if f"{resource}-{kind}" in slices}
+    if other := [key for key in slices if key not in sizes.values()]:
+        if not wanted:
+            return None
         detail = (
-            f"asks for {wanted[0]} with the NPU slice resource {', '.join(slices)} (HAMi/vNPU); a DRA claim "
-            "gets whole NPUs, so this container cannot be migrated yet: keep it on the device plugin"
+            f"asks for {wanted[0]} with the NPU slice resource {', '.join(other)}, which names no vNPU size; "
+            f"a DRA claim can ask for a vNPU by {' or '.join(f'{resource}-{k}' for k in VNPU_SLICES)} only: keep "
+            "it on the device plugin"
         )
         raise place.error(detail, line, container)
+    if not sizes:
+        return None
+    amounts: dict[str, int] = {}
+    for kind, name in sizes.items():
+        found = _requested_count(container, name, place, VNPU_SLICES[kind])
+        if found is None:
+            continue
+        if found[0] == 0:
+            raise place.error(f"{name} must be 1 or more {VNPU_SLICES[kind]}, got 0", found[1], container)
+        amounts[kind] = found[0]
+    return VnpuRequest(amounts.get("memory"), amounts.get("core"), tuple(sizes.values()))
 
 
 def is_slice_resource(key: Any) -> bool:
@@ -93,13 +128,13 @@ def _sections(container: Container) -> Iterator[CommentedMap]:
         yield from (entries for s in SECTIONS if isinstance(entries := resources.get(s), CommentedMap))
 
 
-def _requested_count(container: Container, resource: str, place: Place) -> tuple[int, int] | None:
+def _requested_count(container: Container, resource: str, place: Place, unit: str = "NPUs") -> tuple[int, int] | None:
     """(N, line) when the container asks for `resource` in limits and/or requests, else None."""
     resources = container.node.get("resources")
     if not isinstance(resources, CommentedMap):
         return None
     found = {section: entry for section in SECTIONS if (entry := _entry(resources, section, resource))}
-    counts = {section: _count(value, f"{section}[{resource}]") for section, (value, _) in found.items()}
+    counts = {section: _count(value, f"{section}[{resource}]", unit) for section, (value, _) in found.items()}
     for section, count in counts.items():
         if isinstance(count, str):
             raise place.error(count, found[section][1], container)
@@ -120,14 +155,14 @@ def _entry(resources: CommentedMap, section: str, resource: str) -> tuple[Any, i
     return entries[resource], position[0]
 
 
-def _count(value: Any, what: str) -> int | str:
-    """The device count, or what is wrong with it."""
+def _count(value: Any, what: str, unit: str) -> int | str:
+    """The whole amount, or what is wrong with it."""
     if isinstance(value, str) and _DIGITS.fullmatch(value):
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return int(value)
     shown = f'"{value}"' if isinstance(value, str) else "null" if value is None else str(value).lower()
-    return f"{what} must be a whole number of NPUs (0 or more), got {shown}"
+    return f"{what} must be a whole number of {unit} (0 or more), got {shown}"
 
 
 def _check_editable(workload: Workload, container: Container, place: Place, line: int, shared: set[int]) -> None:
@@ -173,10 +208,12 @@ def apply(workload: Workload, planned: Sequence[ContainerClaim]) -> None:
         resources = item.container.node["resources"]
         for section in SECTIONS:
             entries = resources.get(section)
-            if isinstance(entries, CommentedMap) and item.resource in entries:
-                del entries[item.resource]
-                if not entries:
-                    del resources[section]
+            if not isinstance(entries, CommentedMap):
+                continue
+            for resource in item.removed:
+                entries.pop(resource, None)
+            if not entries:
+                del resources[section]
         if item.count:
             claims = _list(resources, "claims", len(resources))
             claims.append(_mapping([("name", item.claim)], claims))
@@ -212,16 +249,44 @@ def _after_containers(pod_spec: CommentedMap) -> int:
     return max((keys.index(key) + 1 for key in ("initContainers", "containers") if key in keys), default=len(keys))
 
 
+def vnpu_selectors(driver: str, family: str, vnpu: VnpuRequest) -> list[str]:
+    """CEL selectors for vNPUs of the family (`huawei.com/Ascend910` takes the whole 910 family) that are at least
+    as large as asked. Devices are published smallest first, so the scheduler's first fit gives the smallest
+    template that holds the request, as HAMi does."""
+    device_type = family.split("/", 1)[1]
+    match = "startsWith" if device_type == "Ascend910" else "equals"
+    attribute = f'device.attributes["{driver}"].deviceType'
+    selectors = [
+        f'{attribute}.startsWith("{device_type}")' if match == "startsWith" else f'{attribute} == "{device_type}"'
+    ]
+    if vnpu.memory_mib is not None:
+        selectors.append(f'device.capacity["{driver}"].memCapacity.compareTo(quantity("{_mib(vnpu.memory_mib)}")) >= 0')
+    if vnpu.aicore is not None:
+        selectors.append(f'device.capacity["{driver}"].aiCore.compareTo(quantity("{vnpu.aicore}")) >= 0')
+    return selectors
+
+
+def _mib(amount: int) -> str:
+    return f"{amount // 1024}Gi" if amount % 1024 == 0 else f"{amount}Mi"
+
+
 def claim_template(
     name: str,
     namespace: str | None,
     count: int,
     device_class: str,
     topology_attribute: str | None,
+    *,
+    selectors: Sequence[str] = (),
 ) -> CommentedMap:
-    """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class`."""
+    """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class` that match every
+    CEL selector."""
     metadata = CommentedMap([("name", name)] + ([("namespace", namespace)] if namespace else []))
     exactly = CommentedMap([("deviceClassName", device_class), ("allocationMode", "ExactCount"), ("count", count)])
+    if selectors:
+        exactly["selectors"] = CommentedSeq(
+            [CommentedMap([("cel", CommentedMap([("expression", expression)]))]) for expression in selectors]
+        )
     devices = CommentedMap([("requests", CommentedSeq([CommentedMap([("name", REQUEST_NAME), ("exactly", exactly)])]))])
     if topology_attribute and count > 1:
         names = CommentedSeq([REQUEST_NAME])

@@ -68,7 +68,7 @@ class LineEdits:
         resources: CommentedMap = container["resources"]
         if self._in_flow(resources):
             return
-        removed = {item.resource for item in items}
+        removed = {resource for item in items for resource in item.removed}
         emptied = 0
         for section in SECTIONS:
             entries = resources.get(section)

@@ -16,7 +16,7 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap
 
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan
+from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan, vnpu_selectors
 from npu_plugin.migrate.findings import (
     Finding,
     ascend_names,
@@ -27,7 +27,7 @@ from npu_plugin.migrate.findings import (
     runtime_findings,
 )
 from npu_plugin.migrate.lineedits import LineEdits
-from npu_plugin.migrate.options import Options
+from npu_plugin.migrate.options import VNPU_DEVICE_CLASS, Options
 from npu_plugin.migrate.workloads import (
     ShapeError,
     Workload,
@@ -244,6 +244,16 @@ class _Stream:
 
     def template(self, found: Workload, item: ContainerClaim) -> CommentedMap:
         options = self.options
+        if item.vnpu is not None:
+            selectors = vnpu_selectors(options.driver_name, item.resource, item.vnpu)
+            return claim_template(
+                item.template,
+                found.namespace,
+                item.count,
+                VNPU_DEVICE_CLASS,
+                options.topology_attribute,
+                selectors=selectors,
+            )
         device_class = options.device_class_for(item.resource)
         return claim_template(item.template, found.namespace, item.count, device_class, options.topology_attribute)
 

@@ -10,6 +10,7 @@ import yaml
 
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate import Options, migrate_text
+from npu_plugin.sim.scheduler import PublishedDevice, cel_matcher
 
 POD = "{containers: [{name: main, image: i, resources: {limits: {huawei.com/Ascend910: 8}}}]}"
 TEMPLATE = f"{{spec: {POD}}}"
@@ -241,13 +242,110 @@ def test_count_zero_drops_the_entry_and_adds_no_claim() -> None:
     assert migrate_text(result.text).changes == ()
 
 
+SAME_310P = 'device.attributes["npu.huawei.com"].deviceType == "Ascend310P"'
+SAME_910 = 'device.attributes["npu.huawei.com"].deviceType.startsWith("Ascend910")'
+MEMORY = 'device.capacity["npu.huawei.com"].memCapacity.compareTo(quantity("{}")) >= 0'
+CORES = 'device.capacity["npu.huawei.com"].aiCore.compareTo(quantity("{}")) >= 0'
+VNPU_REQUESTS = [
+    (
+        "Volcano 310P memory",
+        "{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 4096}",
+        1,
+        [SAME_310P, MEMORY.format("4Gi")],
+    ),
+    (
+        "memory in MiB",
+        "{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 3000}",
+        1,
+        [SAME_310P, MEMORY.format("3000Mi")],
+    ),
+    (
+        "910 memory and cores, two vNPUs",
+        "{huawei.com/Ascend910: 2, huawei.com/Ascend910-memory: '12288', huawei.com/Ascend910-core: 5}",
+        2,
+        [SAME_910, MEMORY.format("12Gi"), CORES.format("5")],
+    ),
+]
+
+
+def _vnpu_requests(text: str) -> list[tuple[str, int, list[str]]]:
+    return [
+        (
+            r["exactly"]["deviceClassName"],
+            r["exactly"]["count"],
+            [s["cel"]["expression"] for s in r["exactly"]["selectors"]],
+        )
+        for t in _objects(text)
+        if t["kind"] == "ResourceClaimTemplate"
+        for r in t["spec"]["spec"]["devices"]["requests"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("limits", "count", "selectors"), [v[1:] for v in VNPU_REQUESTS], ids=[v[0] for v in VNPU_REQUESTS]
+)
+def test_hami_and_volcano_vnpu_requests_become_vnpu_claims_sized_by_cel(
+    limits: str, count: int, selectors: list[str]
+) -> None:
+    result = migrate_text(pod(limits), Options(device_class="npu.huawei.com"))
+    assert _vnpu_requests(result.text) == [("vnpu.npu.huawei.com", count, selectors)]
+    (obj,) = [o for o in _objects(result.text) if o["kind"] == "Pod"]
+    assert obj["spec"]["containers"][0]["resources"] == {"claims": [{"name": "c-npu"}]}, "the slices go too"
+    assert migrate_text(result.text).changes == ()
+
+
+def test_the_selectors_take_vnpus_of_the_family_that_hold_the_request() -> None:
+    """Evaluated by the scheduler stand-in's CEL against vNPU devices as the driver publishes them."""
+    result = migrate_text(pod("{huawei.com/Ascend910: 1, huawei.com/Ascend910-memory: 12288}"))
+    ((_, _, selectors),) = _vnpu_requests(result.text)
+    matchers = [cel_matcher(s) for s in selectors]
+
+    def device(device_type: str, memory: str) -> PublishedDevice:
+        entry = {
+            "name": "npu-0-vnpu-100",
+            "attributes": {"deviceType": {"string": device_type}},
+            "capacity": {"memCapacity": {"value": memory}, "aiCore": {"value": "5"}},
+        }
+        return PublishedDevice(driver="npu.huawei.com", pool="node", entry=entry)
+
+    def fits(d: PublishedDevice) -> bool:
+        return all(m(d) for m in matchers)
+
+    assert fits(device("Ascend910B", "16Gi")) and fits(device("Ascend910", "12Gi"))
+    assert not fits(device("Ascend910B", "8Gi")) and not fits(device("Ascend310P", "24Gi"))
+
+
+def test_a_vnpu_request_with_count_zero_drops_every_entry() -> None:
+    result = migrate_text(pod("{huawei.com/Ascend310P: 0, huawei.com/Ascend310P-memory: 4096, cpu: 1}"))
+    (obj,) = _objects(result.text)
+    assert obj["spec"]["containers"][0]["resources"] == {"limits": {"cpu": 1}}
+
+
 REFUSED = [
     (
-        "HAMi memory slice",
-        pod("{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 4096}"),
-        'f.yaml:9: document 1 (Pod p), container "c": asks for huawei.com/Ascend310P with the NPU slice resource '
-        "huawei.com/Ascend310P-memory (HAMi/vNPU); a DRA claim gets whole NPUs, so this container cannot be "
-        "migrated yet: keep it on the device plugin",
+        "static template slice",
+        pod("{huawei.com/Ascend910: 1, huawei.com/Ascend910-2c: 1}"),
+        'f.yaml:9: document 1 (Pod p), container "c": asks for huawei.com/Ascend910 with the NPU slice resource '
+        "huawei.com/Ascend910-2c, which names no vNPU size; a DRA claim can ask for a vNPU by "
+        "huawei.com/Ascend910-memory or huawei.com/Ascend910-core only: keep it on the device plugin",
+    ),
+    (
+        "memory of another family",
+        pod("{huawei.com/Ascend910: 1, huawei.com/Ascend310P-memory: 4096}"),
+        'f.yaml:9: document 1 (Pod p), container "c": asks for huawei.com/Ascend910 with the NPU slice resource '
+        "huawei.com/Ascend310P-memory, which names no vNPU size; a DRA claim can ask for a vNPU by "
+        "huawei.com/Ascend910-memory or huawei.com/Ascend910-core only: keep it on the device plugin",
+    ),
+    (
+        "memory 0",
+        pod("{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 0}"),
+        'f.yaml:9: document 1 (Pod p), container "c": huawei.com/Ascend310P-memory must be 1 or more MB, got 0',
+    ),
+    (
+        "memory not a number",
+        pod("{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 4Gi}"),
+        'f.yaml:9: document 1 (Pod p), container "c": limits[huawei.com/Ascend310P-memory] must be a whole number '
+        'of MB (0 or more), got "4Gi"',
     ),
     (
         "two NPU kinds",
