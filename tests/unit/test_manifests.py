@@ -248,6 +248,14 @@ def test_host_paths_every_mode_needs(mode: str) -> None:
         assert mounts[ro].get("readOnly") is True, f"{ro} must be read-only"
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_driver_vnpu_recovery_config_and_its_lock_are_the_hosts(mode: str) -> None:
+    assert _host_path(mode, "/etc/vnpu.cfg") == "/etc/vnpu.cfg"
+    assert _host_path(mode, "/run/vnpu_cfg_lock") == "/run/vnpu_cfg_lock"
+    mounts = {m["mountPath"]: m for m in container(mode)["volumeMounts"]}
+    assert not mounts["/etc/vnpu.cfg"].get("readOnly") and not mounts["/run/vnpu_cfg_lock"].get("readOnly")
+
+
 @pytest.mark.parametrize("mode", ["device-plugin", "both"])
 def test_device_plugin_paths(mode: str) -> None:
     args = overlay_args(mode)
