@@ -3,14 +3,19 @@
 It does what kube-scheduler's structured allocator does for simple requests: only complete pools at
 their newest generation, no tainted devices, no device another claim already holds, only the class's
 driver, then CEL selectors (cel-python, imported only when a selector is given) — a CEL runtime error
-fails the allocation, as it does in Kubernetes. The claim is created, then its status written with
+fails the allocation, as it does in Kubernetes. Partitionable devices (KEP-4815): a device that consumes
+counters fits only while its pool's counter sets have room, counting every allocated claim; the first
+device that fits in slice and device order is taken; a pool whose devices name an unknown counter set or
+counter is unusable; with DRAPartitionableDevices off, slices with counters and devices consuming them are
+skipped, as the scheduler does. The claim is created, then its status written with
 `allocation.devices.results` [{request, driver, pool, device}] and a node selector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from npu_plugin.quantity import parse_bytes
@@ -32,10 +37,14 @@ class DeviceRequest:
     count: int = 1
     selectors: tuple[str, ...] = ()
     subrequest: str = ""
+    all_devices: bool = False  # allocationMode: All (every matching device, together)
 
     @property
     def result_name(self) -> str:
         return f"{self.name}/{self.subrequest}" if self.subrequest else self.name
+
+
+CounterKey = tuple[str, str, str, str]  # driver, pool, counter set, counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,28 +52,93 @@ class PublishedDevice:
     driver: str
     pool: str
     entry: Mapping[str, Any]
+    consumes: Mapping[CounterKey, Decimal] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
         return self.driver, self.pool, str(self.entry.get("name"))
 
 
-def published_devices(slices: Iterable[Mapping[str, Any]]) -> list[PublishedDevice]:
-    """Untainted devices of complete pools at their newest generation, in slice order."""
+def quantity(text: str) -> Decimal:
+    """A counter value: a plain number or milli-units (`1500m`), which is all the driver writes."""
+    return Decimal(text[:-1]) / 1000 if text.endswith("m") else Decimal(text)
+
+
+def _consumption(driver: str, pool: str, device: Mapping[str, Any]) -> dict[CounterKey, Decimal]:
+    return {
+        (driver, pool, entry["counterSet"], name): quantity(counter["value"])
+        for entry in device.get("consumesCounters") or []
+        for name, counter in (entry.get("counters") or {}).items()
+    }
+
+
+def _pool_counters(driver: str, pool: str, specs: Sequence[Mapping[str, Any]]) -> dict[CounterKey, Decimal] | None:
+    """The pool's counters; None when a set is named twice (an invalid pool)."""
+    counters: dict[CounterKey, Decimal] = {}
+    sets: set[str] = set()
+    for spec in specs:
+        for counter_set in spec.get("sharedCounters") or []:
+            if counter_set["name"] in sets:
+                return None
+            sets.add(counter_set["name"])
+            for name, counter in (counter_set.get("counters") or {}).items():
+                counters[(driver, pool, counter_set["name"], name)] = quantity(counter["value"])
+    return counters
+
+
+def published_devices(slices: Iterable[Mapping[str, Any]], *, partitionable: bool = True) -> list[PublishedDevice]:
+    """Untainted devices of complete, valid pools at their newest generation, in slice order."""
+    return published(slices, partitionable=partitionable)[0]
+
+
+def published(
+    slices: Iterable[Mapping[str, Any]], *, partitionable: bool = True
+) -> tuple[list[PublishedDevice], dict[CounterKey, Decimal]]:
+    """The devices and counters the allocator sees; with `partitionable` False (the scheduler's gate off) no
+    counters, and neither slices that share counters nor devices that consume them."""
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for item in slices:
         spec = item["spec"]
         pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
-    devices = []
+    devices: list[PublishedDevice] = []
+    counters: dict[CounterKey, Decimal] = {}
     for (driver, pool), specs in pools.items():
         newest = max(s["pool"]["generation"] for s in specs)
         current = [s for s in specs if s["pool"]["generation"] == newest]
         if len(current) != current[0]["pool"]["resourceSliceCount"]:
             continue  # incomplete pool: the scheduler waits for the rest
-        devices += [
-            PublishedDevice(driver, pool, d) for s in current for d in s.get("devices") or [] if not d.get("taints")
+        if not partitionable:
+            current = [s for s in current if not s.get("sharedCounters")]
+        totals = _pool_counters(driver, pool, current) if partitionable else {}
+        if totals is None:
+            continue
+        found = [
+            PublishedDevice(driver, pool, d, _consumption(driver, pool, d))
+            for s in current
+            for d in s.get("devices") or []
+            if not d.get("taints") and (partitionable or not d.get("consumesCounters"))
         ]
-    return devices
+        if any(key not in totals for d in found for key in d.consumes):
+            continue  # a device names a counter the pool does not have: the pool is invalid
+        devices += found
+        counters |= totals
+    return devices, counters
+
+
+def remaining_counters(
+    counters: Mapping[CounterKey, Decimal], devices: Sequence[PublishedDevice], taken: set[tuple[str, str, str]]
+) -> dict[CounterKey, Decimal]:
+    """What is left of each counter once the devices of allocated claims (`taken`) are counted."""
+    left = dict(counters)
+    for device in devices:
+        if device.key in taken:
+            for key, amount in device.consumes.items():
+                left[key] -= amount
+    return left
+
+
+def _fits(device: PublishedDevice, left: Mapping[CounterKey, Decimal]) -> bool:
+    return all(amount <= left.get(key, Decimal(0)) for key, amount in device.consumes.items())
 
 
 def cel_device(device: PublishedDevice) -> dict[str, Any]:
@@ -118,19 +192,33 @@ def select(devices: Sequence[PublishedDevice], selectors: Iterable[str]) -> list
 
 
 def pick(
-    devices: Sequence[PublishedDevice], requests: Sequence[DeviceRequest], class_selectors: Sequence[str]
+    devices: Sequence[PublishedDevice],
+    requests: Sequence[DeviceRequest],
+    class_selectors: Sequence[str],
+    counters: Mapping[CounterKey, Decimal] | None = None,
 ) -> list[dict[str, str]]:
-    """Allocation results: each request's first `count` matching devices no earlier request took."""
+    """Allocation results: each request's first matching devices, in order, that no earlier request took and
+    whose counters still have room (`counters`: what is left of each; None when nothing consumes any)."""
     taken: set[tuple[str, str, str]] = set()
+    left = dict(counters or {})
     results = []
     eligible = select(devices, class_selectors)
     for request in requests:
-        free = [d for d in select(eligible, request.selectors) if d.key not in taken][: request.count]
-        if len(free) < request.count:
-            raise UnschedulableError(f"request {request.name}: {len(free)} of {request.count} devices available")
-        taken.update(d.key for d in free)
+        matching = [d for d in select(eligible, request.selectors) if d.key not in taken]
+        wanted = len(matching) if request.all_devices else request.count
+        chosen: list[PublishedDevice] = []
+        for device in matching:
+            if len(chosen) == wanted:
+                break
+            if _fits(device, left):
+                chosen.append(device)
+                for key, amount in device.consumes.items():
+                    left[key] -= amount
+        if len(chosen) < wanted or not chosen:  # allocationMode All needs at least one device
+            raise UnschedulableError(f"request {request.name}: {len(chosen)} of {wanted} devices available")
+        taken.update(d.key for d in chosen)
         results += [
-            {"request": request.result_name, "driver": d.driver, "pool": d.pool, "device": d.key[2]} for d in free
+            {"request": request.result_name, "driver": d.driver, "pool": d.pool, "device": d.key[2]} for d in chosen
         ]
     return results
 
@@ -144,9 +232,12 @@ def allocated_keys(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, s
     return {(r["driver"], r["pool"], r["device"]) for r in results}
 
 
-def claim_body(namespace: str, name: str, requests: Sequence[DeviceRequest]) -> dict[str, Any]:
+def claim_body(
+    namespace: str, name: str, requests: Sequence[DeviceRequest], device_class: str = DEFAULT_CLASS
+) -> dict[str, Any]:
     def exactly(request: DeviceRequest, name: str) -> dict[str, Any]:
-        spec: dict[str, Any] = {"name": name, "deviceClassName": DEFAULT_CLASS, "count": request.count}
+        spec: dict[str, Any] = {"name": name, "deviceClassName": device_class}
+        spec |= {"allocationMode": "All"} if request.all_devices else {"count": request.count}
         if request.selectors:
             spec["selectors"] = [{"cel": {"expression": e}} for e in request.selectors]
         return spec
@@ -174,17 +265,23 @@ def allocate_claim(
     requests: Sequence[DeviceRequest],
     driver: str = DEFAULT_DRIVER,
     class_selectors: Sequence[str] = (),
+    device_class: str = DEFAULT_CLASS,
+    partitionable: bool = True,
 ) -> dict[str, Any]:
     """Create the claim and allocate it on `node` from `driver`'s devices; returns the stored claim (with its uid).
 
-    `class_selectors` are further DeviceClass CEL selectors; without them (and without request selectors)
-    cel-python is not needed, so `npu-plugin simulate` runs on an installation without the dev extras.
+    `class_selectors` are the DeviceClass's CEL selectors (`device_class` names it in the claim); without them
+    (and without request selectors) cel-python is not needed, so `npu-plugin simulate` runs on an installation
+    without the dev extras. `partitionable` is kube-scheduler's DRAPartitionableDevices gate.
     """
     slices = client.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={node}"})["items"]
     taken = allocated_keys(client.request("GET", CLAIMS_PATH)["items"])
-    free = [d for d in published_devices(slices) if d.driver == driver and d.key not in taken]
-    results = pick(free, requests, class_selectors)
-    claim = client.request("POST", claims_path(namespace), body=claim_body(namespace, name, requests))
+    devices, counters = published(slices, partitionable=partitionable)
+    left = remaining_counters(counters, devices, taken)
+    free = [d for d in devices if d.driver == driver and d.key not in taken]
+    results = pick(free, requests, class_selectors, left)
+    body = claim_body(namespace, name, requests, device_class)
+    claim = client.request("POST", claims_path(namespace), body=body)
     claim["status"] = {
         "allocation": {
             "devices": {"results": results},
