@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from npu_plugin.device import Device, id_prefix
+from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory import DeviceView, Inventory, Snapshot
 from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import Vnpu, dp_suffix, dp_vnpu_id
@@ -119,7 +120,7 @@ class DeviceListing:
         devices = [v.device for v in self._inventory.snapshot().devices]
         try:
             vnpus = await asyncio.to_thread(self._read_vnpus, devices)
-        except Exception as error:
+        except (NpuPluginError, OSError) as error:
             log.warning("vNPU listing failed, keeping the last one: %s", error, extra={"error": str(error)})
             return
         vnpus = {p: tuple(sorted(v, key=lambda x: x.vnpu_id)) for p, v in vnpus.items() if v}

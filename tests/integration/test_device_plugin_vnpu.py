@@ -3,6 +3,7 @@ simulated vNPU hardware (its state file edited while serving, as an administrato
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import replace
@@ -213,5 +214,22 @@ def test_the_vnpu_metric_follows_the_hardware(vnpu_node: Node, launch_daemon: La
                 return ("npu_plugin_vnpus", tuple(sorted(small.items()))) not in samples
 
             await until_samples(port, gone, "vNPU 100 off the metric", daemon)
+
+    run(scenario())
+
+
+def test_an_unreadable_vnpu_state_keeps_the_last_listing(vnpu_node: Node, launch_daemon: Launcher) -> None:
+    async def scenario() -> None:
+        async with kubelet_at(vnpu_node.plugin_dir) as kubelet:
+            daemon = launch_daemon(*args(vnpu_node))
+            whole = await registered(kubelet, daemon)
+            small = await serving(kubelet, daemon, SMALL)
+            temp = state_file(vnpu_node).with_name(".hw.json.tmp")
+            temp.write_text("{not json")
+            os.replace(temp, state_file(vnpu_node))
+            await asyncio.to_thread(daemon.wait_for_log, "vNPU listing failed, keeping the last one")
+            assert listed(small) == ["Ascend910-5c.1cpu.16g-100-0"]
+            assert "Ascend910-0" not in whole.devices, "a split chip is not offered whole on a failed read"
+            assert daemon.process.poll() is None
 
     run(scenario())
