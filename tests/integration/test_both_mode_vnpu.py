@@ -9,12 +9,20 @@ from dataclasses import replace
 import yaml
 
 from npu_plugin.inventory_file import inventory_document
+from npu_plugin.podresources import dra_chip
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.vnpu import Vnpu
 from tests.conftest import Launcher
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import both_args, node, registered
-from tests.integration.dra_support import Workspace, async_wait_until, published_names
+from tests.integration.dra_support import (
+    Workspace,
+    async_wait_until,
+    node_slices,
+    plant_claim,
+    published_names,
+    result,
+)
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 LARGE = "huawei.com/Ascend910-10c.3cpu.32g"
@@ -36,6 +44,8 @@ def args(workspace: Workspace, dra_devices: str) -> list[str]:
 def test_a30_the_device_plugin_serves_its_chips_vnpus_and_never_a_split_chip_whole(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
+    fake_api.set_kubernetes_version(35, partitionable_devices=True)
+
     async def scenario() -> None:
         write_inventory_with_vnpu_180(workspace)
         async with node(workspace, fake_api) as sim:
@@ -46,7 +56,15 @@ def test_a30_the_device_plugin_serves_its_chips_vnpus_and_never_a_split_chip_who
             await async_wait_until(lambda: bool(large.devices), what="vNPU 180 listed")
             assert sorted(large.devices) == [VNPU_180]
             assert sorted(sim.listed()) == ["Ascend910-4", "Ascend910-6", "Ascend910-7"]
-            assert "npu-5" not in published_names(fake_api)
+            await async_wait_until(lambda: "npu-0-vir05-1c-16g-0" in published_names(fake_api), what="candidates")
+            chips = {dra_chip(name) for name in published_names(fake_api)}
+            assert chips == {0, 1, 2, 3}, "DRA publishes candidates and whole NPUs of its own chips only"
+            counter_sets = {c["name"] for s in node_slices(fake_api) for c in s["spec"].get("sharedCounters") or []}
+            assert counter_sets == {f"npu-{p}-counters" for p in range(4)}
+
+            claim = plant_claim(fake_api, "dp-vnpu", None, [result("npu-5-vnpu-180")])
+            answer = (await sim.dra.prepare([claim]))[claim.uid]
+            assert "owned by device-plugin" in answer.error
 
     asyncio.run(scenario())
 
