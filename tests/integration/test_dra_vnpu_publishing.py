@@ -20,11 +20,23 @@ from npu_plugin.kube import KubeClient
 from npu_plugin.kubeapi import ResourceSlice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_inventory
+from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.vnpu import VnpuMode
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 from tests.conftest import Launcher, wait_until
 from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import DRIVER, NODE, Workspace, dra_args, node_slices
+from tests.integration.dra_support import (
+    DRIVER,
+    NODE,
+    Workspace,
+    async_wait_until,
+    dra_args,
+    node_slices,
+    plant_claim,
+    published_names,
+    result,
+    run_with_kubelet,
+)
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 WRITES = ("create", "update", "delete")
@@ -194,3 +206,28 @@ def test_an_upgrade_to_1_35_rewrites_every_slice_in_the_split_layout_at_the_next
     stored = node_slices(fake_api)
     assert {s["spec"]["pool"]["generation"] for s in stored} == {generations[0] + 1}
     assert all(not ("devices" in s["spec"] and "sharedCounters" in s["spec"]) for s in stored)
+
+
+def test_a_chip_running_a_vnpu_is_hidden_when_the_gate_goes_off_until_its_claim_is_unprepared(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A10
+    fake_api.set_kubernetes_version(35, partitionable_devices=True)
+    claim = plant_claim(fake_api, "small", None, [result("npu-0-vir05-1c-16g-0", "vnpu")])
+    everything = [f"npu-{i}" for i in range(8)]
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        daemon = launch_daemon(*vnpu_args(workspace))
+        await kubelet.wait_for(lambda: any(a.registered for a in kubelet.attempts), timeout=20)
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        await async_wait_until(lambda: layout(fake_api) == [(8, 0), (0, 56)], 10, "the split layout")
+        daemon.kill()
+        fake_api.set_kubernetes_version(35, partitionable_devices=False)
+        before = sum(a.registered for a in kubelet.attempts)
+        launch_daemon(*vnpu_args(workspace))
+        await kubelet.wait_for(lambda: sum(a.registered for a in kubelet.attempts) > before, timeout=20)
+        await async_wait_until(lambda: published_names(fake_api) == everything[1:], 10, "npu-0 hidden")
+        assert all("sharedCounters" not in s["spec"] for s in node_slices(fake_api))
+        assert await kubelet.unprepare([claim]) == {claim.uid: ""}
+        await async_wait_until(lambda: published_names(fake_api) == everything, 5, "npu-0 back")
+
+    run_with_kubelet(workspace, fake_api, scenario)
