@@ -27,7 +27,7 @@ from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
-from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
+from npu_plugin.vnpu import Vnpu, VnpuMode
 from npu_plugin.vnpu_inventory import VnpuReader
 
 if TYPE_CHECKING:
@@ -197,7 +197,9 @@ class Daemon:
         interval (the device plugin serves existing vNPUs only: creating them is DRA's)."""
         if self.config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return DeviceListing(self.inventory)
-        reader = VnpuReader(self.backend, VnpuMode.STATIC)
+        # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
+        on_read = self.telemetry.vnpus if not self.config.serves_dra else lambda _vnpus: None
+        reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read)
 
         def read(devices: Sequence[Device]) -> dict[int, tuple[Vnpu, ...]]:
             return {physical_id: plan.chip.vnpus for physical_id, plan in reader.read(devices).items()}
@@ -211,16 +213,13 @@ class Daemon:
         )
 
     def _vnpus_changed(self, vnpus: Mapping[int, tuple[Vnpu, ...]]) -> None:
-        """The static CDI spec names every vNPU before the kubelet hears of it; in device-plugin mode the vNPU
-        metric is ours to set (with DRA, DRA knows which vNPUs it made)."""
+        """The static CDI spec names every vNPU before the kubelet hears of it."""
         vnpu_ids = [v.vnpu_id for chip in vnpus.values() for v in chip]
         if self.config.cdi_enabled:
             try:
                 write_static_spec(self.config.cdi_root, self.config.driver_name, self.layout, self.devices, vnpu_ids)
             except CdiError as error:
                 log.warning("vNPUs changed but %s", error, extra={"error": str(error)})
-        if not self.config.serves_dra:
-            self.telemetry.vnpus((v, VnpuOrigin.STATIC) for chip in vnpus.values() for v in chip)
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
@@ -261,7 +260,7 @@ class Daemon:
         config = self.config
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
-        reader = VnpuReader(self.backend, config.vnpu, config.vnpu_templates)
+        reader = VnpuReader(self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus)
         return VnpuHands(
             self.backend,
             reader,

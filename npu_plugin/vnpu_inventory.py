@@ -7,7 +7,7 @@ The Device Plugin and DRA servers read the chips through `VnpuReader`; the check
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
@@ -16,7 +16,17 @@ from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.device import Device
 from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.errors import ConfigError
-from npu_plugin.vnpu import AICORE, TEMPLATE_NAME, ChipMode, ChipVnpu, VnpuMode, VnpuTemplate, static_only_reason
+from npu_plugin.vnpu import (
+    AICORE,
+    TEMPLATE_NAME,
+    ChipMode,
+    ChipVnpu,
+    Vnpu,
+    VnpuMode,
+    VnpuOrigin,
+    VnpuTemplate,
+    static_only_reason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +47,24 @@ class ChipPlan:
     chip: ChipVnpu
     serving: Serving
     reason: str | None = None
+    foreign: frozenset[int] = frozenset()  # ids of vNPUs npu-plugin did not create on a chip it would split
+
+
+def origins(plans: Mapping[int, ChipPlan], ours: frozenset[int]) -> list[tuple[Vnpu, VnpuOrigin]]:
+    """Every vNPU with who made it: npu-plugin (`ours`, from the checkpoint), someone else on a chip npu-plugin
+    would otherwise split on demand (foreign), or an administrator on a chip served as it is (static)."""
+    return [
+        (
+            vnpu,
+            VnpuOrigin.DYNAMIC
+            if vnpu.vnpu_id in ours
+            else VnpuOrigin.FOREIGN
+            if vnpu.vnpu_id in plan.foreign
+            else VnpuOrigin.STATIC,
+        )
+        for _physical_id, plan in sorted(plans.items())
+        for vnpu in plan.chip.vnpus
+    ]
 
 
 def template_problem(chip: ChipVnpu, template: VnpuTemplate) -> str | None:
@@ -99,8 +127,14 @@ class VnpuReader:
     """Reads each chip's vNPU facts from the backend and plans how it is served; each skipped template and each
     reason a chip is not dynamic is logged once per process, not at every read."""
 
-    def __init__(self, backend: VnpuBackend, mode: VnpuMode, offered: frozenset[str] | None = None) -> None:
-        self._backend, self._mode, self._offered = backend, mode, offered
+    def __init__(
+        self,
+        backend: VnpuBackend,
+        mode: VnpuMode,
+        offered: frozenset[str] | None = None,
+        on_read: Callable[[list[tuple[Vnpu, VnpuOrigin]]], None] = lambda _vnpus: None,
+    ) -> None:
+        self._backend, self._mode, self._offered, self._on_read = backend, mode, offered, on_read
         self._said: set[str] = set()
 
     def read(self, devices: Sequence[Device], ours: frozenset[int] = frozenset()) -> dict[int, ChipPlan]:
@@ -116,7 +150,12 @@ class VnpuReader:
             chip, problems = checked(raw)
             self._say_once(problems)
             chips_on_card = sum(1 for d in devices if d.card_id == device.card_id)
-            how, reason = serving(chip, self._mode, static_only_reason(device.device_type, chips_on_card), ours)
+            static_reason = static_only_reason(device.device_type, chips_on_card)
+            how, reason = serving(chip, self._mode, static_reason, ours)
+            split_on_demand = serving(replace(chip, vnpus=()), self._mode, static_reason)[0] is Serving.DYNAMIC
+            foreign = (
+                frozenset(v.vnpu_id for v in chip.vnpus if v.vnpu_id not in ours) if split_on_demand else frozenset()
+            )
             if (
                 how is Serving.DYNAMIC
                 and self._offered is not None
@@ -127,8 +166,9 @@ class VnpuReader:
                     f"--vnpu-templates {','.join(unknown)}: npu-{device.physical_id} ({device.chip_name}) offers "
                     f"{offers}"
                 )
-            plans[device.physical_id] = ChipPlan(chip, how, reason)
+            plans[device.physical_id] = ChipPlan(chip, how, reason, foreign)
         self._say_reasons(plans, devices)
+        self._on_read(origins(plans, ours))
         return plans
 
     def _say_once(self, lines: Iterable[str]) -> None:

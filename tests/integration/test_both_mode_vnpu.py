@@ -23,6 +23,7 @@ from tests.integration.dra_support import (
     published_names,
     result,
 )
+from tests.integration.test_observability import OBSERVED, endpoints_of, until_metric
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 LARGE = "huawei.com/Ascend910-10c.3cpu.32g"
@@ -89,5 +90,20 @@ def test_a_vnpu_a_container_holds_keeps_its_chip_with_the_device_plugin_until_th
             sim.pod_resources.release("default", "infer")
             await async_wait_until(lambda: not large.devices, what="the device plugin letting vNPU 180 go")
             daemon.wait_for_log("device 5 released by device-plugin, now served by dra")
+
+    asyncio.run(scenario())
+
+
+def test_the_vnpu_metric_names_a_vnpu_npu_plugin_did_not_make_foreign(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    async def scenario() -> None:
+        write_inventory_with_vnpu_180(workspace)
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*args(workspace, "0-3"), *OBSERVED)
+            port = (await endpoints_of(daemon)).metrics
+            await registered(sim, daemon)
+            labels = {"physical_id": "5", "template": "vir10_3c_32g", "origin": "foreign"}
+            await until_metric(port, "npu_plugin_vnpus", 1, daemon, **labels)
 
     asyncio.run(scenario())

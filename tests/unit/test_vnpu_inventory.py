@@ -12,7 +12,7 @@ import pytest
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.errors import ConfigError
 from npu_plugin.profiles import profile_inventory
-from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuMode, VnpuTemplate
+from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuMode, VnpuOrigin, VnpuTemplate
 from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, checked, serving, template_problem
 
 VIR05 = VnpuTemplate("vir05_1c_16g", 5, 16 * 2**30, {"aicpu": Decimal(1), "vpc": Decimal(2)})
@@ -181,6 +181,33 @@ def test_the_fake_backend_plans_its_foreign_vnpus_as_static(tmp_path: Path) -> N
         replace(inventory.vnpu[0], vnpus=(Vnpu(0, 102, "vir05_1c_16g"),)),
         Serving.STATIC,
         "it holds vNPUs not created by npu-plugin (102)",
+        foreign=frozenset({102}),
     )
     assert plans[1].serving is Serving.DYNAMIC
     assert VnpuReader(backend, VnpuMode.DYNAMIC).read(devices, ours=frozenset({102}))[0].serving is Serving.DYNAMIC
+
+
+@pytest.mark.parametrize(
+    ("profile", "mode", "origins"),
+    [
+        # 910B splits on demand: ours are dynamic, anyone else's are foreign.
+        ("atlas-800t-a2", VnpuMode.DYNAMIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.FOREIGN}),
+        # Served as they are: an administrator's.
+        ("atlas-800t-a2", VnpuMode.STATIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.STATIC}),
+        # A Duo never splits on demand, so nothing there is foreign.
+        ("atlas-300i-duo", VnpuMode.DYNAMIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.STATIC}),
+    ],
+)
+def test_each_read_reports_every_vnpu_with_who_made_it(
+    profile: str, mode: VnpuMode, origins: dict[int, VnpuOrigin]
+) -> None:
+    inventory = profile_inventory(profile)
+    template = inventory.vnpu[0].templates[0].name
+    chips = {
+        p: replace(c, vnpus=(Vnpu(0, 100, template), Vnpu(0, 101, template)) if p == 0 else ())
+        for p, c in inventory.vnpu.items()
+    }
+    reported: list[list[tuple[Vnpu, VnpuOrigin]]] = []
+    reader = VnpuReader(Recording(chips), mode, on_read=reported.append)
+    reader.read(inventory.devices, ours=frozenset({100}))
+    assert reported == [[(Vnpu(0, vnpu_id, template), origin) for vnpu_id, origin in origins.items()]]
