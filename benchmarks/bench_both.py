@@ -4,8 +4,10 @@ One daemon serves devices 0-3 through the device plugin and 4-7 through DRA, wit
 and the default thresholds (2 bad samples to fall, 3 good ones to rise). Each round turns device 1 (device
 plugin) and device 5 (DRA) Critical in the inventory file, then OK again, and times the moment the kubelet
 simulator's ListAndWatch shows the new verdict and the moment the ResourceSlice shows it (device 5 leaves
-the slice, then comes back). Nothing here asserts on time. Targets: both APIs registered and the first slice
-published <= 2 s after start; idle RSS <= 75 MiB (what DRA mode may use); health propagation <= 1 s.
+the slice, then comes back). Last, every slice of the node is deleted (as the kubelet does at its start) and
+the time until the pool is complete again is taken. Nothing here asserts on time. Targets: both APIs
+registered and the first slice published <= 2 s after start; idle RSS <= 75 MiB (what DRA mode may use);
+health propagation <= 1 s; republish after deletion <= 5 s.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ from npu_plugin.device import Health
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
-from npu_plugin.sim.rest import RestClient
+from npu_plugin.sim.rest import SLICES_PATH, RestClient
 
-TARGETS = {"ready_s": 2.0, "idle_rss_mib": 75.0, "propagation_s": 1.0}
+TARGETS = {"ready_s": 2.0, "idle_rss_mib": 75.0, "propagation_s": 1.0, "republish_s": 5.0}
 HEALTH_INTERVAL = "0.2"
 DP_DEVICE, DRA_DEVICE = 1, 5
 DRA_SHARE = [f"npu-{i}" for i in range(4, 8)]
@@ -139,7 +141,9 @@ async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
             await asyncio.sleep(budget.settle)
             idle = rss_mib(daemon.pid)
             samples = await propagations(node, inventory, budget.rounds)
+            republish = await republished(node)
     return {
+        "republish_s": round(republish, 3),
         "dp_registered_s": round(dp_registered, 3),
         "dra_registered_s": round(dra_registered, 3),
         "ready_s": round(ready, 3),
@@ -152,6 +156,15 @@ async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
             for stat, value in (("p50", percentile(values, 0.5)), ("max", max(values)))
         },
     }
+
+
+async def republished(node: Node) -> float:
+    """Seconds from deleting every slice of the node to its complete pool being back."""
+    await wait_for(lambda: published(node.rest) == DRA_SHARE, 30, "the slices before deletion")
+    started = time.monotonic()
+    await asyncio.to_thread(node.rest.request, "DELETE", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})
+    await wait_for(lambda: published(node.rest) == DRA_SHARE, 30, "the slices after deletion")
+    return time.monotonic() - started
 
 
 async def propagations(node: Node, inventory: Path, rounds: int) -> dict[str, list[float]]:
@@ -197,6 +210,13 @@ def rows(section: dict[str, Any]) -> list[Row]:
             at_most(r["idle_rss_mib"], t["idle_rss_mib"]),
         ),
         *propagation,
+        Row(
+            "slices deleted -> republished",
+            f"{r['republish_s']:.3f} s",
+            "every slice of the node deleted at once, as the kubelet does at its start",
+            f"<= {t['republish_s']:g} s",
+            at_most(r["republish_s"], t["republish_s"]),
+        ),
     ]
 
 
