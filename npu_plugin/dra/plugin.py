@@ -114,6 +114,7 @@ class DraPlugin:
             on_dynamic_available=on_vnpu_dynamic_available,
         )
         self.observe, self._health_timeout = observe, health_timeout_seconds
+        self._vnpus = vnpus
 
     def _vnpu_chips(self, vnpus: VnpuHands) -> VnpuChips:
         """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the DRA-owned ones
@@ -124,6 +125,10 @@ class DraPlugin:
 
     def _observe_call(self, kind: str, seconds: float) -> None:
         self.observe(kind, seconds)
+        if self._vnpus is not None and kind in ("prepare", "unprepare"):
+            # A vNPU made or destroyed changes the slices: in the layout without counters a chip running one is
+            # left out, and offered again once it is gone; no backend tells us, so look now.
+            self.publisher.trigger()
 
     def _set_registered(self, registered: bool, _error: str) -> None:
         self.registered = registered

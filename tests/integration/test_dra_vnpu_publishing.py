@@ -4,8 +4,10 @@ the read-back of every write and the fallback without counters, with no write st
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.vnpu import VnpuMode
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
-from tests.conftest import Launcher, wait_until
+from tests.conftest import DaemonProcess, Launcher, wait_until
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
@@ -62,6 +64,20 @@ def probes(api: FakeKubeAPI) -> int:
     return sum(1 for r in api.requests if r.query.get("dryRun") == "All")
 
 
+def dynamic_available(daemon: DaemonProcess) -> float | None:
+    """`npu_plugin_vnpu_dynamic_available` of a daemon started with `--metrics-port 0`; None before it serves."""
+    found = re.search(r"metrics listening on (http://127\.0\.0\.1:\d+/metrics)", daemon.log())
+    if found is None:
+        return None
+    with urllib.request.urlopen(found.group(1), timeout=5) as answer:
+        text = answer.read().decode()
+    sample = re.search(r"^npu_plugin_vnpu_dynamic_available (\S+)$", text, re.M)
+    return None if sample is None else float(sample.group(1))
+
+
+METRICS = ("--metrics-port", "0", "--bind-address", "127.0.0.1")
+
+
 def layout(api: FakeKubeAPI) -> list[tuple[int, int]]:
     """(counter sets, devices) per stored slice of this node, counter slices first."""
     shape = [(len(s["spec"].get("sharedCounters", [])), len(s["spec"].get("devices", []))) for s in node_slices(api)]
@@ -72,8 +88,9 @@ def test_kubernetes_1_36_gets_the_split_layout_with_the_gate_on_by_default(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:  # A9
     fake_api.set_kubernetes_version(36)
-    launch_daemon(*vnpu_args(workspace))
+    daemon = launch_daemon(*vnpu_args(workspace), *METRICS)
     wait_until(lambda: layout(fake_api) == [(8, 0), (0, 56)], 10, "a counter slice and a device slice")
+    wait_until(lambda: dynamic_available(daemon) == 1, 10, "npu_plugin_vnpu_dynamic_available 1")
     for s in node_slices(fake_api):
         assert "devices" not in s["spec"] or "sharedCounters" not in s["spec"]
         assert s["spec"]["pool"]["resourceSliceCount"] == 2
@@ -91,8 +108,9 @@ def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:  # A8
     fake_api.set_kubernetes_version(35, partitionable_devices=False)
-    daemon = launch_daemon(*vnpu_args(workspace), "--log-level", "info")
+    daemon = launch_daemon(*vnpu_args(workspace), *METRICS, "--log-level", "info")
     wait_until(lambda: layout(fake_api) == [(0, 8)], 5, "eight whole NPUs")
+    assert dynamic_available(daemon) == 0
     names = [d["name"] for s in node_slices(fake_api) for d in s["spec"]["devices"]]
     assert names == [f"npu-{i}" for i in range(8)]
     assert all("consumesCounters" not in d for s in node_slices(fake_api) for d in s["spec"]["devices"])
