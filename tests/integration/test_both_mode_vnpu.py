@@ -4,6 +4,8 @@ vNPUs of its own chips, and a vNPU a container holds keeps its chip on the devic
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 from dataclasses import replace
 
 import yaml
@@ -11,6 +13,7 @@ import yaml
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.podresources import dra_chip
 from npu_plugin.profiles import profile_inventory
+from npu_plugin.sim.dra_kubelet import Claim
 from npu_plugin.vnpu import Vnpu
 from tests.conftest import Launcher
 from tests.fakeapi import FakeKubeAPI
@@ -105,5 +108,39 @@ def test_the_vnpu_metric_names_a_vnpu_npu_plugin_did_not_make_foreign(
             await registered(sim, daemon)
             labels = {"physical_id": "5", "template": "vir10_3c_32g", "origin": "foreign"}
             await until_metric(port, "npu_plugin_vnpus", 1, daemon, **labels)
+
+    asyncio.run(scenario())
+
+
+def test_a30_a_chip_with_a_prepared_vnpu_stays_dra_until_unprepare_then_moves_with_no_vnpu_left(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    fake_api.set_kubernetes_version(35, partitionable_devices=True)
+
+    async def scenario() -> None:
+        write_inventory_with_vnpu_180(workspace)
+        async with node(workspace, fake_api) as sim:
+            first = launch_daemon(*args(workspace, "0-3"))
+            await registered(sim, first)
+            await async_wait_until(lambda: "npu-0-vir05-1c-16g-0" in published_names(fake_api), what="candidates")
+            claim = plant_claim(fake_api, "infer", None, [result("npu-0-vir05-1c-16g-0")])
+            assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
+            state = json.loads((workspace.root / "hw.json").read_text())
+            assert [v["vnpuId"] for v in state["vnpus"]["0"]] == [100]
+            assert first.signal(signal.SIGTERM, timeout=10)[0] == 0
+
+            second = launch_daemon(*args(workspace, "4-7"))
+            await registered(sim, second)
+            second.wait_for_log("device 0 stays with dra until released")
+            await async_wait_until(lambda: "npu-4-vir05-1c-16g-0" in published_names(fake_api), what="4-7 split")
+            assert not [n for n in published_names(fake_api) if dra_chip(n) == 0], "draining: chip 0 offers nothing"
+            assert "Ascend910-0" not in sim.listed()
+
+            assert await sim.dra.unprepare([Claim(claim.namespace, claim.name, claim.uid)]) == {claim.uid: ""}
+            await async_wait_until(
+                lambda: sim.listed().get("Ascend910-0") == "Healthy", timeout=10, what="chip 0 whole on the DP side"
+            )
+            state = json.loads((workspace.root / "hw.json").read_text())
+            assert not state["vnpus"].get("0"), "Unprepare destroyed the vNPU"
 
     asyncio.run(scenario())
