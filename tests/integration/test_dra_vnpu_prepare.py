@@ -14,10 +14,13 @@ import pytest
 
 from npu_plugin.dra.checkpoint import read_boot_id
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from npu_plugin.sim.scheduler import DeviceRequest
 from tests.conftest import DaemonProcess, Launcher
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
+    DRIVER,
     Workspace,
+    allocate,
     async_wait_until,
     claims_in_checkpoint,
     dra_args,
@@ -234,5 +237,27 @@ def test_a_foreign_vnpu_survives_start_up_and_is_served_by_its_id(
         assert workspace.cdi_spec(static.uid)["devices"][0]["containerEdits"]["env"][0] == "ASCEND_VISIBLE_DEVICES=102"
         assert await kubelet.unprepare([static]) == {static.uid: ""}
         assert live(workspace) == {"0": [{"vnpuId": 102, "template": V05}]}
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_vnpus_the_scheduler_allocates_from_the_published_slices_are_created_where_it_packed_them(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A12 through the scheduler stand-in, then A16/A18 on its results
+    fake_api.set_kubernetes_version(36)  # DRAPartitionableDevices on by default
+    template = f'device.attributes["{DRIVER}"].vnpuTemplate'
+    small = DeviceRequest("vnpu", selectors=(f'has({template}) && {template} == "{V05}"',))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        node = Node(workspace, launch_daemon, kubelet)
+        await node.start()
+        claims = [allocate(fake_api, f"small-{i}", small) for i in range(5)]
+        answers = await kubelet.prepare(claims)
+        devices = [answers[c.uid].devices[0].device_name for c in claims]
+        assert devices == [*(f"npu-0-vir05-1c-16g-{k}" for k in range(4)), "npu-1-vir05-1c-16g-0"]
+        assert [v["vnpuId"] for v in live(workspace)["0"]] == [100, 101, 102, 103]
+        assert [v["vnpuId"] for v in live(workspace)["1"]] == [116]
+        assert await kubelet.unprepare(claims) == {c.uid: "" for c in claims}
+        assert live(workspace) == {}
 
     run_with_kubelet(workspace, fake_api, scenario)
