@@ -261,3 +261,53 @@ def test_vnpus_the_scheduler_allocates_from_the_published_slices_are_created_whe
         assert live(workspace) == {}
 
     run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_refusals_and_a_busy_vnpu_reach_the_kubelet_per_claim(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A25 and A21
+    shared_body = {
+        "metadata": {"name": "shared", "namespace": "default"},
+        "spec": {"devices": {}},
+        "status": {
+            "allocation": {"devices": {"results": [result("npu-3-vir05-1c-16g-0", "vnpu")]}},
+            "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"pod-{i}"} for i in range(2)],
+        },
+    }
+    shared = Claim("default", "shared", fake_api.put_object("ResourceClaim", shared_body)["metadata"]["uid"])
+    refused = {
+        "two": (
+            plant_claim(
+                fake_api, "two", None, [result("npu-2-vir05-1c-16g-0", "v"), result("npu-2-vir05-1c-16g-1", "v")]
+            ),
+            "request 'v' holds more than one vNPU",
+        ),
+        "mixed": (
+            plant_claim(fake_api, "mixed", None, [result("npu-2-vir05-1c-16g-0", "v"), result("npu-1", "v")]),
+            "a vNPU together with whole NPUs",
+        ),
+        "k": (vnpu_claim(fake_api, "k", "npu-0-vir05-1c-16g-4"), "npu-0-vir05-1c-16g-4: chip npu-0 holds 4"),
+        "template": (vnpu_claim(fake_api, "template", "npu-0-vir07-0"), "npu-0-vir07-0: chip npu-0 offers no"),
+        "shared": (shared, "device npu-3-vir05-1c-16g-0 (a vNPU of npu-3) is reserved for 2 consumers"),
+    }
+    busy = vnpu_claim(fake_api, "busy", "npu-0-vir05-1c-16g-0")
+    whole = plant_claim(fake_api, "whole", None, [result("npu-0")])
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        node = Node(workspace, launch_daemon, kubelet)
+        await node.start()
+        answers = await kubelet.prepare([claim for claim, _ in refused.values()])
+        for claim, reason in refused.values():
+            assert reason in answers[claim.uid].error, answers[claim.uid].error
+        assert live(workspace) == {} and not workspace.checkpoint.exists()  # nothing recorded, nothing made
+        assert (await kubelet.prepare([busy]))[busy.uid].error == ""
+        write_hardware(workspace, vnpus=hardware(workspace)["vnpus"], faults={"destroyBusy": 6})
+        for _ in range(2):  # three tries per Unprepare
+            error = (await kubelet.unprepare([busy]))[busy.uid]
+            assert "vNPU 100" in error and "-8020" in error
+            assert busy.uid in claims_in_checkpoint(workspace)
+            assert "overlapping allocation on npu-0" in (await kubelet.prepare([whole]))[whole.uid].error
+        assert await kubelet.unprepare([busy]) == {busy.uid: ""}
+        assert (await kubelet.prepare([whole]))[whole.uid].error == ""
+
+    run_with_kubelet(workspace, fake_api, scenario)
