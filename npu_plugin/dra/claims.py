@@ -117,10 +117,10 @@ def _check_vnpu_requests(devices: list[ClaimDevice], reserved_for: Any) -> None:
                 f"request {request!r} holds {what} ({', '.join(d.device for d in given)}); "
                 "a vNPU serves one container request alone"
             )
-    vnpus = [d.device for d in devices if d.vnpu is not None]
-    if vnpus and isinstance(reserved_for, list) and len(reserved_for) > 1:
+    vnpu = next((d for d in devices if d.vnpu is not None), None)
+    if vnpu is not None and isinstance(reserved_for, list) and len(reserved_for) > 1:
         raise ClaimError(
-            f"device {vnpus[0]} (a vNPU of npu-{devices[0].physical_id}) is reserved for {len(reserved_for)} "
+            f"device {vnpu.device} (a vNPU of npu-{vnpu.physical_id}) is reserved for {len(reserved_for)} "
             "consumers; a vNPU serves one container"
         )
 

@@ -202,6 +202,10 @@ def test_the_three_name_forms(raw: dict[str, Any], expected: list[ClaimDevice]) 
             vnpu_claim(ours("npu-0-vir05-1c-16g-0"), reserved_for=2),
             "device npu-0-vir05-1c-16g-0 (a vNPU of npu-0) is reserved for 2 consumers",
         ),
+        (
+            vnpu_claim(ours("npu-1", "whole"), ours("npu-0-vir05-1c-16g-0"), reserved_for=3),
+            "device npu-0-vir05-1c-16g-0 (a vNPU of npu-0) is reserved for 3 consumers",
+        ),
         (vnpu_claim(ours("npu-7-vir05-1c-16g-0")), "device npu-7-vir05-1c-16g-0: already prepared for claim other"),
         (vnpu_claim(ours("npu-2-vir05-1c-16g-0")), "device npu-2-vir05-1c-16g-0: npu-2 serves no vNPUs"),
         (
@@ -224,6 +228,7 @@ def test_the_three_name_forms(raw: dict[str, Any], expected: list[ClaimDevice]) 
         "k-beyond-n",
         "unknown-template",
         "reserved-for-two",
+        "reserved-for-three-after-a-whole-npu",
         "chip-refused",
         "chip-without-vnpus",
         "chip-not-dynamic",
