@@ -24,6 +24,10 @@ PROBE_SECONDS = 600.0
 GATE = "DRAPartitionableDevices"
 
 
+def probe_pool(settings: SliceSettings) -> str:
+    return f"{settings.node_name}-vnpu-probe"
+
+
 def probe_slice(settings: SliceSettings) -> ResourceSlice:
     """A counter-only slice in a pool of its own, never stored (dry run) or deleted at once."""
     return {
@@ -33,7 +37,7 @@ def probe_slice(settings: SliceSettings) -> ResourceSlice:
         "spec": {
             "driver": settings.driver,
             "nodeName": settings.node_name,
-            "pool": {"name": f"{settings.node_name}-vnpu-probe", "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": probe_pool(settings), "generation": 1, "resourceSliceCount": 1},
             "sharedCounters": [{"name": "probe", "counters": {"probe": {"value": "1"}}}],
         },
     }

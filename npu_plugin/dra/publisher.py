@@ -21,7 +21,7 @@ from npu_plugin.backoff import BackoffPolicy, retry_forever
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.dra.informer import SliceInformer
-from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
+from npu_plugin.dra.partitionable import PartitionableGate, lost_counters, probe_pool
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
 from npu_plugin.dra.vnpu_slices import Layout, VnpuChips, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
@@ -226,7 +226,8 @@ class SlicePublisher:
         snapshot = self._inventory.snapshot()
         devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
         desired = self._desired(devices)
-        existing = self.informer.snapshot()
+        # A probe slice stored by an API server without dry run lives a moment; it is the gate's, never reused.
+        existing = [s for s in self.informer.snapshot() if s["spec"]["pool"]["name"] != probe_pool(self._settings)]
         if slices_match(existing, desired, self._settings):
             return False
         stored = [s["spec"]["pool"]["generation"] for s in existing]

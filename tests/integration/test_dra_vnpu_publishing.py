@@ -249,3 +249,25 @@ def test_a_chip_running_a_vnpu_is_hidden_when_the_gate_goes_off_until_its_claim_
         await async_wait_until(lambda: published_names(fake_api) == everything, 5, "npu-0 back")
 
     run_with_kubelet(workspace, fake_api, scenario)
+
+
+class NoDryRun(KubeClient):
+    """An API server that ignores dryRun: the probe is really stored, and must be deleted and never reused."""
+
+    def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
+        return super().create_slice(body)
+
+
+def test_without_dry_run_the_probe_is_deleted_and_the_pool_is_published_beside_it(
+    fake_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    fake_api.set_kubernetes_version(35, partitionable_devices=True)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = NoDryRun(tmp_path / "kc")
+    publish_until(fake_api, tmp_path, client, lambda: layout(fake_api) == [(8, 0), (0, 56)])
+    client.close()
+    pools = {s["spec"]["pool"]["name"] for s in fake_api.objects("ResourceSlice")}
+    assert pools == {NODE}
+    probes = [r for r in fake_api.requests if r.verb == "create" and r.body["spec"]["pool"]["name"] != NODE]
+    deleted = [r for r in fake_api.requests if r.verb == "delete"]
+    assert len(probes) == len(deleted) == 1
