@@ -39,7 +39,7 @@ from npu_plugin.config import (
 )
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
-from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagParser, parser_class_for
+from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
 from npu_plugin.migrate.command import STDIO
 from npu_plugin.migrate.command import run as run_migrate
 from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES
@@ -120,8 +120,7 @@ def _add_backend_flags(parser: FlagParser, default: BackendKind = BackendKind.AU
     add("--dev-root", type=Path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live")
 
 
-def _add_vnpu_flags(parser: FlagParser) -> None:
-    group = parser.add_flag_group("virtual NPUs")
+def _add_vnpu_mode_flag(group: FlagGroup) -> None:
     group.add_argument(
         "--vnpu",
         type=one_of(VnpuMode),
@@ -129,6 +128,11 @@ def _add_vnpu_flags(parser: FlagParser) -> None:
         metavar="{off,static,dynamic}",
         help="off: whole NPUs only; static: also serve the vNPUs that exist; dynamic (DRA): also create them on demand",
     )
+
+
+def _add_vnpu_flags(parser: FlagParser) -> None:
+    group = parser.add_flag_group("virtual NPUs")
+    _add_vnpu_mode_flag(group)
     group.add_argument(
         "--vnpu-templates",
         type=template_names,
@@ -419,6 +423,7 @@ def _add_simulate_flags(simulate: FlagParser) -> None:
         help="--mode both: devices DRA serves",
         shown_default="the upper half of the node",
     )
+    _add_vnpu_mode_flag(what)
     _add_backend_flags(simulate, BackendKind.FAKE)
     _add_log_flags(simulate, "error")
 
@@ -571,7 +576,7 @@ def _simulate(args: argparse.Namespace) -> int:
     kind, inventory, profile = args.backend, args.fake_inventory, args.fake_profile
     if kind is BackendKind.FAKE and inventory is None and profile is None:
         args.fake_profile = DEMO_PROFILE
-    return run_simulation(args.mode, backend_options(args), args.dra_devices)
+    return run_simulation(args.mode, backend_options(args), args.dra_devices, args.vnpu)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

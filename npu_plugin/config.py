@@ -193,6 +193,15 @@ class BackendOptions:
         )
 
 
+def check_vnpu_mode(mode: Mode, vnpu: VnpuMode) -> None:
+    """--vnpu dynamic creates vNPUs at Prepare, which only DRA has; ConfigError otherwise."""
+    if vnpu is VnpuMode.DYNAMIC and mode is Mode.DEVICE_PLUGIN:
+        raise ConfigError(
+            "--vnpu dynamic needs DRA (--mode dra or both); --mode device-plugin serves existing vNPUs only "
+            "(--vnpu static)"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     """A validated `serve` configuration; every field has the default its flag has."""
@@ -229,11 +238,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """Cross-flag checks the parser cannot do alone; ConfigError names the flag."""
-        if self.vnpu is VnpuMode.DYNAMIC and self.mode is Mode.DEVICE_PLUGIN:
-            raise ConfigError(
-                "--vnpu dynamic needs DRA (--mode dra or both); --mode device-plugin serves existing vNPUs only "
-                "(--vnpu static)"
-            )
+        check_vnpu_mode(self.mode, self.vnpu)
         if self.vnpu_templates is not None and self.vnpu is not VnpuMode.DYNAMIC:
             raise ConfigError(
                 f"--vnpu-templates chooses what --vnpu dynamic creates; it is unused with --vnpu {self.vnpu}"

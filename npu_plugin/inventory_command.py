@@ -172,7 +172,7 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
             if output.vnpu is not VnpuMode.OFF:
                 text += "\n\n" + render_vnpu_tables(plans, output.vnpu_templates)
         elif output.form in ("json", "yaml"):
-            document: dict[str, Any] = inventory_document(devices, _vnpu_facts(vnpu_backend, devices))
+            document: dict[str, Any] = inventory_document(devices, vnpu_facts(vnpu_backend, devices))
             text = (
                 json.dumps(document, indent=2) if output.form == "json" else yaml.safe_dump(document, sort_keys=False)
             )
@@ -186,7 +186,7 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
     return 0
 
 
-def _vnpu_facts(backend: VnpuBackend | None, devices: Sequence[Device]) -> dict[int, ChipVnpu] | None:
+def vnpu_facts(backend: VnpuBackend | None, devices: Sequence[Device]) -> dict[int, ChipVnpu] | None:
     """What the backend says about each chip's vNPUs, as the inventory file's `vnpu:` blocks; None with --vnpu off."""
     if backend is None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import sys
@@ -22,13 +23,15 @@ import grpc
 import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
+from npu_plugin.backends.base import VnpuBackend
+from npu_plugin.backends.fake_vnpu import parse_state
 from npu_plugin.cdi.files import claim_spec_path
-from npu_plugin.config import BackendKind, BackendOptions, Config, Mode
+from npu_plugin.config import BackendKind, BackendOptions, Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.device import Device, Health, resource_name_for
 from npu_plugin.edits import COMMON_NODES
 from npu_plugin.errors import NpuPluginError
-from npu_plugin.inventory_command import render_table
+from npu_plugin.inventory_command import render_table, vnpu_facts
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.ownership import Owner, parse_device_list
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
@@ -36,13 +39,28 @@ from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
-from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
+from npu_plugin.sim.scheduler import (
+    DEFAULT_CLASS,
+    DeviceRequest,
+    UnschedulableError,
+    allocate_claim,
+    published_devices,
+)
+from npu_plugin.vnpu import ChipVnpu, VnpuMode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 NODE, DRIVER, NAMESPACE = "sim-node", "npu.huawei.com", "default"
 DEMO_PROFILE = "atlas-800t-a2"
 STEP_TIMEOUT = 10.0
+VNPU_CLASS = f"vnpu.{DRIVER}"
+# The selectors of manifests/deviceclasses/: whole NPUs, and every vNPU (existing or creatable).
+_VNPU_ATTRIBUTE = f'has(device.attributes["{DRIVER}"].vnpuTemplate)'
+CLASS_SELECTORS = {
+    DEFAULT_CLASS: f'device.driver == "{DRIVER}" && !{_VNPU_ATTRIBUTE}',
+    VNPU_CLASS: f'device.driver == "{DRIVER}" && {_VNPU_ATTRIBUTE}',
+}
+DEMO_TEMPLATE = "vir05_1c_16g"
 
 
 class StepFailedError(NpuPluginError):
@@ -106,6 +124,10 @@ class Paths:
     def pod_resources(self) -> Path:
         return self.root / "pod-resources"
 
+    @property
+    def fake_vnpu_state(self) -> Path:
+        return self.root / "fake-vnpu.json"
+
 
 def default_dra_devices(devices: list[Device]) -> str:
     """The upper half of the node (4-7 on an eight-NPU box), as the demo partition."""
@@ -114,12 +136,15 @@ def default_dra_devices(devices: list[Device]) -> str:
     return ",".join(str(i) for i in upper)
 
 
-def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None) -> Config:
+def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF) -> Config:
     """The configuration of the simulated daemon: everything under `paths`, health decided in one sample."""
+    backend = BackendOptions(kind=BackendKind.FAKE, fake_inventory=paths.inventory_yaml, dev_root=paths.dev)
+    if vnpu is not VnpuMode.OFF:
+        backend = replace(backend, fake_vnpu_state=paths.fake_vnpu_state)
     return Config(
         mode=mode,
         node_name=NODE,
-        backend=BackendOptions(kind=BackendKind.FAKE, fake_inventory=paths.inventory_yaml, dev_root=paths.dev),
+        backend=backend,
         device_plugin_path=paths.device_plugins,
         kubelet_registrar_directory_path=paths.plugins_registry,
         kubelet_plugins_directory_path=paths.plugins,
@@ -130,6 +155,7 @@ def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None) -> Config:
         health_failure_threshold=1,
         health_recovery_threshold=1,
         dra_devices=dra_devices if mode is Mode.BOTH else None,
+        vnpu=vnpu,
     )
 
 
@@ -143,8 +169,18 @@ async def _until(check: Callable[[], T | None], what: str, timeout: float = STEP
 
 
 class Walkthrough:
-    def __init__(self, mode: Mode, devices: list[Device], dra_devices: str | None, paths: Paths) -> None:
+    def __init__(
+        self,
+        mode: Mode,
+        devices: list[Device],
+        dra_devices: str | None,
+        paths: Paths,
+        *,
+        vnpu: VnpuMode = VnpuMode.OFF,
+        chips: dict[int, ChipVnpu] | None = None,
+    ) -> None:
         self.mode, self.devices, self.dra_devices, self.paths = mode, devices, dra_devices, paths
+        self.vnpu, self.chips = vnpu, chips
         self.report = Report()
         self.resource = resource_name_for(devices[0].device_type)
         self.dp = mode.serves_device_plugin
@@ -160,7 +196,8 @@ class Walkthrough:
             (self.paths.dev / name).touch()
         self.paths.plugins.mkdir()  # the kubelet's, like plugins_registry (which its simulator makes)
         self._write_inventory(self.devices)
-        self.api = FakeKubeAPI()
+        # vNPUs on demand need the DRAPartitionableDevices gate, off by default on Kubernetes 1.34.
+        self.api = FakeKubeAPI(partitionable_devices=True if self.vnpu is VnpuMode.DYNAMIC else None)
         self.api.start()
         try:
             self.api.write_kubeconfig(self.paths.kubeconfig)
@@ -188,7 +225,7 @@ class Walkthrough:
 
     @contextlib.asynccontextmanager
     async def _daemon(self) -> AsyncIterator[None]:
-        config = daemon_config(self.mode, self.paths, self.dra_devices)
+        config = daemon_config(self.mode, self.paths, self.dra_devices, self.vnpu)
         backend = open_backend(config.backend)
         self.daemon = Daemon(config, backend, discover(backend))
         task = asyncio.create_task(self.daemon.run(), name="simulated-daemon")
@@ -199,7 +236,7 @@ class Walkthrough:
             await task
 
     def _write_inventory(self, devices: list[Device]) -> None:
-        text = yaml.safe_dump(inventory_document(devices), sort_keys=False)
+        text = yaml.safe_dump(inventory_document(devices, self.chips), sort_keys=False)
         self.paths.inventory_yaml.write_text(text)
 
     async def _api(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -216,6 +253,8 @@ class Walkthrough:
                 await self._device_plugin_flow()
             if self.dra:
                 await self._dra_flow()
+            if self.dra and self.vnpu is VnpuMode.DYNAMIC:
+                await self._vnpu_flow()
             await self._fault_and_recovery()
         with self.report.step("clean up"):
             self.report.show("daemon stopped, simulators stopped, temporary directory removed")
@@ -269,40 +308,97 @@ class Walkthrough:
 
             async def published() -> list[dict[str, Any]] | None:
                 slices[:] = await self._slices()
+                if self.vnpu is VnpuMode.DYNAMIC and not _settled_with_candidates(slices):
+                    return None
                 return slices if slices and any(s["spec"]["devices"] for s in slices) else None
 
             await self._until_async(published, "ResourceSlice")
             self.report.show(_slice_summary(slices))
         with self.report.step("the scheduler allocates a claim for 1 NPU"):
-            claim = await asyncio.to_thread(
-                allocate_claim,
-                self.rest,
-                namespace=NAMESPACE,
-                name="inference-claim",
-                node=NODE,
-                requests=[DeviceRequest("npu", count=1)],
-                class_selectors=(),
-            )
-            results = claim["status"]["allocation"]["devices"]["results"]
-            for result in results:
-                self.report.show(
-                    f"request {result['request']}: {result['driver']} pool {result['pool']} device {result['device']}"
-                )
-        ref = Claim(NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"])
+            ref = await self._allocate("inference-claim", DeviceRequest("npu", count=1))
         with self.report.step("NodePrepareResources: the claim's CDI spec"):
-            prepared = (await self.dra_kubelet.prepare([ref]))[ref.uid]
-            if prepared.error:
-                raise StepFailedError(prepared.error)
-            for device in prepared.devices:
-                self.report.show(f"{device.device_name}: CDI {', '.join(device.cdi_device_ids) or '-'}")
-            spec_file = claim_spec_path(self.paths.cdi, DRIVER, ref.uid)
-            self.report.show(f"{spec_file.name}:")
-            self.report.show(json.dumps(json.loads(spec_file.read_text()), indent=2))
+            await self._prepare(ref)
         with self.report.step("NodeUnprepareResources"):
-            errors = await self.dra_kubelet.unprepare([ref])
-            if errors[ref.uid]:
-                raise StepFailedError(errors[ref.uid])
-            self.report.show(f"claim released; CDI spec removed: {not spec_file.exists()}")
+            await self._unprepare(ref)
+
+    async def _allocate(self, name: str, request: DeviceRequest, device_class: str = DEFAULT_CLASS) -> Claim:
+        """The scheduler stand-in allocates a one-request claim of `device_class` and shows its results."""
+        # Without vNPUs every device is a whole NPU: no selector, so no need for cel-python.
+        selectors = () if self.vnpu is VnpuMode.OFF else (CLASS_SELECTORS[device_class],)
+        claim = await asyncio.to_thread(
+            allocate_claim,
+            self.rest,
+            namespace=NAMESPACE,
+            name=name,
+            node=NODE,
+            requests=[request],
+            class_selectors=selectors,
+            device_class=device_class,
+        )
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            self.report.show(
+                f"request {result['request']}: {result['driver']} pool {result['pool']} device {result['device']}"
+            )
+        return Claim(NAMESPACE, claim["metadata"]["name"], claim["metadata"]["uid"])
+
+    async def _prepare(self, ref: Claim) -> None:
+        prepared = (await self.dra_kubelet.prepare([ref]))[ref.uid]
+        if prepared.error:
+            raise StepFailedError(prepared.error)
+        for device in prepared.devices:
+            self.report.show(f"{device.device_name}: CDI {', '.join(device.cdi_device_ids) or '-'}")
+        spec_file = claim_spec_path(self.paths.cdi, DRIVER, ref.uid)
+        self.report.show(f"{spec_file.name}:")
+        self.report.show(json.dumps(json.loads(spec_file.read_text()), indent=2))
+
+    async def _unprepare(self, ref: Claim) -> None:
+        errors = await self.dra_kubelet.unprepare([ref])
+        if errors[ref.uid]:
+            raise StepFailedError(errors[ref.uid])
+        spec_file = claim_spec_path(self.paths.cdi, DRIVER, ref.uid)
+        self.report.show(f"claim released; CDI spec removed: {not spec_file.exists()}")
+
+    async def _vnpu_flow(self) -> None:
+        await self._vnpu_published()
+        request = DeviceRequest("vnpu", selectors=(f'device.attributes["{DRIVER}"].vnpuTemplate == "{DEMO_TEMPLATE}"',))
+        with self.report.step(f"the scheduler allocates a {VNPU_CLASS} claim for one {DEMO_TEMPLATE}"):
+            ref = await self._allocate("vnpu-claim", request, VNPU_CLASS)
+        await self._vnpu_prepare(ref)
+        await self._vnpu_unprepare(ref)
+
+    async def _vnpu_published(self) -> None:
+        with self.report.step("vNPU counters and candidates published"):
+            slices: list[dict[str, Any]] = []
+
+            async def candidates() -> dict[str, list[str]] | None:
+                slices[:] = await self._slices()
+                by_template = _candidates_by_template(slices)
+                return by_template if DEMO_TEMPLATE in by_template else None
+
+            by_template = await self._until_async(candidates, f"{DEMO_TEMPLATE} candidate")
+            for item in slices:
+                for counter_set in item["spec"].get("sharedCounters") or []:
+                    counters = ", ".join(f"{k}={v['value']}" for k, v in counter_set["counters"].items())
+                    self.report.show(f"counter set {counter_set['name']}: {counters}")
+            for template, names in sorted(by_template.items()):
+                self.report.show(f"candidates {template}: {len(names)} ({names[0]}, ...)")
+
+    async def _vnpu_prepare(self, ref: Claim) -> None:
+        with self.report.step("NodePrepareResources: the vNPU is created"):
+            await self._prepare(ref)
+            state = parse_state(self.paths.fake_vnpu_state.read_text())
+            for vnpu in state.all_vnpus():
+                node = self.paths.dev / f"vdavinci{vnpu.vnpu_id}"
+                self.report.show(
+                    f"vNPU {vnpu.vnpu_id} ({vnpu.template}) on npu-{vnpu.physical_id}: {node} exists: {node.exists()}"
+                )
+
+    async def _vnpu_unprepare(self, ref: Claim) -> None:
+        with self.report.step("NodeUnprepareResources: the vNPU is destroyed"):
+            await self._unprepare(ref)
+            left = parse_state(self.paths.fake_vnpu_state.read_text()).all_vnpus()
+            nodes = sorted(p.name for p in self.paths.dev.glob("vdavinci*"))
+            self.report.show(f"vNPUs left: {len(left)}; vdavinci nodes left: {', '.join(nodes) or 'none'}")
 
     async def _until_async(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
         deadline = time.monotonic() + STEP_TIMEOUT
@@ -377,25 +473,51 @@ def _slice_summary(slices: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _discover(options: BackendOptions) -> list[Device]:
+def _candidates_by_template(slices: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The published vNPU candidates' names by template."""
+    by_template: dict[str, list[str]] = {}
+    for item in slices:
+        for device in item["spec"]["devices"]:
+            template = (device.get("attributes") or {}).get("vnpuTemplate")
+            if template is not None:
+                by_template.setdefault(template["string"], []).append(device["name"])
+    return by_template
+
+
+def _settled_with_candidates(slices: list[dict[str, Any]]) -> bool:
+    """Whether the scheduler sees the whole pool (every slice of its newest generation) with the demo's template."""
+    demo = {"string": DEMO_TEMPLATE}
+    return any((d.entry.get("attributes") or {}).get("vnpuTemplate") == demo for d in published_devices(slices))
+
+
+def _discover(options: BackendOptions, vnpu: VnpuMode) -> tuple[list[Device], dict[int, ChipVnpu] | None]:
+    """The node's devices and, unless --vnpu off, what its chips say about vNPUs (for the simulated copy)."""
     backend = open_backend(options)
     try:
-        return discover(backend)
+        devices = discover(backend)
+        vnpu_backend = backend if vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend) else None
+        return devices, vnpu_facts(vnpu_backend, devices)
     finally:
         backend.close()
 
 
-def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None) -> int:
-    devices = _discover(backend)
+def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF) -> int:
+    check_vnpu_mode(mode, vnpu)  # a usage error (exit 2) before anything starts
+    if vnpu is not VnpuMode.OFF and importlib.util.find_spec("celpy") is None:
+        raise NpuPluginError(
+            f"--vnpu {vnpu}: the scheduler stand-in evaluates the DeviceClasses' CEL with cel-python, which is not "
+            "installed: install the dev extras (pip install -e '.[dev]')"
+        )
+    devices, chips = _discover(backend, vnpu)
     if mode is Mode.BOTH:
         dra_devices = dra_devices or default_dra_devices(devices)
         parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="npu-sim-") as root:
-        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)))
+        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)), vnpu=vnpu, chips=chips)
         try:
             asyncio.run(walkthrough.run())
-        except (NpuPluginError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:
+        except (NpuPluginError, UnschedulableError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:
             print(
                 f"\nnpu-plugin simulate: step {walkthrough.report.number} "
                 f"({walkthrough.report.current}) failed: {error}",

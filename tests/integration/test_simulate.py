@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,68 @@ def test_a_bad_partition_is_a_usage_error() -> None:
         "npu-plugin simulate: error: --dra-devices: no device with physical id [9] on this node "
         "(devices: [0, 1, 2, 3, 4, 5, 6, 7])"
     )
+
+
+VNPU_STEPS = (
+    "vNPU counters and candidates published",
+    "counter set npu-",
+    "candidates vir05_1c_16g:",
+    "allocates a vnpu.npu.huawei.com claim for one vir05_1c_16g",
+    "NodePrepareResources: the vNPU is created",
+    "ASCEND_RUNTIME_OPTIONS=VIRTUAL",
+    "NodeUnprepareResources: the vNPU is destroyed",
+    "vNPUs left: 0; vdavinci nodes left: none",
+)
+
+
+@pytest.mark.parametrize("mode", ["dra", "both"])
+def test_vnpu_dynamic_creates_and_destroys_a_vnpu(mode: str) -> None:
+    run = simulate("--mode", mode, "--vnpu", "dynamic")
+    assert run.returncode == 0, run.stdout + run.stderr
+    for text in (*DRA_STEPS, *VNPU_STEPS, "health fault", "recovery", "every step succeeded"):
+        assert text in run.stdout, f"missing {text!r} in:\n{run.stdout}"
+    # The whole-NPU claim stays on whole NPUs with candidates published beside them; the vNPU claim gets one.
+    assert re.search(r"request npu: npu.huawei.com pool sim-node device npu-\d+\n", run.stdout)
+    chip = re.search(r"request vnpu: npu.huawei.com pool sim-node device npu-(\d+)-vir05-1c-16g-\d+\n", run.stdout)
+    assert chip is not None, run.stdout
+    created = re.search(
+        rf"vNPU (\d+) \(vir05_1c_16g\) on npu-{chip[1]}: \S+/dev/vdavinci(\d+) exists: True", run.stdout
+    )
+    assert created is not None and created[1] == created[2], run.stdout
+    assert f'"ASCEND_VISIBLE_DEVICES={created[1]}"' in run.stdout
+    assert f'"path": "/dev/davinci{created[1]}"' in run.stdout
+
+
+def test_vnpu_off_walks_no_vnpu_step() -> None:
+    run = simulate("--mode", "dra")
+    assert run.returncode == 0, run.stderr
+    assert "vNPU" not in run.stdout and "vir05" not in run.stdout
+
+
+def test_vnpu_dynamic_with_the_device_plugin_alone_is_a_usage_error() -> None:
+    run = simulate("--mode", "device-plugin", "--vnpu", "dynamic")
+    assert run.returncode == 2
+    assert run.stderr.strip() == (
+        "npu-plugin simulate: error: --vnpu dynamic needs DRA (--mode dra or both); --mode device-plugin serves "
+        "existing vNPUs only (--vnpu static)"
+    )
+    assert run.stdout == ""
+
+
+def test_vnpu_without_cel_python_is_named_before_anything_starts() -> None:
+    # An installation without the dev extras: celpy cannot be imported.
+    code = "import sys; sys.modules['celpy'] = None; from npu_plugin.cli import main; sys.exit(main(sys.argv[1:]))"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "simulate", "--mode", "dra", "--vnpu", "dynamic"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == (
+        "npu-plugin simulate: error: --vnpu dynamic: the scheduler stand-in evaluates the DeviceClasses' CEL with "
+        "cel-python, which is not installed: install the dev extras (pip install -e '.[dev]')"
+    )
+    assert run.stdout == ""
