@@ -15,7 +15,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchmarks import bench, bench_both, bench_dra, bench_fleet, bench_health_pass, bench_idle, bench_scale
+from benchmarks import (
+    bench,
+    bench_both,
+    bench_dra,
+    bench_fleet,
+    bench_health_pass,
+    bench_idle,
+    bench_scale,
+    bench_vnpu,
+)
 from benchmarks.common import FULL, QUICK, Budget
 from benchmarks.report import render
 
@@ -27,6 +36,7 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
     ("scale: 1,024 fake devices", bench_scale, "scale"),
     ("idle: every mode at rest, default settings", bench_idle, "idle"),
     ("one health pass per backend", bench_health_pass, "health_pass"),
+    ("vNPU: --vnpu dynamic on 16 dies", bench_vnpu, "vnpu"),
 ]
 
 
