@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -27,8 +26,6 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from benchmarks.common import (
     DRIVER,
@@ -42,13 +39,14 @@ from benchmarks.common import (
     serve_argv,
     timed,
     wait_for,
+    write_inventory,
 )
 from benchmarks.report import Row, at_most
-from npu_plugin.device import Health
-from npu_plugin.inventory_file import inventory_document
+from npu_plugin.device import Device, Health
+from npu_plugin.inventory_file import Inventory
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
-from npu_plugin.vnpu import default_id_range
+from npu_plugin.vnpu import ChipVnpu, default_id_range
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"published_s": 1.0, "republished_s": 1.0, "prepare_p99_ratio": 3.0, "slice_writes_per_minute": 2.0}
@@ -58,9 +56,9 @@ WHOLE, VNPU = "npu-1", "npu-0-vir05-1c-16g-0"
 SLICE_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def inventory(dies: int) -> dict[str, Any]:
-    """An inventory file of `dies` 910B3 dies shaped as the atlas-800t-a2 profile's: one die per card, its vNPU
-    templates and totals, every chip able to create vNPUs on demand."""
+def node(dies: int) -> Inventory:
+    """`dies` 910B3 dies shaped as the atlas-800t-a2 profile's: one die per card, its vNPU templates and totals,
+    every chip able to create vNPUs on demand."""
     profile = profile_inventory("atlas-800t-a2")
     shape, chip = profile.devices[0], profile.vnpu[0]
     devices = [
@@ -76,26 +74,22 @@ def inventory(dies: int) -> dict[str, Any]:
         for i in range(dies)
     ]
     chips = {i: replace(chip, physical_id=i, id_range=default_id_range(i, shape.device_type)) for i in range(dies)}
-    return inventory_document(devices, chips)
+    return Inventory(devices, chips)
 
 
-def with_health(document: Mapping[str, Any], physical_id: int, health: Health) -> dict[str, Any]:
-    """A copy of an inventory document with one device's health changed."""
-    devices = [
-        {**device, "health": health.value} if device["physicalId"] == physical_id else dict(device)
-        for device in document["devices"]
-    ]
-    return {**document, "devices": devices}
+def with_health(devices: Sequence[Device], physical_id: int, health: Health) -> list[Device]:
+    """The devices with one device's health changed."""
+    return [replace(d, health=health) if d.physical_id == physical_id else d for d in devices]
 
 
-def expected_names(document: Mapping[str, Any]) -> set[str]:
+def expected_names(inventory: Inventory) -> set[str]:
     """The names that show every chip and every template of it published: `npu-N` and the first device of each
     template, `npu-N-<template with dashes>-0`."""
     names = set()
-    for device in document["devices"]:
-        whole = f"npu-{device['physicalId']}"
+    for device in inventory.devices:
+        whole = f"npu-{device.physical_id}"
         names.add(whole)
-        names.update(f"{whole}-{t['name'].replace('_', '-')}-0" for t in device["vnpu"]["templates"])
+        names.update(f"{whole}-{t.name.replace('_', '-')}-0" for t in inventory.vnpu[device.physical_id].templates)
     return names
 
 
@@ -114,13 +108,6 @@ def slice_writes(requests: Sequence[RecordedRequest]) -> int:
 
 def p99_ratio(vnpu: list[float], whole: list[float]) -> float:
     return round(percentile(vnpu, 0.99) / percentile(whole, 0.99), 2)
-
-
-def write_inventory(path: Path, document: Mapping[str, Any]) -> None:
-    """Replace the inventory file in one rename, so the daemon never reads half of it."""
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(yaml.safe_dump(dict(document), sort_keys=False), encoding="utf-8")
-    os.replace(temp, path)
 
 
 def daemon_argv(work: Path, *extra: str) -> list[str]:
@@ -154,12 +141,12 @@ def pool(api: FakeKubeAPI) -> tuple[int, set[str]] | None:
     return complete_pool(api.objects("ResourceSlice"))
 
 
-async def republished(api: FakeKubeAPI, path: Path, document: Mapping[str, Any]) -> float:
+async def republished(api: FakeKubeAPI, path: Path, devices: list[Device], chips: Mapping[int, ChipVnpu]) -> float:
     """Seconds from an inventory rewrite to a complete pool of a later generation."""
     before = pool(api)
     generation = -1 if before is None else before[0]
     started = time.monotonic()
-    write_inventory(path, document)
+    write_inventory(path, devices, chips)
 
     def newer() -> bool:
         now = pool(api)
@@ -196,9 +183,9 @@ async def prepares(kubelet: DraKubeletSimulator, claims: dict[str, Claim], count
 
 
 async def measure_partitionable(work: Path, budget: Budget) -> dict[str, Any]:
-    document = inventory(DIES)
-    write_inventory(work / "inventory.yaml", document)
-    expected = expected_names(document)
+    inventory = node(DIES)
+    write_inventory(work / "inventory.yaml", inventory.devices, inventory.vnpu)
+    expected = expected_names(inventory)
     with api_at(work, 36, True) as api:
         async with DraKubeletSimulator(work / "reg", node_name=NODE, api_url=api.url, scan_interval=0.002) as kubelet:
             with process(daemon_argv(work, "--health-interval", "0.2"), work / "daemon.log"):
@@ -209,9 +196,9 @@ async def measure_partitionable(work: Path, budget: Budget) -> dict[str, Any]:
                 await asyncio.sleep(budget.settle)
                 changes = []
                 for _ in range(budget.rounds):
-                    faulty = with_health(document, FAULTY_CHIP, Health.CRITICAL)
-                    changes.append(await republished(api, work / "inventory.yaml", faulty))
-                    changes.append(await republished(api, work / "inventory.yaml", document))
+                    faulty = with_health(inventory.devices, FAULTY_CHIP, Health.CRITICAL)
+                    changes.append(await republished(api, work / "inventory.yaml", faulty, inventory.vnpu))
+                    changes.append(await republished(api, work / "inventory.yaml", inventory.devices, inventory.vnpu))
                 claims = {"vnpu": planted(api, "vnpu", VNPU), "whole": planted(api, "whole", WHOLE)}
                 warmup = budget.warmup // 4
                 samples = await prepares(kubelet, claims, warmup + budget.prepares)
@@ -232,7 +219,8 @@ async def measure_partitionable(work: Path, budget: Budget) -> dict[str, Any]:
 
 
 async def measure_gate_off(work: Path, budget: Budget) -> dict[str, Any]:
-    write_inventory(work / "inventory.yaml", inventory(DIES))
+    inventory = node(DIES)
+    write_inventory(work / "inventory.yaml", inventory.devices, inventory.vnpu)
     with api_at(work, 35, False) as api:
         async with DraKubeletSimulator(work / "reg", node_name=NODE, api_url=api.url, scan_interval=0.5):
             with process(daemon_argv(work), work / "daemon.log"):

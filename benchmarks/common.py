@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from npu_plugin.edits import COMMON_NODES
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
+from npu_plugin.vnpu import ChipVnpu
 from tests.fakeapi import RecordedRequest
 
 NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
@@ -173,10 +174,11 @@ def fake_devices(count: int) -> list[Device]:
     ]
 
 
-def write_inventory(path: Path, devices: list[Device]) -> Path:
-    """Replace the inventory file in one rename, so the daemon never reads half of it."""
+def write_inventory(path: Path, devices: list[Device], vnpu: Mapping[int, ChipVnpu] | None = None) -> Path:
+    """Replace the inventory file in one rename, so the daemon never reads half of it; `vnpu` adds the chips'
+    vNPU blocks."""
     temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(yaml.safe_dump(inventory_document(devices), sort_keys=False), encoding="utf-8")
+    temp.write_text(yaml.safe_dump(inventory_document(devices, vnpu), sort_keys=False), encoding="utf-8")
     os.replace(temp, path)
     return path
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from benchmarks.bench_vnpu import complete_pool, expected_names, inventory, p99_ratio, slice_writes, with_health
+from benchmarks.bench_vnpu import complete_pool, expected_names, node, p99_ratio, slice_writes, with_health
+from benchmarks.common import write_inventory
 from npu_plugin.device import Health
 from npu_plugin.inventory_file import parse_inventory_file
 from tests.fakeapi import RecordedRequest
 
 
-def test_inventory_parses_with_every_chip_dynamic_and_its_own_id_range() -> None:
-    parsed = parse_inventory_file(yaml.safe_dump(inventory(16)), "bench")
+def test_node_parses_with_every_chip_dynamic_and_its_own_id_range(tmp_path: Path) -> None:
+    inventory = node(16)
+    written = write_inventory(tmp_path / "inventory.yaml", inventory.devices, inventory.vnpu)
+    parsed = parse_inventory_file(written.read_text(), "bench")
     assert [d.physical_id for d in parsed.devices] == list(range(16))
     assert len({d.pci_bus_id for d in parsed.devices}) == 16
     assert all(chip.dynamic_supported for chip in parsed.vnpu.values())
@@ -23,16 +26,16 @@ def test_inventory_parses_with_every_chip_dynamic_and_its_own_id_range() -> None
 
 @pytest.mark.parametrize(("physical_id", "changed"), [(3, [3]), (0, [0]), (99, [])])
 def test_with_health_changes_one_device_and_leaves_the_original(physical_id: int, changed: list[int]) -> None:
-    original = inventory(4)
+    original = node(4).devices
     rewritten = with_health(original, physical_id, Health.CRITICAL)
-    assert [d["physicalId"] for d in rewritten["devices"] if d["health"] == "Critical"] == changed
-    assert all(d["health"] == "OK" for d in original["devices"])
+    assert [d.physical_id for d in rewritten if d.health is Health.CRITICAL] == changed
+    assert all(d.health is Health.OK for d in original)
 
 
 def test_expected_names_cover_each_chip_and_the_first_of_each_template() -> None:
-    names = expected_names(inventory(2))
+    names = expected_names(node(2))
     assert {"npu-0", "npu-1", "npu-0-vir05-1c-16g-0", "npu-1-vir10-3c-32g-0"} <= names
-    assert not any(name.endswith("-1") and name.count("-") > 1 for name in names)
+    assert len(names) == 2 * (1 + len(node(1).vnpu[0].templates))
 
 
 def slice_(generation: int, count: int, *devices: str) -> dict[str, Any]:
