@@ -32,6 +32,7 @@ from benchmarks.common import (
     FULL,
     NODE,
     Budget,
+    complete_pool,
     dev_root,
     dra_dirs,
     percentile,
@@ -93,14 +94,6 @@ def expected_names(inventory: Inventory) -> set[str]:
     return names
 
 
-def complete_pool(items: Sequence[Mapping[str, Any]]) -> tuple[int, set[str]] | None:
-    """The generation and device names of one node's slices when its pool is complete, else None."""
-    pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
-    if len(pools) != 1 or next(iter(pools))[1] != len(items):
-        return None
-    return next(iter(pools))[0], {d["name"] for s in items for d in s["spec"].get("devices", [])}
-
-
 def slice_writes(requests: Sequence[RecordedRequest]) -> int:
     """Requests that wrote a ResourceSlice (create, replace, patch, delete)."""
     return sum(1 for r in requests if r.method in SLICE_WRITE_METHODS and "/resourceslices" in r.path)
@@ -138,7 +131,10 @@ def api_at(work: Path, minor: int, partitionable: bool) -> Iterator[FakeKubeAPI]
 
 
 def pool(api: FakeKubeAPI) -> tuple[int, set[str]] | None:
-    return complete_pool(api.objects("ResourceSlice"))
+    """This node's generation and device names when its pool is complete."""
+    if (complete := complete_pool(api.objects("ResourceSlice"))) is None:
+        return None
+    return complete[0], set(complete[1])
 
 
 async def republished(api: FakeKubeAPI, path: Path, devices: list[Device], chips: Mapping[int, ChipVnpu]) -> float:

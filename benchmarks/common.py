@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,10 +211,17 @@ def published(rest: RestClient) -> list[str] | None:
 
 def pool_devices(items: list[dict[str, Any]]) -> list[str] | None:
     """The device names of one node's slices when its pool is complete (one generation, every slice there)."""
+    pool = complete_pool(items)
+    return None if pool is None else sorted(pool[1], key=lambda n: int(n.split("-")[1]))
+
+
+def complete_pool(items: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]] | None:
+    """The generation and device names of one node's slices when its pool is complete, else None. A slice may
+    hold only counters (no devices)."""
     pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
     if len(pools) != 1 or next(iter(pools))[1] != len(items):
         return None
-    return sorted((d["name"] for s in items for d in s["spec"]["devices"]), key=lambda n: int(n.split("-")[1]))
+    return next(iter(pools))[0], [d["name"] for s in items for d in s["spec"].get("devices", [])]
 
 
 def slice_count(rest: RestClient) -> int:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_vnpu import complete_pool, expected_names, node, p99_ratio, slice_writes, with_health
-from benchmarks.common import write_inventory
+from benchmarks.bench_vnpu import expected_names, node, p99_ratio, slice_writes, with_health
+from benchmarks.common import complete_pool, write_inventory
 from npu_plugin.device import Health
 from npu_plugin.inventory_file import parse_inventory_file
 from tests.fakeapi import RecordedRequest
@@ -48,14 +48,14 @@ def slice_(generation: int, count: int, *devices: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("items", "expected"),
     [
-        ([slice_(1, 1, "npu-0")], (1, {"npu-0"})),
-        ([slice_(2, 2), slice_(2, 2, "npu-0", "npu-0-vir05-1c-16g-0")], (2, {"npu-0", "npu-0-vir05-1c-16g-0"})),
+        ([slice_(1, 1, "npu-0")], (1, ["npu-0"])),
+        ([slice_(2, 2), slice_(2, 2, "npu-0", "npu-0-vir05-1c-16g-0")], (2, ["npu-0", "npu-0-vir05-1c-16g-0"])),
         ([slice_(2, 2, "npu-0")], None),
         ([slice_(1, 1, "npu-0"), slice_(2, 1, "npu-1")], None),
         ([], None),
     ],
 )
-def test_complete_pool(items: list[dict[str, Any]], expected: tuple[int, set[str]] | None) -> None:
+def test_complete_pool(items: list[dict[str, Any]], expected: tuple[int, list[str]] | None) -> None:
     assert complete_pool(items) == expected
 
 
