@@ -24,7 +24,9 @@ from tests.integration.dra_support import (
     async_wait_until,
     claims_in_checkpoint,
     dra_args,
+    node_slices,
     plant_claim,
+    published_names,
     result,
     retry_prepare,
     run_with_kubelet,
@@ -164,9 +166,38 @@ def test_kill_9_during_prepare_destroys_the_vnpu_before_serving_and_the_retry_cr
         # Start-up reconciliation ran before the DRA socket was served.
         assert live(workspace) == {} and not (workspace.dev / "vdavinci100").exists()
         assert claim.uid not in claims_in_checkpoint(workspace)
+        assert node.daemon is not None
+        log = node.daemon.log()
+        destroyed = "destroyed vNPU 100 on npu-0" if made else "vNPU 100 on npu-0 is already gone"
+        assert -1 < log.find(destroyed) < log.find("DRA plugin serving on"), log
         answer = (await retry_prepare(kubelet, [claim]))[claim.uid]
         assert answer.error == ""
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
+        assert claims_in_checkpoint(workspace)[claim.uid]["state"] == "PrepareCompleted"
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_kill_9_after_the_cdi_file_before_completion_destroys_the_vnpu_and_removes_the_file(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    claim = vnpu_claim(fake_api, "c", "npu-0-vir05-1c-16g-0")
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        node = Node(workspace, launch_daemon, kubelet)
+        await node.start()
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        node.kill()
+        # What a Prepare killed after writing the CDI file, before recording PrepareCompleted, leaves behind.
+        checkpoint = json.loads(workspace.checkpoint.read_text())
+        checkpoint["claims"][claim.uid]["state"] = "PrepareStarted"
+        workspace.checkpoint.write_text(json.dumps(checkpoint))
+        assert workspace.cdi_file(claim.uid).exists() and live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
+        await node.start()
+        assert live(workspace) == {} and not (workspace.dev / "vdavinci100").exists()
+        assert not workspace.cdi_file(claim.uid).exists() and claim.uid not in claims_in_checkpoint(workspace)
+        assert (await retry_prepare(kubelet, [claim]))[claim.uid].error == ""
+        assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]} and workspace.cdi_file(claim.uid).exists()
         assert claims_in_checkpoint(workspace)[claim.uid]["state"] == "PrepareCompleted"
 
     run_with_kubelet(workspace, fake_api, scenario)
@@ -221,6 +252,7 @@ def test_after_a_reboot_the_vnpu_is_kept_or_created_again_with_its_id(
 def test_a_foreign_vnpu_survives_start_up_and_is_served_by_its_id(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
+    fake_api.set_kubernetes_version(36)  # DRAPartitionableDevices on: the other chips publish candidates
     write_hardware(workspace, vnpus={"0": [{"vnpuId": 102, "template": V05}]})
     (workspace.dev / "vdavinci102").touch()
     candidate = vnpu_claim(fake_api, "candidate", "npu-0-vir05-1c-16g-0")
@@ -231,6 +263,12 @@ def test_a_foreign_vnpu_survives_start_up_and_is_served_by_its_id(
         await node.start()
         assert node.daemon is not None
         node.daemon.wait_for_log("npu-0 holds vNPUs not created by npu-plugin (102)")
+        # Chip 0 is served statically: its vNPU by id, neither whole nor split on demand; chip 1 is split.
+        await async_wait_until(lambda: "npu-1-vir05-1c-16g-0" in published_names(fake_api), what="the pool")
+        chip0 = [n for n in published_names(fake_api) if n == "npu-0" or n.startswith("npu-0-")]
+        assert chip0 == ["npu-0-vnpu-102"]
+        counter_sets = [c["name"] for s in node_slices(fake_api) for c in s["spec"].get("sharedCounters", [])]
+        assert "npu-0-counters" not in counter_sets and "npu-1-counters" in counter_sets
         answers = await kubelet.prepare([candidate, static])
         assert "npu-0 is not split on demand" in answers[candidate.uid].error
         assert answers[static.uid].error == ""
