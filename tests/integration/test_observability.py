@@ -122,7 +122,8 @@ async def until_samples(port: int, holds: Callable[[Samples], bool], what: str, 
 
 async def until_metric(port: int, name: str, expected: float, daemon: DaemonProcess, **labels: str) -> Samples:
     def reads(samples: Samples) -> bool:
-        return value(samples, name, **labels) == expected
+        # A labelled sample appears only once its first value is set: until then, keep waiting.
+        return samples.get((name, tuple(sorted(labels.items())))) == expected
 
     return await until_samples(port, reads, f"{name}{labels} == {expected}", daemon)
 
