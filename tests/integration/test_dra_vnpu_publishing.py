@@ -272,3 +272,27 @@ def test_without_dry_run_the_probe_is_deleted_and_the_pool_is_published_beside_i
     probes = [r for r in fake_api.requests if r.verb == "create" and r.body["spec"]["pool"]["name"] != NODE]
     deleted = [r for r in fake_api.requests if r.verb == "delete"]
     assert len(probes) == len(deleted) == 1
+
+
+def test_vnpu_off_publishes_the_same_slices_and_touches_no_vnpu_state(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A1, serving
+    fake_api.set_kubernetes_version(36)  # even with DRAPartitionableDevices on
+    plain = vnpu_args(workspace)[: -len(("--vnpu", "dynamic", "--fake-vnpu-state", "hw.json"))]
+    assert "--vnpu" not in plain
+    daemon = launch_daemon(*plain)
+    wait_until(lambda: published_names(fake_api) == [f"npu-{i}" for i in range(8)], 10, "eight whole NPUs")
+    daemon.wait_for_log("published 1 ResourceSlice(s)")
+    before = [s["spec"] for s in node_slices(fake_api)]
+    daemon.kill()
+    writes, watches = slice_writes(fake_api), sum(1 for r in fake_api.requests if r.verb == "watch")
+    launch_daemon(*plain, "--vnpu", "off", "--fake-vnpu-state", str(workspace.root / "hw.json"))
+    wait_until(lambda: sum(1 for r in fake_api.requests if r.verb == "watch") > watches, 10, "the new daemon's watch")
+    deadline = time.monotonic() + 2  # its first reconcile compares the stored slices with its own
+    while time.monotonic() < deadline and slice_writes(fake_api) == writes:
+        time.sleep(0.05)
+    assert [s["spec"] for s in node_slices(fake_api)] == before
+    assert slice_writes(fake_api) == writes
+    assert probes(fake_api) == 0
+    assert not (workspace.root / "hw.json").exists()
+    assert not list(workspace.dev.glob("vdavinci*"))
