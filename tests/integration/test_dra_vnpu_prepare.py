@@ -240,6 +240,8 @@ def test_after_a_reboot_the_vnpu_is_kept_or_created_again_with_its_id(
         write_hardware(workspace, bootId="before", recover=recover, vnpus=hardware(workspace)["vnpus"])
         checkpoint = json.loads(workspace.checkpoint.read_text()) | {"bootId": "before"}
         workspace.checkpoint.write_text(json.dumps(checkpoint))
+        if not recover:
+            workspace.cdi_file(claim.uid).unlink()  # the spec must be written again with the re-created vNPU
         await node.start()
         assert live(workspace) == ({"0": [{"vnpuId": 100, "template": V05}]} if recover else {})
         assert (await retry_prepare(kubelet, [claim]))[claim.uid] == answer
