@@ -177,6 +177,10 @@ def test_each_template_publishes_as_many_candidates_as_an_empty_chip_holds(profi
             (used,) = device["consumesCounters"]
             key = (used["counterSet"], device["attributes"]["vnpuTemplate"]["string"])
             per_template.setdefault(key, []).append({k: _quantity(v["value"]) for k, v in used["counters"].items()})
+    _, plans = plans_for(profile)
+    dynamic = {f"npu-{p}-counters": plan.chip.templates for p, plan in plans.items() if f"npu-{p}-counters" in sets}
+    # Every template of every dynamic chip fits an empty chip at least once, so each publishes candidates.
+    assert set(per_template) == {(name, t.name) for name, templates in dynamic.items() for t in templates}
     for (set_name, _), uses in per_template.items():
         totals, one = sets[set_name], uses[0]
         n = len(uses)
