@@ -351,3 +351,26 @@ def test_refusals_and_a_busy_vnpu_reach_the_kubelet_per_claim(
         assert (await kubelet.prepare([whole]))[whole.uid].error == ""
 
     run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_a_corrupt_hardware_state_fails_the_claim_naming_the_file_and_the_daemon_keeps_serving(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    claim = vnpu_claim(fake_api, "c", "npu-0-vir05-1c-16g-0")
+    write_hardware(workspace)
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        node = Node(workspace, launch_daemon, kubelet)
+        await node.start()
+        good = hw_path(workspace).read_text()
+        hw_path(workspace).write_text("{not json")
+        error = (await kubelet.prepare([claim]))[claim.uid].error
+        assert f"fake vNPU state {hw_path(workspace)} is corrupt" in error, error
+        assert claim.uid not in (claims_in_checkpoint(workspace) if workspace.checkpoint.exists() else {})
+        assert not workspace.cdi_file(claim.uid).exists() and not (workspace.dev / "vdavinci100").exists()
+        hw_path(workspace).write_text(good)
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
+        assert node.daemon is not None and "Traceback" not in node.daemon.log()
+
+    run_with_kubelet(workspace, fake_api, scenario)
