@@ -44,7 +44,10 @@ async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], No
         await server.start()
     finally:
         os.umask(previous)
-    os.chmod(path, 0o600)
+    # A kubelet starting up deletes every socket in its directory, ours too, possibly right after the bind:
+    # the owner notices the deletion and binds again, so a socket already gone is not an error here.
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(path, 0o600)
     return server
 
 
