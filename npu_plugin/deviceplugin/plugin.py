@@ -61,6 +61,8 @@ class DevicePlugin:
         self.registered = False
         self._serving = False
         self._registered_with: tuple[int, int, int] | None = None
+        # The kubelet.sock the current registration attempt dials: an event about that very file is old news.
+        self._registering_with: tuple[int, int, int] | None = None
         self._restart = asyncio.Event()
 
     def on_file_event(self, name: str, kind: str) -> None:
@@ -73,8 +75,14 @@ class DevicePlugin:
         if not self._serving:
             return
         kubelet = _identity(self.directory / KUBELET_SOCKET)
-        if name == KUBELET_SOCKET and kind == "created" and kubelet is not None and kubelet != self._registered_with:
-            # Not yet registered: a new round registers at once instead of sleeping out its back-off.
+        if (
+            name == KUBELET_SOCKET
+            and kind == "created"
+            and kubelet is not None
+            and kubelet not in (self._registered_with, self._registering_with)
+        ):
+            # A kubelet.sock no attempt has dialed yet: a new round registers at once instead of sleeping out its
+            # back-off. One already being dialed is left alone: restarting would register twice with one kubelet.
             log.info("kubelet.sock (re-)created: registering again")
             self._restart.set()
         elif name == KUBELET_SOCKET and kind == "deleted" and kubelet is None and self._registered_with is not None:
@@ -112,6 +120,7 @@ class DevicePlugin:
         finally:
             self._serving = False
             self._registered_with = None
+            self._registering_with = None
             self._set_registered(False)
             # Old streams close before the socket goes, so the kubelet never reads a dead stream.
             service.close_streams()
@@ -130,6 +139,7 @@ class DevicePlugin:
         identity = _identity(kubelet)
         if identity is None:
             raise RegistrationError(f"{kubelet} does not exist yet")
+        self._registering_with = identity
         if not self.socket.exists():
             # Deleted before the event that reports it could be told apart from our own unlink.
             self._restart.set()
