@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from npu_plugin.dra.checkpoint import read_boot_id
@@ -72,9 +75,11 @@ class Node:
         self.workspace, self.launch, self.kubelet = workspace, launch, kubelet
         self.daemon: DaemonProcess | None = None
 
-    async def start(self) -> None:
+    async def start(self, crash_at: str | None = None) -> None:
+        """`crash_at` names the point where the daemon kills itself (see tests/support/crash_point.py)."""
         before = sum(a.registered for a in self.kubelet.attempts)
-        self.daemon = self.launch(*vnpu_args(self.workspace))
+        wrapper = [sys.executable, "-m", "tests.support.crash_point", crash_at] if crash_at else []
+        self.daemon = self.launch(*vnpu_args(self.workspace), wrapper=wrapper)
         await self.kubelet.wait_for(lambda: sum(a.registered for a in self.kubelet.attempts) > before, timeout=20)
 
     def kill(self) -> None:
@@ -185,17 +190,19 @@ def test_kill_9_after_the_cdi_file_before_completion_destroys_the_vnpu_and_remov
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         node = Node(workspace, launch_daemon, kubelet)
-        await node.start()
-        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
-        node.kill()
-        # What a Prepare killed after writing the CDI file, before recording PrepareCompleted, leaves behind.
-        checkpoint = json.loads(workspace.checkpoint.read_text())
-        checkpoint["claims"][claim.uid]["state"] = "PrepareStarted"
-        workspace.checkpoint.write_text(json.dumps(checkpoint))
+        # The daemon dies by SIGKILL in the write that would record PrepareCompleted.
+        await node.start(crash_at="prepare-completed")
+        with pytest.raises(grpc.aio.AioRpcError):  # the connection drops: no answer
+            await kubelet.prepare([claim])
+        assert node.daemon is not None and node.daemon.process.wait(10) == -signal.SIGKILL
+        assert claims_in_checkpoint(workspace)[claim.uid]["state"] == "PrepareStarted"
         assert workspace.cdi_file(claim.uid).exists() and live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
         await node.start()
         assert live(workspace) == {} and not (workspace.dev / "vdavinci100").exists()
         assert not workspace.cdi_file(claim.uid).exists() and claim.uid not in claims_in_checkpoint(workspace)
+        log = node.daemon.log()
+        cleaned = [log.find(line) for line in ("destroyed vNPU 100 on npu-0", "removing orphaned CDI spec")]
+        assert -1 < max(cleaned) < log.find("DRA plugin serving on"), log
         assert (await retry_prepare(kubelet, [claim]))[claim.uid].error == ""
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]} and workspace.cdi_file(claim.uid).exists()
         assert claims_in_checkpoint(workspace)[claim.uid]["state"] == "PrepareCompleted"
@@ -213,12 +220,14 @@ def test_kill_9_after_prepare_keeps_the_vnpu_and_a_destroyed_one_unprepares_fine
         await node.start()
         answer = (await kubelet.prepare([claim]))[claim.uid]
         node.kill()
-        await node.start()
+        # The daemon dies by SIGKILL in Unprepare's write that would drop the entry, after the destroy.
+        await node.start(crash_at="unprepare-removed")
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
         assert (await retry_prepare(kubelet, [claim]))[claim.uid] == answer
-        # Unprepare killed after its destroy, before it removed the entry: the vNPU is gone, the entry stays.
-        node.kill()
-        write_hardware(workspace, vnpus={})
+        with pytest.raises(grpc.aio.AioRpcError):
+            await kubelet.unprepare([claim])
+        assert node.daemon is not None and node.daemon.process.wait(10) == -signal.SIGKILL
+        assert live(workspace) == {} and claims_in_checkpoint(workspace)[claim.uid]["state"] == "PrepareCompleted"
         await node.start()
         assert await kubelet.unprepare([claim]) == {claim.uid: ""}
         assert claim.uid not in claims_in_checkpoint(workspace) and live(workspace) == {}
