@@ -58,19 +58,17 @@ def run_daemon(config: Config) -> int:
     check_paths(config)
     backend = open_backend(config.backend)
     try:
-        devices = discover(backend)
-        check_vnpus(config, backend, devices)
-        return asyncio.run(Daemon(config, backend, devices).run())
+        return asyncio.run(Daemon(config, backend, discover(backend)).run())
     finally:
         backend.close()
 
 
-def check_vnpus(config: Config, backend: Backend, devices: list[Device]) -> None:
+def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: set[str]) -> None:
     """With --vnpu static|dynamic, read every chip's vNPUs once before serving: a --vnpu-templates name no chip
     offers stops the start (exit 2, naming the chip), so does unreadable vNPU state (exit 1); skipped templates
-    and chips that cannot split on demand are logged."""
+    and chips that cannot split on demand are logged (and added to `said`)."""
     if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
-        VnpuReader(backend, config.vnpu, config.vnpu_templates).read(devices)
+        VnpuReader(backend, config.vnpu, config.vnpu_templates, said=said).read(devices)
 
 
 def resolve_resource_name(config: Config, devices: list[Device]) -> str:
@@ -87,6 +85,10 @@ class Daemon:
 
     def __init__(self, config: Config, backend: Backend, devices: list[Device]) -> None:
         self.config, self.backend, self.devices = config, backend, devices
+        # Shared by every vNPU reader of the daemon, so each skipped template and each reason a chip is not split
+        # on demand is logged once, at start, however many parts read the chips.
+        self.vnpu_said: set[str] = set()
+        check_vnpus(config, backend, devices, self.vnpu_said)
         self.resource_name = resolve_resource_name(config, devices)
         if config.dra_devices and config.mode is not Mode.BOTH:
             log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
@@ -199,7 +201,7 @@ class Daemon:
             return DeviceListing(self.inventory)
         # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
         on_read = self.telemetry.vnpus if not self.config.serves_dra else lambda _vnpus: None
-        reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read)
+        reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read, said=self.vnpu_said)
 
         def read(devices: Sequence[Device]) -> dict[int, tuple[Vnpu, ...]]:
             return {physical_id: plan.chip.vnpus for physical_id, plan in reader.read(devices).items()}
@@ -260,7 +262,9 @@ class Daemon:
         config = self.config
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
-        reader = VnpuReader(self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus)
+        reader = VnpuReader(
+            self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus, said=self.vnpu_said
+        )
         return VnpuHands(
             self.backend,
             reader,

@@ -125,7 +125,8 @@ def unknown_offered(chip: ChipVnpu, offered: frozenset[str]) -> list[str]:
 
 class VnpuReader:
     """Reads each chip's vNPU facts from the backend and plans how it is served; each skipped template and each
-    reason a chip is not dynamic is logged once per process, not at every read."""
+    reason a chip is not dynamic is logged once, not at every read: once per reader, or once for all the readers
+    sharing one `said` set (the lines already logged)."""
 
     def __init__(
         self,
@@ -133,9 +134,10 @@ class VnpuReader:
         mode: VnpuMode,
         offered: frozenset[str] | None = None,
         on_read: Callable[[list[tuple[Vnpu, VnpuOrigin]]], None] = lambda _vnpus: None,
+        said: set[str] | None = None,
     ) -> None:
         self._backend, self._mode, self._offered, self._on_read = backend, mode, offered, on_read
-        self._said: set[str] = set()
+        self._said: set[str] = set() if said is None else said
 
     def read(self, devices: Sequence[Device], ours: frozenset[int] = frozenset()) -> dict[int, ChipPlan]:
         """A plan for each chip that has vNPU facts (the others are whole NPUs). With --vnpu off, nothing: no

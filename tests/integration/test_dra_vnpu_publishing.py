@@ -4,6 +4,7 @@ the read-back of every write and the fallback without counters, with no write st
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra import publisher as publisher_module
+from npu_plugin.dra.checkpoint import read_boot_id
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.inventory import Inventory
@@ -127,6 +129,40 @@ def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the
     assert slice_writes(fake_api) == writes == ["create /apis/resource.k8s.io/v1/resourceslices"]
     assert probes(fake_api) == 1
     assert daemon.log().count("DRAPartitionableDevices is off") == 1
+
+
+@pytest.mark.parametrize(
+    ("profile", "chips", "static", "product"),
+    [
+        ("atlas-300i-duo", 4, {"vnpuId": 116, "template": "vir02"}, "Atlas 300I Duo"),
+        ("atlas-800-9000", 8, {"vnpuId": 116, "template": "vir04"}, "Ascend 910 (910A)"),
+    ],
+    ids=["300i-duo", "910a"],
+)
+def test_products_with_static_vnpus_only_publish_no_counters_and_no_candidates_and_say_why(
+    workspace: Workspace,
+    fake_api: FakeKubeAPI,
+    launch_daemon: Launcher,
+    *,
+    profile: str,
+    chips: int,
+    static: dict[str, Any],
+    product: str,
+) -> None:  # A7, served: the API server would take counters (1.36), yet these chips are never split on demand
+    fake_api.set_kubernetes_version(36)
+    (workspace.root / "hw.json").write_text(json.dumps({"bootId": read_boot_id(), "vnpus": {"1": [static]}}))
+    args = vnpu_args(workspace)
+    args[args.index("--fake-profile") + 1] = profile
+    daemon = launch_daemon(*args, "--log-level", "info")
+    expected = ["npu-0", "npu-1-vnpu-116", *(f"npu-{i}" for i in range(2, chips))]
+    wait_until(lambda: published_names(fake_api) == expected, 10, "whole NPUs and the static vNPU")
+    daemon.wait_for_log("published 1 ResourceSlice(s)")
+    stored = node_slices(fake_api)
+    assert all("sharedCounters" not in s["spec"] for s in stored)
+    assert all("consumesCounters" not in d for s in stored for d in s["spec"]["devices"])
+    [line] = [line for line in daemon.log().splitlines() if "no vNPUs on demand" in line]
+    assert product in line and line.endswith("supports static vNPUs only"), line
+    assert ", ".join(f"npu-{i} (" for i in range(chips)) == ", ".join(re.findall(r"npu-\d+ \(", line))
 
 
 # ---- the read-back, in process: an API server whose dry run does not drop the gated fields

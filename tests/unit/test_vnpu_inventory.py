@@ -145,6 +145,16 @@ def test_static_only_products_are_explained_once_naming_the_product(
     assert line.startswith("--vnpu dynamic: npu-0 (") and product in line and "static vNPUs only" in line
 
 
+def test_readers_sharing_what_was_said_explain_a_static_only_product_once(caplog: pytest.LogCaptureFixture) -> None:
+    inventory = profile_inventory("atlas-300i-duo")
+    said: set[str] = set()
+    with caplog.at_level(logging.INFO, logger="npu_plugin.vnpu_inventory"):
+        for _reader in range(2):
+            VnpuReader(Recording(dict(inventory.vnpu)), VnpuMode.DYNAMIC, said=said).read(inventory.devices)
+    assert len(caplog.records) == 1
+    assert said == {caplog.records[0].getMessage()}
+
+
 def test_a_bad_template_is_logged_once_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
     inventory = profile_inventory("atlas-800t-a2")
     bad = VnpuTemplate("vir_bad", 5, 2**30)
