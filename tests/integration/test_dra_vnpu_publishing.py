@@ -118,17 +118,58 @@ def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the
     assert all("consumesCounters" not in d for s in node_slices(fake_api) for d in s["spec"]["devices"])
     daemon.wait_for_log("published 1 ResourceSlice(s)")
     writes = slice_writes(fake_api)
-    # Each reconcile would rewrite if the stored slices never matched: end the watch, so the informer lists and
-    # watches again and the publisher reconciles, then look for writes a while.
-    watches = sum(1 for r in fake_api.requests if r.verb == "watch")
-    fake_api.end_watches()
-    wait_until(lambda: sum(1 for r in fake_api.requests if r.verb == "watch") > watches, 10, "a new watch")
+    # Each reconcile would rewrite if the stored slices never matched: expire the watch (410), so the informer
+    # lists again and the publisher reconciles, then look for writes a while. A minute of every periodic cause:
+    # test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice.
+    lists = requests_of(fake_api, "list", "/apis/resource")
+    fake_api.break_next_watch("error-event")
+    fake_api.end_watches()  # the open one: the informer resumes, and that watch expires
+    wait_for_requests(fake_api, "list", "/apis/resource", lists + 1, 10)
     deadline = time.monotonic() + 2
     while time.monotonic() < deadline and slice_writes(fake_api) == writes:
         time.sleep(0.05)
     assert slice_writes(fake_api) == writes == ["create /apis/resource.k8s.io/v1/resourceslices"]
     assert probes(fake_api) == 1
     assert daemon.log().count("DRAPartitionableDevices is off") == 1
+
+
+def requests_of(api: FakeKubeAPI, verb: str, path: str) -> int:
+    return sum(1 for r in api.requests if r.verb == verb and r.path.startswith(path))
+
+
+def wait_for_requests(api: FakeKubeAPI, verb: str, path: str, count: int, timeout: float) -> None:
+    what = f"{count} {verb} requests of {path}"
+    wait_until(lambda: requests_of(api, verb, path) >= count, timeout, what, interval=0.2)
+
+
+@pytest.mark.slow
+def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:  # A8: no write storm
+    """After the first publish, nothing the daemon does periodically rewrites a slice, for as many rounds of each
+    periodic cause as a minute at the defaults brings:
+
+    - health samples (`--health-interval`, 5 s: 12 a minute): 0.1 s here, about 600 in the minute;
+    - watch restarts (a watch asks for 300-600 s, so none in a minute): the fake API ends every watch after 2 s,
+      and five watches end in 410 Expired, which makes the informer list again and the publisher reconcile;
+    - resyncs (30 s: 2 a minute, each reading /version, re-reading the vNPUs and reconciling): no flag sets
+      this period, so the test runs until the request log shows both;
+    - the gate probe (600 s: none in a minute after the one at start): not due; the test checks there was one.
+    """
+    fake_api.set_kubernetes_version(35, partitionable_devices=False)
+    fake_api.limit_watches(2.0)
+    launch_daemon(*vnpu_args(workspace))
+    wait_until(lambda: layout(fake_api) == [(0, 8)], 10, "eight whole NPUs")
+    writes = slice_writes(fake_api)
+    assert writes == ["create /apis/resource.k8s.io/v1/resourceslices"]
+    versions, lists = requests_of(fake_api, "get", "/version"), requests_of(fake_api, "list", "/apis/resource")
+    for expiry in range(1, 6):
+        fake_api.break_next_watch("error-event")
+        wait_for_requests(fake_api, "list", "/apis/resource", lists + expiry, 10)
+    wait_for_requests(fake_api, "get", "/version", versions + 2, 80)
+    assert slice_writes(fake_api) == writes
+    assert probes(fake_api) == 1
+    assert requests_of(fake_api, "watch", "/apis/resource") >= 25
 
 
 @pytest.mark.parametrize(
