@@ -43,6 +43,8 @@ _MEDIA = ("vpc", "venc", "vdec", "jpegd", "jpege")
 _MEDIA_CHECKED = ("Ascend310P", "Ascend910B")
 _FAULTS = ("createError", "createErrorCount", "createDelaySeconds", "hangCreate", "destroyBusy", "nodeDelaySeconds")
 MAX_STATE_BYTES = 2**20
+# How often a hung create (hangCreate) looks whether the knob was cleared: a test double's poll, never the daemon's.
+HANG_CHECK_SECONDS = 0.1
 
 
 @dataclass(slots=True)
@@ -160,7 +162,8 @@ class FakeVnpuHardware:
 
     `chips` gives the inventory's current chips. Every call re-reads the file, so edits made while serving take
     effect at the next call; a corrupt file fails the call with a VnpuError naming the file and changes nothing.
-    Calls are serialised: the daemon calls from worker threads.
+    Calls are serialised: the daemon calls from worker threads. A create hung by `hangCreate` waits outside that
+    lock, as a hung driver call does not stop the driver's other calls, and returns once the knob is cleared.
     """
 
     def __init__(
@@ -185,33 +188,54 @@ class FakeVnpuHardware:
 
     def create(self, physical_id: int, template: str, vnpu_id: int) -> int:
         with self._lock:
-            state = self._load()
-            chip = self._chip(physical_id)
-            where = f"create vNPU {template} id {vnpu_id} on npu-{physical_id}"
-            if chip.vnpu.mode is not ChipMode.CONTAINER:
-                raise VnpuError(OPER_NOT_PERMITTED, f"{where}: the chip is in {chip.vnpu.mode} mode, not container")
-            if (code := state.faults.get("createError")) is not None:
-                self._count_down(state, "createErrorCount", "createError")
-                raise VnpuError(code, f"{where}: injected failure (faults.createError)")
-            spec = chip.vnpu.template(template)
-            if spec is None:
-                known = ", ".join(t.name for t in chip.vnpu.templates) or "none"
-                raise VnpuError(INVALID_PARAMETER, f"{where}: unknown template (the chip has: {known})")
-            vnpu_id = self._free_id(state, chip.vnpu, vnpu_id, where)
-            held = state.vnpus.get(physical_id, [])
-            if len(held) >= MAX_VNPUS_PER_CHIP:
-                raise VnpuError(INVALID_PARAMETER, f"{where}: the chip already holds {MAX_VNPUS_PER_CHIP} vNPUs")
-            self._check_resources(chip, [*(v.template for v in held), template], where)
-            delay = state.faults.get("createDelaySeconds", 0)
-            if delay:
-                time.sleep(delay)
-            state.vnpus.setdefault(physical_id, []).append(Vnpu(physical_id, vnpu_id, template))
-            self._save(state)
-            self._make_node(vnpu_id, state.faults.get("nodeDelaySeconds", 0))
-            if state.faults.get("hangCreate"):
-                log.warning("fake vNPU hardware: %s made the vNPU and now hangs (hangCreate)", where)
-                threading.Event().wait()  # until the process is killed
-            return vnpu_id
+            vnpu_id, hang = self._create(physical_id, template, vnpu_id)
+        if hang:
+            # Outside the lock, as a driver call hangs: the fake's other calls go on meanwhile.
+            log.warning(
+                "fake vNPU hardware: create vNPU %s id %d on npu-%d made the vNPU and now hangs (hangCreate)",
+                template,
+                vnpu_id,
+                physical_id,
+            )
+            while not self._hang_cleared():
+                time.sleep(HANG_CHECK_SECONDS)
+            log.info("fake vNPU hardware: hangCreate was cleared; the create of vNPU %d returns", vnpu_id)
+        return vnpu_id
+
+    def _create(self, physical_id: int, template: str, vnpu_id: int) -> tuple[int, bool]:
+        """Make the vNPU; its id, and whether the create is to hang now."""
+        state = self._load()
+        chip = self._chip(physical_id)
+        where = f"create vNPU {template} id {vnpu_id} on npu-{physical_id}"
+        if chip.vnpu.mode is not ChipMode.CONTAINER:
+            raise VnpuError(OPER_NOT_PERMITTED, f"{where}: the chip is in {chip.vnpu.mode} mode, not container")
+        if (code := state.faults.get("createError")) is not None:
+            self._count_down(state, "createErrorCount", "createError")
+            raise VnpuError(code, f"{where}: injected failure (faults.createError)")
+        spec = chip.vnpu.template(template)
+        if spec is None:
+            known = ", ".join(t.name for t in chip.vnpu.templates) or "none"
+            raise VnpuError(INVALID_PARAMETER, f"{where}: unknown template (the chip has: {known})")
+        vnpu_id = self._free_id(state, chip.vnpu, vnpu_id, where)
+        held = state.vnpus.get(physical_id, [])
+        if len(held) >= MAX_VNPUS_PER_CHIP:
+            raise VnpuError(INVALID_PARAMETER, f"{where}: the chip already holds {MAX_VNPUS_PER_CHIP} vNPUs")
+        self._check_resources(chip, [*(v.template for v in held), template], where)
+        delay = state.faults.get("createDelaySeconds", 0)
+        if delay:
+            time.sleep(delay)
+        state.vnpus.setdefault(physical_id, []).append(Vnpu(physical_id, vnpu_id, template))
+        self._save(state)
+        self._make_node(vnpu_id, state.faults.get("nodeDelaySeconds", 0))
+        return vnpu_id, bool(state.faults.get("hangCreate"))
+
+    def _hang_cleared(self) -> bool:
+        """Whether `hangCreate` is gone from the state file (a corrupt file keeps the create hanging)."""
+        try:
+            with self._lock:
+                return not self._load().faults.get("hangCreate")
+        except VnpuError:
+            return False
 
     def destroy(self, physical_id: int, vnpu_id: int) -> None:
         with self._lock:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,29 @@ def test_hang_create_makes_the_vnpu_and_blocks_until_killed(node: Node) -> None:
         process.wait()
     assert process.stdout is not None and process.stdout.read() == b""
     process.stdout.close()
+
+
+def test_a_hung_create_leaves_the_other_calls_free_and_returns_once_the_knob_is_cleared(node: Node) -> None:
+    backend = node.backend()
+    backend.list_vnpus(0)
+    node.edit(faults={"hangCreate": True})
+    pool = ThreadPoolExecutor(max_workers=2)
+    create = pool.submit(backend.create_vnpu, 0, "vir05_1c_16g", 100)
+    try:
+        wait_until(lambda: "vdavinci100" in node.nodes(), 30, "the hung create's vdavinci100")
+        assert not create.done()
+        # As with a driver call that hangs, the fake's other calls still answer: the hang holds no lock.
+        assert pool.submit(backend.list_vnpus, 0).result(timeout=30) == [
+            Vnpu(0, 102, "vir05_1c_16g"),
+            Vnpu(0, 100, "vir05_1c_16g"),
+        ]
+        pool.submit(backend.destroy_vnpu, 0, 102).result(timeout=30)
+        assert not create.done()
+    finally:
+        node.edit(faults={})
+        pool.shutdown(wait=False)  # a create that never returns fails the test (a thread left), not hangs it
+    assert create.result(timeout=30) == 100
+    assert node.nodes() == ["vdavinci100"]
 
 
 @pytest.mark.parametrize(("recover", "kept"), [(True, ["vdavinci100", "vdavinci102"]), (False, [])])
