@@ -233,7 +233,7 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock.
+    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock, except `peek`'s.
 
     While serving, what this daemon last read or wrote is the truth: a checkpoint that turns corrupt (or
     vanishes while it holds claims) is moved aside, logged as an error once per incident, and rewritten
@@ -317,15 +317,22 @@ class CheckpointStore:
         self.restored = True
         return checkpoint.copy()
 
-    def completed_claims(self) -> set[str]:
-        """UIDs held as completed, read without the lock and without side effects (anything unreadable
-        reads as none): atomic writes mean a reader always sees a whole file."""
+    def peek(self) -> Checkpoint:
+        """The checkpoint as stored, read without the lock and without side effects: writes are atomic renames,
+        so a reader always sees a whole file. When it cannot be read (missing, corrupt, unreadable), what this
+        daemon last read or wrote, which is what the next locked load restores; empty before the first."""
         try:
             data = self._read()
-            checkpoint = Checkpoint.from_bytes(data) if data is not None else Checkpoint(self.boot_id)
+            if data is not None:
+                return Checkpoint.from_bytes(data)
         except CheckpointError:
-            return set()
-        return {uid for uid, entry in checkpoint.claims.items() if entry.state == PREPARE_COMPLETED}
+            pass
+        last = self._last_good
+        return last.copy() if last is not None else Checkpoint(self.boot_id)
+
+    def completed_claims(self) -> set[str]:
+        """UIDs held as completed, read without the lock (see `peek`)."""
+        return {uid for uid, entry in self.peek().claims.items() if entry.state == PREPARE_COMPLETED}
 
     def save(self, checkpoint: Checkpoint) -> None:
         try:

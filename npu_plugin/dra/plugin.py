@@ -91,6 +91,16 @@ class DraPlugin:
         self._on_registered = on_registered
         self._closing = asyncio.Event()
         self.registered = False
+        self.publisher = SlicePublisher(
+            client,
+            inventory,
+            driver=driver,
+            node_name=node_name,
+            unhealthy_policy=unhealthy_policy,
+            on_publish=on_publish,
+            vnpu=None if vnpus is None else partial(self._vnpu_chips, vnpus),
+            on_dynamic_available=on_vnpu_dynamic_available,
+        )
         store = CheckpointStore(paths.state_dir, read_boot_id())
         self.preparer = Preparer(
             driver=driver,
@@ -102,16 +112,7 @@ class DraPlugin:
             snapshot=inventory.snapshot,
             fetch_claim=client.get_claim,
             vnpus=vnpus,
-        )
-        self.publisher = SlicePublisher(
-            client,
-            inventory,
-            driver=driver,
-            node_name=node_name,
-            unhealthy_policy=unhealthy_policy,
-            on_publish=on_publish,
-            vnpu=None if vnpus is None else partial(self._vnpu_chips, vnpus),
-            on_dynamic_available=on_vnpu_dynamic_available,
+            on_vnpus_changed=self.publisher.trigger_from_thread,
         )
         self.observe, self._health_timeout = observe, health_timeout_seconds
         self._vnpus = vnpus

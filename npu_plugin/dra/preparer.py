@@ -7,8 +7,10 @@ import fcntl
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,8 @@ from npu_plugin.dra.checkpoint import (
     VnpuRecord,
 )
 from npu_plugin.dra.claims import ClaimDevice, Holding, claim_devices, overlap_problem
-from npu_plugin.dra.vnpus import CREATE_TRIES, VnpuHands, lowest_free_id
+from npu_plugin.dra.deadline import answer_by, wait_left
+from npu_plugin.dra.vnpus import CREATE_TRIES, CreateTimeoutError, VnpuHands, lowest_free_id
 from npu_plugin.edits import HostLayout
 from npu_plugin.errors import (
     BackendError,
@@ -73,6 +76,10 @@ class PrepareResult:
 
 
 FetchClaim = Callable[[str, str], Mapping[str, Any]]
+
+
+class _CreateGoesOnError(ClaimError):
+    """A create outlived the wait: its claim's entry keeps its vNPU records until the create returns."""
 
 
 def check_ref(ref: ClaimRef) -> None:
@@ -156,8 +163,12 @@ class Preparer:
         snapshot: Callable[[], Snapshot],
         fetch_claim: FetchClaim,
         vnpus: VnpuHands | None = None,
+        on_vnpus_changed: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call
+        (a late create's vNPU destroyed)."""
         self.driver, self.pool = driver, pool
+        self._on_vnpus_changed = on_vnpus_changed
         self.cdi_root, self.layout = cdi_root, layout
         self.store, self._snapshot, self._fetch = store, snapshot, fetch_claim
         self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
@@ -207,7 +218,11 @@ class Preparer:
             self._unaccounted = {uid for uid in self._unaccounted if uid in present and uid not in checkpoint.claims}
         return self._unaccounted
 
-    def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+    def prepare(self, refs: Sequence[ClaimRef], *, deadline: float | None = None) -> dict[str, PrepareResult]:
+        """Prepare a batch; `deadline` (time.monotonic) is when it must answer, so no driver call is waited on
+        past it (by default, `DEFAULT_SECONDS` from now)."""
+        if deadline is None:
+            deadline = answer_by(None, time.monotonic())
         results: dict[str, PrepareResult] = {}
         fetched: dict[str, Mapping[str, Any]] = {}
         # Claims prepared before are answered from the checkpoint, so they need no API (it may be down); the
@@ -228,7 +243,7 @@ class Preparer:
                 if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
                     self.store.save(checkpoint)
                 for ref in started:
-                    results[ref.uid] = self._complete(ref, checkpoint)
+                    results[ref.uid] = self._complete(ref, checkpoint, deadline)
                 if started:
                     self.store.save(checkpoint)
         except CheckpointError as error:
@@ -251,6 +266,10 @@ class Preparer:
             if ref.uid in results:
                 continue
             entry = checkpoint.claims.get(ref.uid)
+            if entry is not None and (creating := self._still_creating(entry)):
+                log.warning("prepare refused: %s", creating, extra={"claim": ref.label})
+                results[ref.uid] = PrepareResult(error=f"claim {ref.label}: {creating}")
+                continue
             if entry is None or entry.state != PREPARE_COMPLETED:
                 try:
                     if unaccounted := self._unaccounted_claims(checkpoint) - {ref.uid}:
@@ -314,15 +333,13 @@ class Preparer:
         return frozenset(ids - self._mismatched)
 
     def own_vnpu_ids(self) -> frozenset[int]:
-        """The vNPU ids we created, for whoever plans what a chip serves: any other vNPU is foreign."""
-        if not self._lock_path.parent.is_dir():
-            return frozenset()
-        with self.locked() as checkpoint:
-            return self._own_ids(checkpoint)
+        """The vNPU ids we created, for whoever plans what a chip serves: any other vNPU is foreign. Read without
+        the state lock, which a Prepare holds while it waits on the driver."""
+        return self._own_ids(self.store.peek())
 
-    def _complete(self, ref: ClaimRef, checkpoint: Checkpoint) -> PrepareResult:
+    def _complete(self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float) -> PrepareResult:
         try:
-            self._make_vnpus(ref, checkpoint)
+            self._make_vnpus(ref, checkpoint, deadline)
         except ClaimError as error:
             log.error("prepare failed: %s", error, extra={"claim": ref.label})  # noqa: TRY400
             return PrepareResult(error=f"claim {ref.label}: {error}")
@@ -347,10 +364,13 @@ class Preparer:
         )
         return PrepareResult(devices=entry.devices)
 
-    def _make_vnpus(self, ref: ClaimRef, checkpoint: Checkpoint) -> None:
+    def _make_vnpus(self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float) -> None:
         """Create the claim's vNPUs that do not exist (each of a new claim; those of a prepared claim that a
         reboot took, with their recorded ids) and wait for their device nodes. When that fails, a new claim's
-        vNPUs are destroyed again and its entry dropped; a prepared claim keeps its entry. ClaimError."""
+        vNPUs are destroyed again and its entry dropped; a prepared claim keeps its entry. ClaimError.
+
+        A create the driver has not answered by `deadline` is left running: the entry stays as it is, so its
+        vNPUs still count as used and their ids stay reserved, and `_settle_late_create` runs when it returns."""
         entry = checkpoint.claims[ref.uid]
         if self.vnpus is None or not any(d.vnpu is not None and d.vnpu.created_by_us for d in entry.devices):
             return
@@ -358,7 +378,9 @@ class Preparer:
         try:
             for index, device in enumerate(entry.devices):
                 if device.vnpu is not None and device.vnpu.created_by_us:
-                    self._make_vnpu(ref, checkpoint, index, self.vnpus, created)
+                    self._make_vnpu(ref, checkpoint, index, deadline, created)
+        except _CreateGoesOnError:
+            raise
         except (ClaimError, BackendError) as error:
             if entry.state == PREPARE_STARTED:
                 self._undo_vnpus(created)
@@ -366,8 +388,10 @@ class Preparer:
             raise ClaimError(str(error)) from None
 
     def _make_vnpu(
-        self, ref: ClaimRef, checkpoint: Checkpoint, index: int, hands: VnpuHands, created: list[PreparedDevice]
+        self, ref: ClaimRef, checkpoint: Checkpoint, index: int, deadline: float, created: list[PreparedDevice]
     ) -> None:
+        hands = self.vnpus
+        assert hands is not None
         entry = checkpoint.claims[ref.uid]
         record = entry.devices[index].vnpu
         assert record is not None
@@ -380,8 +404,20 @@ class Preparer:
                 problem = f"the id holds a {live[record.vnpu_id]} vNPU"
             else:
                 try:
-                    hands.create(record.physical_id, record.template, record.vnpu_id)
+                    hands.create(
+                        record.physical_id,
+                        record.template,
+                        record.vnpu_id,
+                        wait=wait_left(deadline, time.monotonic()),
+                        on_late_return=partial(self._settle_late_create, ref),
+                    )
                     break
+                except CreateTimeoutError as error:
+                    raise _CreateGoesOnError(
+                        f"creating vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}): {error}; "
+                        "the create goes on, and once it returns the vNPU is destroyed and a retry of this claim "
+                        "prepares it anew"
+                    ) from None
                 except BackendError as error:
                     problem = str(error)
                 live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
@@ -407,6 +443,52 @@ class Preparer:
                 f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) was created but "
                 f"{hands.dev_root}/vdavinci{record.vnpu_id} did not appear"
             )
+
+    def _still_creating(self, entry: ClaimEntry) -> str | None:
+        """Why a claim cannot be prepared or unprepared now: a create of one of its vNPUs that outlived its wait
+        is still running (a second create, or a destroy racing it, would leak a vNPU); None when none is."""
+        if self.vnpus is None:
+            return None
+        for device in entry.devices:
+            record = device.vnpu
+            if record is None or (since := self.vnpus.creating_since(record.vnpu_id)) is None:
+                continue
+            return (
+                f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) is still being created: "
+                f"the driver has not answered for {time.monotonic() - since:.0f}s; retry once it has"
+            )
+        return None
+
+    def _settle_late_create(self, ref: ClaimRef) -> None:
+        """A create that outlived its Prepare has returned (made or refused; runs in its thread). A claim still
+        PrepareStarted is released as start-up releases an interrupted one: its vNPUs destroyed, its entry
+        dropped, and the kubelet's retry prepares it anew. A prepared claim (its vNPU re-created after a reboot)
+        keeps the vNPU it records. When the checkpoint cannot be read, the claim's next Prepare releases it."""
+        try:
+            with self.locked() as checkpoint:
+                entry = checkpoint.claims.get(ref.uid)
+                if entry is None or entry.state != PREPARE_STARTED:
+                    return
+                if problem := self._destroy_created(entry.devices):
+                    log.error(
+                        "a late create of claim %s returned; keeping its record until its vNPUs can be destroyed: %s",
+                        ref.label,
+                        problem,
+                        extra={"claim": ref.label},
+                    )
+                    return
+                del checkpoint.claims[ref.uid]
+                self.store.save(checkpoint)
+                log.warning(
+                    "a late create of claim %s returned after its Prepare had answered; its vNPUs are destroyed and "
+                    "the claim released, for the kubelet's retry to prepare anew",
+                    ref.label,
+                    extra={"claim": ref.label},
+                )
+        except CheckpointError as error:
+            log.error("a late create of claim %s returned: %s", ref.label, error, extra={"claim": ref.label})  # noqa: TRY400
+            return
+        self._on_vnpus_changed()
 
     def _undo_vnpus(self, devices: Sequence[PreparedDevice]) -> None:
         """Destroy the vNPUs a failed Prepare made; one that cannot be destroyed stays, as a foreign vNPU."""
@@ -450,7 +532,7 @@ class Preparer:
         """Destroy the vNPUs we created for a claim, remove its CDI spec, then its entry; the entry stays while
         a vNPU or the spec cannot be removed (the kubelet retries, and until then the vNPU counts as used)."""
         entry = checkpoint.claims.get(ref.uid)
-        if entry is not None and (problem := self._destroy_created(entry.devices)):
+        if entry is not None and (problem := self._still_creating(entry) or self._destroy_created(entry.devices)):
             return f"claim {ref.label}: {problem}"
         try:
             remove_claim_spec(self.cdi_root, self.driver, ref.uid)
@@ -556,8 +638,6 @@ class Preparer:
             log.info("removed %s, left half-written by a crash", path)
 
     def held_devices(self) -> set[int]:
-        """Physical ids that checkpointed claims hold (prepared or being prepared)."""
-        if not self._lock_path.parent.is_dir():
-            return set()
-        with self.locked() as checkpoint:
-            return checkpoint.held_devices()
+        """Physical ids that checkpointed claims hold (prepared or being prepared), read without the state lock,
+        which a Prepare holds while it waits on the driver."""
+        return self.store.peek().held_devices()

@@ -103,7 +103,7 @@ class SlicePublisher:
         self._on_publish = on_publish
         self._trigger = asyncio.Event()
         self._generation = 0
-        self.informer = SliceInformer(api, node=node_name, driver=driver, on_change=self._trigger_from_thread)
+        self.informer = SliceInformer(api, node=node_name, driver=driver, on_change=self.trigger_from_thread)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.published = asyncio.Event()
 
@@ -137,8 +137,9 @@ class SlicePublisher:
     def trigger(self) -> None:
         self._trigger.set()
 
-    def _trigger_from_thread(self) -> None:
-        """Trigger a reconcile from the watch thread; after shutdown the loop is gone and nothing is due."""
+    def trigger_from_thread(self) -> None:
+        """Trigger a reconcile from another thread (the watch, a late vNPU create); after shutdown the loop is
+        gone and nothing is due."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self.trigger)
@@ -248,7 +249,7 @@ class SlicePublisher:
                 # The rest is written in the layout without counters, at once (the caller's next burst).
                 self._gate.stripped()
                 self._generation = generation
-                self._trigger_from_thread()
+                self.trigger_from_thread()
                 return True
         for extra in existing[len(bodies) :]:
             name = extra["metadata"]["name"]

@@ -17,6 +17,7 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
+from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.preparer import ClaimRef, Preparer
 from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.logs import printable
@@ -37,7 +38,9 @@ class _DraPluginLogic:
     async def NodePrepareResources(self, request: Any, context: Context) -> Any:
         started = time.perf_counter()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
-        results = await asyncio.to_thread(self._preparer.prepare, refs)
+        # Answered before the kubelet's deadline, so a hung driver call fails its claim, not the whole batch.
+        deadline = answer_by(context.time_remaining(), time.monotonic())
+        results = await asyncio.to_thread(self._preparer.prepare, refs, deadline=deadline)
         response = self._pb.NodePrepareResourcesResponse()
         for uid, result in results.items():
             entry = response.claims[uid]

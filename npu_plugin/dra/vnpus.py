@@ -2,14 +2,18 @@
 and the wait for a new vNPU's device node.
 
 Every call blocks; the preparer makes them under the state lock, so the checkpoint records a vNPU before it
-exists and forgets it only after it is gone.
+exists and forgets it only after it is gone. A create waits on the driver only for as long as the preparer
+allows, so a hung driver call cannot keep the lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +37,14 @@ DESTROY_TRIES = 3
 RETRY_SECONDS = 1.0
 NODE_WAIT_SECONDS = 5.0
 NODE_POLL_SECONDS = 0.05
+
+
+class CreateTimeoutError(BackendError):
+    """The driver has not answered a create within the wait; the call goes on in its own thread."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the driver did not answer within {seconds:.1f}s")
+        self.seconds = seconds
 
 
 def _ignore(_op: VnpuOp, _result: VnpuResult, _seconds: float | None) -> None:
@@ -64,6 +76,8 @@ class VnpuHands:
         self.backend, self.reader, self.dev_root, self.offered = backend, reader, dev_root, offered
         self._on_operation = on_operation
         self._retry_seconds, self._node_wait_seconds, self._sleep = retry_seconds, node_wait_seconds, sleep
+        self._guard = threading.Lock()
+        self._creating: dict[int, float] = {}  # vNPU id -> start, of creates that outlived their wait
 
     def plans(self, devices: Sequence[Device], ours: frozenset[int]) -> dict[int, ChipPlan]:
         """How each chip is served now; `ours` are the vNPU ids the checkpoint records as created by us."""
@@ -78,7 +92,57 @@ class VnpuHands:
             raise VnpuError(DEVICE_NOT_EXIST, f"npu-{physical_id} reports no vNPU facts")
         return chip.id_range
 
-    def create(self, physical_id: int, template: str, vnpu_id: int) -> None:
+    def create(
+        self, physical_id: int, template: str, vnpu_id: int, *, wait: float, on_late_return: Callable[[], None]
+    ) -> None:
+        """Create the vNPU in a thread of its own and wait at most `wait` seconds for the driver. When it has not
+        answered by then, raise CreateTimeoutError: the create goes on, `creating_since` reports its id, and when it
+        returns at last (made or refused), `on_late_return` runs in its thread, before the id leaves
+        `creating_since`."""
+        started = time.monotonic()
+        answer: Future[None] = Future()
+
+        def call() -> None:
+            try:
+                self._create(physical_id, template, vnpu_id)
+            except Exception as error:  # handed to the waiter, which raises it
+                answer.set_exception(error)
+            else:
+                answer.set_result(None)
+            with self._guard:
+                late = vnpu_id in self._creating
+            if late:
+                try:
+                    on_late_return()
+                finally:
+                    with self._guard:
+                        del self._creating[vnpu_id]
+
+        # A daemon thread: a driver call that never returns must not hold up the daemon's exit.
+        threading.Thread(target=call, name=f"vnpu-create-{vnpu_id}", daemon=True).start()
+        with contextlib.suppress(TimeoutError):
+            answer.result(timeout=wait)
+        with self._guard:
+            if not answer.done():
+                self._creating[vnpu_id] = started
+                log.error(
+                    "create vNPU %s on npu-%d (id %d): the driver did not answer within %.1fs; it goes on without "
+                    "its claim",
+                    template,
+                    physical_id,
+                    vnpu_id,
+                    wait,
+                    extra={"physicalId": physical_id, "template": template, "vnpuId": vnpu_id},
+                )
+                raise CreateTimeoutError(wait)
+        answer.result()
+
+    def creating_since(self, vnpu_id: int) -> float | None:
+        """When (time.monotonic) a create of this id that outlived its wait started; None unless one is running."""
+        with self._guard:
+            return self._creating.get(vnpu_id)
+
+    def _create(self, physical_id: int, template: str, vnpu_id: int) -> None:
         started = time.monotonic()
         try:
             self.backend.create_vnpu(physical_id, template, vnpu_id)

@@ -248,14 +248,20 @@ class DraKubeletSimulator:
         return module, stub(plugin.channel)
 
     async def prepare(
-        self, claims: Sequence[Claim], *, version: str | None = None, plugin: PluginConnection | None = None
+        self,
+        claims: Sequence[Claim],
+        *,
+        version: str | None = None,
+        plugin: PluginConnection | None = None,
+        timeout: float = CALL_TIMEOUT,
     ) -> dict[str, PrepareResult]:
-        """NodePrepareResources through `version` ("v1", "v1beta1"; default: the negotiated service)."""
+        """NodePrepareResources through `version` ("v1", "v1beta1"; default: the negotiated service), with the
+        kubelet's deadline unless `timeout` says otherwise."""
         pb, stub = self._stub(plugin, version)
         request = pb.NodePrepareResourcesRequest(
             claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
         )
-        response = await stub.NodePrepareResources(request, timeout=CALL_TIMEOUT)
+        response = await stub.NodePrepareResources(request, timeout=timeout)
         return {
             uid: PrepareResult(
                 tuple(

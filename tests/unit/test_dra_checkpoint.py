@@ -216,3 +216,44 @@ def test_a_symlink_in_place_of_the_checkpoint_is_not_read_through(tmp_path: Path
         store.load()
     assert str(raised.value) == (f"cannot read the checkpoint: {store.path}: Too many levels of symbolic links (ELOOP)")
     assert store.path.is_symlink() and secret.read_bytes() == CHECKPOINT.to_bytes()
+
+
+OTHER = Checkpoint("boot-1", {"u9": ClaimEntry("ns", "nine", PREPARE_STARTED, (device("npu-7", 7),))})
+
+
+def _corrupt(path: Path) -> None:
+    path.write_bytes(b"garbage")
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _unchanged(_path: Path) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("loaded_before", "on_disk", "expected"),
+    [
+        (False, _unchanged, Checkpoint("boot-1")),  # nothing stored, nothing read: empty
+        (False, lambda path: path.write_bytes(OTHER.to_bytes()), OTHER),  # written by another daemon: as stored
+        (True, lambda path: path.write_bytes(OTHER.to_bytes()), OTHER),
+        (True, _corrupt, CHECKPOINT),  # unreadable: what this daemon last read or wrote
+        (True, lambda path: path.unlink(), CHECKPOINT),
+        (True, lambda path: (path.unlink(), _directory(path)), CHECKPOINT),
+        (False, _corrupt, Checkpoint("boot-1")),
+    ],
+    ids=["empty", "other-daemon", "other-daemon-after-ours", "corrupt", "vanished", "a-directory", "corrupt-at-start"],
+)
+def test_peek_reads_without_side_effects_and_falls_back_to_the_last_good(
+    tmp_path: Path, loaded_before: bool, on_disk: Any, expected: Checkpoint
+) -> None:
+    store = CheckpointStore(tmp_path, "boot-1")
+    if loaded_before:
+        store.save(CHECKPOINT)
+    on_disk(store.path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert store.peek() == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "peek moved or wrote a file"
+    assert store.completed_claims() == {u for u, e in expected.claims.items() if e.state == PREPARE_COMPLETED}

@@ -4,6 +4,8 @@ vdavinci files), claims from a dict, a temporary state dir and CDI root."""
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
 from npu_plugin.vnpu_inventory import VnpuReader
 from tests.cdi_validation import assert_valid_cdi
+from tests.conftest import wait_until
 from tests.unit.test_dra_preparer import DRIVER, POOL, Claims, ours
 
 V05 = "vir05_1c_16g"
@@ -45,6 +48,7 @@ class Node:
         self.backend: VnpuBackend = backend or self.fake
         self.claims = Claims()
         self.operations: list[tuple[str, str]] = []  # what the metrics hear
+        self.vnpus_changed = 0  # what the publisher hears from outside Prepare and Unprepare calls
         self.preparer = self.make_preparer()
 
     def make_preparer(self) -> Preparer:
@@ -71,7 +75,11 @@ class Node:
             snapshot=inventory.snapshot,
             fetch_claim=self.claims.fetch,
             vnpus=hands,
+            on_vnpus_changed=self._note_change,
         )
+
+    def _note_change(self) -> None:
+        self.vnpus_changed += 1
 
     def hardware(self) -> dict[str, Any]:
         document: dict[str, Any] = json.loads(self.hw.read_text())
@@ -334,3 +342,66 @@ def test_a_recorded_vnpu_with_another_template_is_foreign(node: Node, caplog: py
     node.preparer = preparer
     assert "npu-0 is not split on demand" in node.prepare(node.claim("u2", "npu-0-vir05-1c-16g-1"))["u2"]
     assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+
+
+def test_a_hung_create_fails_its_claim_in_time_and_the_claim_is_released_when_the_create_returns(node: Node) -> None:
+    hung = node.claim("u1", "npu-0-vir05-1c-16g-0")
+    whole = node.claim("w1", "npu-1", request="npu")
+    node.set_hardware(faults={"hangCreate": True})
+    try:
+        # No time left before the deadline: the create still gets the minimum wait, then its claim an answer.
+        results = node.preparer.prepare([hung, whole], deadline=time.monotonic())
+        assert (
+            "claim ns/c-u1: creating vNPU vir05_1c_16g on npu-0 (id 100): the driver did not answer within 1.0s"
+            in results["u1"].error
+        )
+        assert results["w1"].error == ""  # the rest of the batch goes on
+        # The record stays: the vNPU the create is making counts as used, and its id stays reserved.
+        entry = node.checkpoint()["u1"]
+        assert entry["state"] == "PrepareStarted"
+        assert entry["devices"][0]["vnpu"] == {"physicalId": 0, "template": V05, "vnpuId": 100, "origin": "dynamic"}
+        assert "overlapping allocation on npu-0" in node.prepare(node.claim("w0", "npu-0", request="npu"))["w0"]
+        # Neither a retry nor an Unprepare races the running create.
+        still = "vNPU vir05_1c_16g on npu-0 (id 100) is still being created: the driver has not answered for"
+        assert still in node.prepare(hung)["u1"]
+        assert still in node.preparer.unprepare([hung])["u1"]
+        assert node.checkpoint()["u1"]["state"] == "PrepareStarted"
+        assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+        assert node.preparer.unprepare([whole]) == {"w1": ""}  # and other claims come and go
+        assert node.vnpus_changed == 0
+    finally:
+        node.set_hardware(faults={})  # the driver answers at last
+    # Released as start-up releases an interrupted Prepare: the vNPU destroyed, the entry dropped.
+    wait_until(lambda: node.vnpus_changed == 1, 30, "the late create to be settled")
+    assert "u1" not in node.checkpoint()
+    assert node.vnpus() == {} and node.nodes() == []
+    assert node.operations == [("create", "success"), ("destroy", "success")]
+    assert node.prepare(hung) == {"u1": ""}
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+
+
+def test_a_late_create_of_a_prepared_claims_vnpu_keeps_it(node: Node) -> None:
+    """After a reboot without recovery the kubelet prepares a completed claim again, which re-creates its vNPU."""
+    ref = node.claim("u1", "npu-0-vir05-1c-16g-0")
+    first = node.preparer.prepare([ref])
+    node.set_hardware(vnpus={}, faults={"hangCreate": True})
+    (node.dev / "vdavinci100").unlink()
+    try:
+        assert "the driver did not answer within" in node.preparer.prepare([ref], deadline=time.monotonic())["u1"].error
+        assert "still being created" in node.prepare(ref)["u1"]
+    finally:
+        node.set_hardware(faults={})
+    wait_until(
+        lambda: node.preparer.vnpus is not None and node.preparer.vnpus.creating_since(100) is None, 30, "the create"
+    )
+    assert node.checkpoint()["u1"]["state"] == "PrepareCompleted" and node.vnpus_changed == 0
+    assert node.preparer.prepare([ref]) == first
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
+
+
+def test_the_publishers_reads_of_the_checkpoint_do_not_wait_on_the_state_lock(node: Node) -> None:
+    """A Prepare holds the state lock while it waits on the driver; what the slices need must not wait for it."""
+    node.prepare(node.claim("u1", "npu-0-vir05-1c-16g-0"), node.claim("w2", "npu-2", request="npu"))
+    with ThreadPoolExecutor(max_workers=1) as pool, node.preparer.locked():
+        assert pool.submit(node.preparer.own_vnpu_ids).result(timeout=30) == frozenset({100})
+        assert pool.submit(node.preparer.held_devices).result(timeout=30) == {0, 2}
