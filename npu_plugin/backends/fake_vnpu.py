@@ -85,8 +85,17 @@ def _check_faults(faults: Any) -> dict[str, Any]:
         if key in ("createDelaySeconds", "nodeDelaySeconds"):
             _seconds(value, f"faults.{key}")
         if key == "hangCreate" and not isinstance(value, bool):
-            raise ValueError(f"faults.hangCreate: expected true or false, got {value!r}")
+            if not isinstance(value, list) or not value:
+                raise ValueError(f"faults.hangCreate: expected true, false or a list of physical ids, got {value!r}")
+            for index, physical_id in enumerate(value):
+                _whole(physical_id, f"faults.hangCreate[{index}]")
     return dict(faults)
+
+
+def _hangs(faults: Mapping[str, Any], physical_id: int) -> bool:
+    """Whether `hangCreate` hangs a create on the chip: true hangs every create, a list those on its chips."""
+    knob = faults.get("hangCreate", False)
+    return knob is True or (isinstance(knob, list) and physical_id in knob)
 
 
 def _parse_vnpus(chips: Any) -> dict[int, list[Vnpu]]:
@@ -197,7 +206,7 @@ class FakeVnpuHardware:
                 vnpu_id,
                 physical_id,
             )
-            while not self._hang_cleared():
+            while not self._hang_cleared(physical_id):
                 time.sleep(HANG_CHECK_SECONDS)
             log.info("fake vNPU hardware: hangCreate was cleared; the create of vNPU %d returns", vnpu_id)
         return vnpu_id
@@ -227,13 +236,14 @@ class FakeVnpuHardware:
         state.vnpus.setdefault(physical_id, []).append(Vnpu(physical_id, vnpu_id, template))
         self._save(state)
         self._make_node(vnpu_id, state.faults.get("nodeDelaySeconds", 0))
-        return vnpu_id, bool(state.faults.get("hangCreate"))
+        return vnpu_id, _hangs(state.faults, physical_id)
 
-    def _hang_cleared(self) -> bool:
-        """Whether `hangCreate` is gone from the state file (a corrupt file keeps the create hanging)."""
+    def _hang_cleared(self, physical_id: int) -> bool:
+        """Whether the state file's `hangCreate` no longer covers the chip (a corrupt file keeps the create
+        hanging)."""
         try:
             with self._lock:
-                return not self._load().faults.get("hangCreate")
+                return not _hangs(self._load().faults, physical_id)
         except VnpuError:
             return False
 

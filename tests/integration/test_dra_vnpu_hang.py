@@ -59,7 +59,8 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_daemon_keeps_serving(
     write_inventory(workspace, PROFILE.devices)
     hung = vnpu_claim(fake_api, "hung", "npu-0-vir05-1c-16g-0")
     whole = plant_claim(fake_api, "whole", None, [result("npu-1")])
-    write_hardware(workspace, faults={"hangCreate": True})
+    on_four = vnpu_claim(fake_api, "four", "npu-4-vir05-1c-16g-0")
+    write_hardware(workspace, faults={"hangCreate": [0]})  # creates on chip 0 hang, the others do not
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         daemon = await start(workspace, launch_daemon, kubelet)
@@ -70,9 +71,12 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_daemon_keeps_serving(
         assert HUNG in answer.error and time.monotonic() - began < DEADLINE_SECONDS
         assert claims_in_checkpoint(workspace)[hung.uid]["state"] == "PrepareStarted"
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
-        # (b) Meanwhile another chip's claim prepares and unprepares.
-        assert (await kubelet.prepare([whole], timeout=DEADLINE_SECONDS))[whole.uid].error == ""
-        assert await kubelet.unprepare([whole]) == {whole.uid: ""}
+        # (b) Meanwhile other chips' claims, a whole NPU and a vNPU, prepare and unprepare.
+        answers = await kubelet.prepare([whole, on_four], timeout=DEADLINE_SECONDS)
+        assert answers[whole.uid].error == answers[on_four.uid].error == ""
+        assert live(workspace)["4"] == [{"vnpuId": 164, "template": V05}]
+        assert await kubelet.unprepare([whole, on_four]) == {whole.uid: "", on_four.uid: ""}
+        assert "4" not in live(workspace)
         # (c) A health change still reaches the ResourceSlices.
         write_inventory(workspace, with_health(PROFILE.devices, {3}))
         await async_wait_until(lambda: "npu-3" not in published_names(fake_api), what="unhealthy npu-3 withdrawn")

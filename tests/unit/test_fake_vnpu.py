@@ -284,10 +284,12 @@ def test_hang_create_makes_the_vnpu_and_blocks_until_killed(node: Node) -> None:
     process.stdout.close()
 
 
-def test_a_hung_create_leaves_the_other_calls_free_and_returns_once_the_knob_is_cleared(node: Node) -> None:
+def test_a_hung_create_leaves_the_other_calls_free_and_returns_once_the_knob_no_longer_covers_its_chip(
+    node: Node,
+) -> None:
     backend = node.backend()
     backend.list_vnpus(0)
-    node.edit(faults={"hangCreate": True})
+    node.edit(faults={"hangCreate": [0]})
     pool = ThreadPoolExecutor(max_workers=2)
     create = pool.submit(backend.create_vnpu, 0, "vir05_1c_16g", 100)
     try:
@@ -299,12 +301,14 @@ def test_a_hung_create_leaves_the_other_calls_free_and_returns_once_the_knob_is_
             Vnpu(0, 100, "vir05_1c_16g"),
         ]
         pool.submit(backend.destroy_vnpu, 0, 102).result(timeout=30)
+        # A chip the knob does not name creates as usual.
+        assert pool.submit(backend.create_vnpu, 3, "vir04_4c_dvpp", 150).result(timeout=30) == 150
         assert not create.done()
     finally:
-        node.edit(faults={})
+        node.edit(faults={"hangCreate": [3]})  # chip 0 no longer named: its create returns
         pool.shutdown(wait=False)  # a create that never returns fails the test (a thread left), not hangs it
     assert create.result(timeout=30) == 100
-    assert node.nodes() == ["vdavinci100"]
+    assert node.nodes() == ["vdavinci100", "vdavinci150"]
 
 
 @pytest.mark.parametrize(("recover", "kept"), [(True, ["vdavinci100", "vdavinci102"]), (False, [])])
@@ -339,7 +343,9 @@ CORRUPT = [
     ),
     ('{"bootId": "b", "faults": {"createError": 5}}', "faults.createError: expected a negative DCMI code"),
     ('{"bootId": "b", "faults": {"createErrorCount": 0}}', "faults.createErrorCount"),
-    ('{"bootId": "b", "faults": {"hangCreate": 1}}', "faults.hangCreate"),
+    ('{"bootId": "b", "faults": {"hangCreate": 1}}', "faults.hangCreate: expected true, false or a list"),
+    ('{"bootId": "b", "faults": {"hangCreate": []}}', "faults.hangCreate: expected true, false or a list"),
+    ('{"bootId": "b", "faults": {"hangCreate": [0, -1]}}', "faults.hangCreate[1]: expected an integer >= 0"),
     ('{"bootId": "b", "faults": {"nodeDelaySeconds": -1}}', "faults.nodeDelaySeconds"),
     ('{"bootId": "b", "faults": {"explode": true}}', "faults.explode: unknown knob"),
 ]
