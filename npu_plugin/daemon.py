@@ -225,7 +225,7 @@ class Daemon:
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
-        from npu_plugin.kube import KubeClient
+        from npu_plugin.kube import KubeClient, connect
 
         config = self.config
         assert config.node_name is not None
@@ -243,7 +243,7 @@ class Daemon:
             node_name=config.node_name,
             inventory=self.inventory,
             layout=self.layout,
-            client=KubeClient(config.kubeconfig),
+            client=KubeClient(connect(config.kubeconfig)),
             unhealthy_policy=config.unhealthy_policy,
             health_timeout_seconds=max(30, int(config.health_interval * 3)),
             observe=self.telemetry.dra_call,

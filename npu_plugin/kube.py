@@ -1,31 +1,47 @@
-"""The only module that imports the kubernetes client (DRA mode only); errors are translated here.
+"""The daemon's Kubernetes API client (DRA mode only): plain-dict bodies on the few REST paths below, each
+response checked against the shapes of `kubeapi` in one place.
 
-The client's configuration loading and authenticated transport are used with plain-dict bodies on the
-few REST paths below. The generated API classes are not instantiated: CoreV1Api alone costs the
-daemon over 20 MiB of validators for calls it never makes. Every API call goes through `_request`
-with one of the path constants, so tests derive the RBAC the code needs from this file.
+Credentials come from `--kubeconfig` or the pod's service account (`kubeconfig.py`) and requests go through
+`kubehttp.Transport`. Only a kubeconfig that needs an exec plugin, an auth-provider or basic auth loads the
+kubernetes package, which this module alone imports (lazily): importing it costs a DRA daemon about 0.5
+CPU-seconds and 30 MiB at start, multiplied by every node of a fleet.
 
-Every response body is decoded and checked against the shapes of `kubeapi` here, in one place: a body
-that is not JSON, or not the object we asked for, is a KubeApiError like any other API failure.
+Every API call goes through `_request` with one of the path constants, so tests derive the RBAC the code
+needs from this file. A body that is not JSON, or not the object asked for, is a KubeApiError like any other
+API failure.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from npu_plugin.errors import ConfigError, KubeApiError, clipped
-from npu_plugin.kubeapi import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice
+import yaml
 
+from npu_plugin.errors import ConfigError, KubeApiError, clipped, describe_os_error
+from npu_plugin.kubeapi import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice
+from npu_plugin.kubeconfig import (
+    SERVICE_ACCOUNT_DIR,
+    Delegated,
+    Endpoint,
+    KubeconfigError,
+    endpoint_of,
+    in_cluster_endpoint,
+)
+from npu_plugin.kubehttp import Authorization, Transport, TransportError, authorization_of, path_of
+
+log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 10.0
 NODE = "/api/v1/nodes/{name}"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 SLICE = "/apis/resource.k8s.io/v1/resourceslices/{name}"
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-_JSON = {"Accept": "application/json", "Content-Type": "application/json"}
 _WATCH_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 T = TypeVar("T")
 
@@ -34,30 +50,78 @@ class MalformedError(ValueError):
     """A response body that is not the object asked for; `where` names the offending field."""
 
 
+def connect(
+    kubeconfig: Path | None, environ: Mapping[str, str] = os.environ, account_dir: Path = SERVICE_ACCOUNT_DIR
+) -> Transport:
+    """The transport to the API server of `kubeconfig`, or in-cluster without one; ConfigError otherwise."""
+    try:
+        if kubeconfig is None:
+            endpoint = in_cluster_endpoint(environ, account_dir)
+            return Transport(endpoint, authorization_of(endpoint))
+        return Transport(*_kubeconfig_credentials(kubeconfig))
+    except (KubeconfigError, ConfigError) as error:
+        if kubeconfig is not None:
+            raise ConfigError(f"--kubeconfig {kubeconfig}: {error}") from None
+        raise ConfigError(
+            f"no in-cluster Kubernetes credentials ({error}); run in a pod with a service account or pass --kubeconfig"
+        ) from None
+
+
+def _kubeconfig_credentials(path: Path) -> tuple[Endpoint, Authorization]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise KubeconfigError(describe_os_error(error)) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())  # PyYAML's span several lines
+        raise KubeconfigError(f"not YAML{where}: {clipped(problem)}") from None
+    found = endpoint_of(data, path.parent)
+    if isinstance(found, Delegated):
+        log.info("%s needs the kubernetes package's credential loaders", found.reason)
+        return _delegated_credentials(path)
+    return found, authorization_of(found)
+
+
+def _delegated_credentials(path: Path) -> tuple[Endpoint, Authorization]:
+    """The kubernetes package loads the kubeconfig; its configuration refreshes exec and auth-provider
+    tokens as they expire."""
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    config: Any = kubernetes.config
+    try:
+        config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError) as error:
+        raise KubeconfigError(str(error)) from None
+    lock = threading.Lock()
+
+    def authorization() -> str | None:
+        with lock:  # a refresh may run an exec plugin; one at a time
+            header = configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+        return str(header) if header else None
+
+    def optional_path(value: object) -> Path | None:
+        return Path(str(value)) if value else None
+
+    endpoint = Endpoint(
+        server=str(configuration.host).rstrip("/"),
+        ca_file=optional_path(configuration.ssl_ca_cert),
+        insecure=not configuration.verify_ssl,
+        tls_server_name=configuration.tls_server_name or None,
+        proxy=configuration.proxy or None,
+        cert_file=optional_path(configuration.cert_file),
+        key_file=optional_path(configuration.key_file),
+    )
+    return endpoint, authorization
+
+
 class KubeClient:
     """Blocking calls with plain-dict bodies; callers run them off the event loop. Implements `KubeApi`."""
 
-    def __init__(self, kubeconfig: Path | None) -> None:
-        import kubernetes
-        import urllib3
-
-        configuration = kubernetes.client.Configuration()
-        config: Any = kubernetes.config
-        try:
-            if kubeconfig is not None:
-                config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)
-        except (config.ConfigException, OSError, ValueError) as error:
-            if kubeconfig is not None:
-                raise ConfigError(f"--kubeconfig {kubeconfig}: {error}") from None
-            raise ConfigError(
-                f"no in-cluster Kubernetes credentials ({error}); run in a pod with a service "
-                "account or pass --kubeconfig"
-            ) from None
-        configuration.retries = False
-        self._api: Any = kubernetes.client.ApiClient(configuration)
-        self._transport_errors = (urllib3.exceptions.HTTPError, OSError)
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
 
     def _request(
         self,
@@ -73,37 +137,29 @@ class KubeClient:
     ) -> Any:
         """The response of one authenticated request; KubeApiError unless it is a 2xx. The body is read
         unless `stream`."""
-        method_, url, headers, data, post = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            path_params=dict(params or {}),
-            query_params=list((query or {}).items()),
-            header_params=dict(_JSON),
-            body=body,
-            auth_settings=["BearerToken"],
-        )
+        data = None if body is None else json.dumps(body).encode()
         try:
-            response = self._api.call_api(
-                method_, url, header_params=headers, body=data, post_params=post, _request_timeout=timeout
+            response = self._transport.request(
+                method, path_of(path, params or {}), query=query, body=data, timeout=timeout, stream=stream
             )
-            if not stream or not 200 <= response.status < 300:
-                response.read()
-        except self._transport_errors as error:
+            if not 200 <= response.status < 300:
+                detail = response.read() if stream else response.data
+                response.release_conn()
+                raise KubeApiError(
+                    action,
+                    response.status,
+                    _reason(detail, response.reason),
+                    retry_after=_retry_after(response.headers.get("Retry-After")),
+                )
+        except TransportError as error:
             raise KubeApiError(action, 0, str(error)) from None
-        if not 200 <= response.status < 300:
-            raise KubeApiError(
-                action,
-                response.status,
-                _reason(response.read(), response.reason),
-                retry_after=_retry_after(response.headers.get("Retry-After")),
-            )
         return response
 
     def _json(self, action: str, method: str, path: str, **options: Any) -> tuple[int, dict[str, Any]]:
         """The status and decoded JSON object of a successful response."""
         response = self._request(action, method, path, **options)
         try:
-            return response.status, decode_object(response.read())
+            return response.status, decode_object(response.data)
         except MalformedError as error:
             raise KubeApiError(action, response.status, f"malformed response: {error}") from None
 
@@ -149,17 +205,23 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds),
         }
         response = self._request(action, "GET", SLICES, query=query, timeout=timeout_seconds + 5, stream=True)
+        ended = False
         try:
-            for line in response.response:
+            for line in response:
                 if not line.endswith(b"\n"):
                     # Only the last piece of a stream cut short lacks its newline: a transport failure.
                     raise KubeApiError(action, 0, "the connection ended in the middle of an event")
                 if line.strip():
                     yield checked(action, response.status, partial(parse_line, line))
-        except self._transport_errors as error:
+            ended = True
+        except TransportError as error:
             raise KubeApiError(action, 0, str(error)) from None
         finally:
-            response.response.release_conn()
+            # A stream read to its end leaves a reusable connection; one abandoned midway must be closed.
+            if ended:
+                response.release_conn()
+            else:
+                response.close()
 
     def get_claim(self, namespace: str, name: str) -> ResourceClaim:
         action = f"get resourceclaim {namespace}/{name}"
@@ -167,7 +229,7 @@ class KubeClient:
         return checked(action, status, lambda: parse_claim(data))
 
     def close(self) -> None:
-        self._api.close()
+        self._transport.close()
 
 
 def checked(action: str, status: int, parse: Callable[[], T]) -> T:

@@ -66,7 +66,7 @@ class FakeKubeAPI:
         with self._lifecycle:
             if self._server is not None:
                 return
-            server = Server((self._host, self._port), self._make_context(), self.handler)
+            server = self._make_server()
             self._port = server.server_address[1]
             self._thread = threading.Thread(
                 target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fakeapi-{self._port}"
@@ -76,6 +76,9 @@ class FakeKubeAPI:
 
     def _make_registry(self, store: Store) -> Registry:
         return Registry(store, self._cluster)
+
+    def _make_server(self) -> Server:
+        return Server((self._host, self._port), self._make_context(), self.handler)
 
     def _make_context(self) -> Context:
         return Context(self._registry, self._watch_timeout)
@@ -111,7 +114,11 @@ class FakeKubeAPI:
 
     @property
     def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        return f"{self.scheme}://{self._host}:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "http"
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> None:
         """A kubeconfig (JSON, which is YAML) pointing at this server over plain http, without credentials."""

@@ -8,12 +8,13 @@ and label selectors, fault injection and a request log.
 
 from __future__ import annotations
 
+import ssl
 from collections import Counter
 from collections.abc import Mapping
 
 from npu_plugin.sim import fakeapi
 from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.server import Context
+from npu_plugin.sim._kubeapi.server import Context, Server
 from npu_plugin.sim._kubeapi.store import Store
 from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
 from tests.fakeapi.registry import FullRegistry
@@ -37,10 +38,13 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         watch_timeout_seconds: float = 1800.0,
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
-        real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
+        real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`). `tls`: serve
+        https with this server-side context (which may ask for client certificates)."""
         self._require_rv = require_resource_version
+        self._tls = tls
         self._faults = Faults()
         self._requests = RequestLog()
         super().__init__(
@@ -57,6 +61,17 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
 
     def _make_context(self) -> Context:
         return FullContext(self._registry, self._watch_timeout, faults=self._faults, requests=self._requests)
+
+    def _make_server(self) -> Server:
+        server = super()._make_server()
+        if self._tls is not None:
+            # The handshake happens in the connection's own thread, at its first read.
+            server.socket = self._tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+        return server
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self._tls is None else "https"
 
     # ---- faults
     def fail_next(self, n: int, status: int = 500, path_contains: str = "") -> None:

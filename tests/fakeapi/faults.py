@@ -19,6 +19,8 @@ class RecordedRequest:
     query: Mapping[str, str]
     status: int
     body: Any = None
+    authorization: str | None = None  # the Authorization header as sent
+    client: str | None = None  # the common name of the client certificate, over TLS
 
     @property
     def verb(self) -> str:

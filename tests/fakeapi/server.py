@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from dataclasses import dataclass, field
 
 from npu_plugin.sim._kubeapi.fields import Matcher
@@ -47,7 +48,22 @@ class FullHandler(Handler):
         return True
 
     def record(self, status: int) -> None:
-        self._context.requests.append(RecordedRequest(self._method, self._path, dict(self._query), status, self._body))
+        request = RecordedRequest(
+            self._method,
+            self._path,
+            dict(self._query),
+            status,
+            self._body,
+            authorization=self.headers.get("Authorization"),
+            client=self._client_name(),
+        )
+        self._context.requests.append(request)
+
+    def _client_name(self) -> str | None:
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        subject = (self.connection.getpeercert() or {}).get("subject", ())
+        return next((value for field in subject for key, value in field if key == "commonName"), None)
 
     def matcher(self, route: Route) -> Matcher:
         return parse(route.kind, self._query.get("fieldSelector", ""), self._query.get("labelSelector", "")).matches

@@ -20,7 +20,7 @@ from npu_plugin.dra.checkpoint import read_boot_id
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.inventory import Inventory
-from npu_plugin.kube import KubeClient
+from npu_plugin.kube import KubeClient, connect
 from npu_plugin.kubeapi import ResourceSlice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_inventory
@@ -260,7 +260,7 @@ def test_a_write_that_loses_its_counters_switches_to_whole_npus_with_one_more_wr
 ) -> None:
     fake_api.set_kubernetes_version(35, partitionable_devices=False)
     fake_api.write_kubeconfig(tmp_path / "kc")
-    client = DryRunKeepsCounters(tmp_path / "kc")
+    client = DryRunKeepsCounters(connect(tmp_path / "kc"))
     settled = threading.Event()
 
     def done() -> bool:
@@ -286,7 +286,7 @@ def test_an_upgrade_to_1_35_rewrites_every_slice_in_the_split_layout_at_the_next
     monkeypatch.setattr(publisher_module, "RESYNC_SECONDS", 0.2)
     fake_api.set_kubernetes_version(34, partitionable_devices=True)
     fake_api.write_kubeconfig(tmp_path / "kc")
-    client = KubeClient(tmp_path / "kc")
+    client = KubeClient(connect(tmp_path / "kc"))
     generations: list[int] = []
 
     def done() -> bool:
@@ -341,7 +341,7 @@ def test_without_dry_run_the_probe_is_deleted_and_the_pool_is_published_beside_i
 ) -> None:
     fake_api.set_kubernetes_version(35, partitionable_devices=True)
     fake_api.write_kubeconfig(tmp_path / "kc")
-    client = NoDryRun(tmp_path / "kc")
+    client = NoDryRun(connect(tmp_path / "kc"))
     publish_until(fake_api, tmp_path, client, lambda: layout(fake_api) == [(8, 0), (0, 56)])
     client.close()
     pools = {s["spec"]["pool"]["name"] for s in fake_api.objects("ResourceSlice")}
