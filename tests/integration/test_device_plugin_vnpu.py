@@ -4,8 +4,11 @@ simulated vNPU hardware (its state file edited while serving, as an administrato
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import queue
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,8 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.inventory_file import inventory_document
@@ -111,17 +116,84 @@ def test_a26_each_vnpu_type_is_a_resource_and_split_chips_leave_the_whole_list(
     run(scenario())
 
 
+class StateReads(FileSystemEventHandler):
+    """The opens of the hardware state file, in the order inotify reports them (on watchdog's thread), between its
+    replacement and the creation of a marker file in the same directory."""
+
+    MARKER = "seen"
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def on_opened(self, event: FileSystemEvent) -> None:
+        if Path(str(event.src_path)) == self.state:
+            self.events.put("read")
+
+    def on_moved(self, event: FileSystemEvent) -> None:
+        if Path(str(event.dest_path)) == self.state:
+            self.events.put("replaced")
+
+    def on_created(self, event: FileSystemEvent) -> None:
+        if Path(str(event.src_path)) == self.state.parent / self.MARKER:
+            self.events.put("marker")
+
+    def mark(self) -> None:
+        (self.state.parent / self.MARKER).touch()
+
+    def between_replacement_and_marker(self) -> int:
+        """Reads after the replacement and before the marker; waits (blocking) for the marker's event."""
+        reads, replaced = 0, False
+        while (event := self.events.get(timeout=10)) != "marker":
+            if event == "replaced":
+                replaced = True
+            elif replaced:
+                reads += 1
+        return reads
+
+
+@contextlib.contextmanager
+def state_reads(state: Path) -> Iterator[StateReads]:
+    reads, observer = StateReads(state), Observer()
+    observer.schedule(reads, str(state.parent))
+    observer.start()
+    try:
+        yield reads
+    finally:
+        observer.stop()
+        observer.join()
+
+
 def test_a27_a_vnpu_made_while_serving_is_listed_and_its_chip_leaves_the_whole_list(
     vnpu_node: Node, launch_daemon: Launcher
 ) -> None:
+    """A vNPU an administrator makes is listed within 2 health intervals, proven by counting the daemon's reads,
+    not seconds, so a loaded machine slowing either process cannot fail it. The device plugin re-reads the vNPUs
+    once per health interval, opening the state file once per chip; inotify reports those opens, the file's
+    replacement and the marker the test creates once the kubelet holds the new lists, in the order they happened.
+    Within 2 intervals means at most 2 reads between the write and the update: the read under way at the write
+    (it had read chip 1 already, else it would see vNPU 116: at most 6 more opens) and the next one (8), plus the
+    one open of the fake backend's check that the changed file is sound: at most 15 opens, asserted as 2 x 8. The
+    1 s interval only keeps the read after the update from starting before the test (looking every 20 ms) notices
+    the update and creates the marker."""
+    chips = len(profile_inventory("atlas-800t-a2").devices)
+
     async def scenario() -> None:
         async with kubelet_at(vnpu_node.plugin_dir) as kubelet:
-            daemon = launch_daemon(*args(vnpu_node))
+            daemon = launch_daemon(*args(vnpu_node, "--health-interval", "1"))
             whole = await registered(kubelet, daemon)
             small = await serving(kubelet, daemon, SMALL)
-            edit_state(vnpu_node, 1, [{"vnpuId": 116, "template": "vir05_1c_16g"}])
-            await until(lambda: "Ascend910-5c.1cpu.16g-116-1" in small.devices, 5, "vNPU 116 listed", daemon)
-            await until(lambda: "Ascend910-1" not in whole.devices, 5, "chip 1 off the whole list", daemon)
+            with state_reads(state_file(vnpu_node)) as reads:
+                edit_state(vnpu_node, 1, [{"vnpuId": 116, "template": "vir05_1c_16g"}])
+                await until(
+                    lambda: "Ascend910-5c.1cpu.16g-116-1" in small.devices and "Ascend910-1" not in whole.devices,
+                    5,
+                    "vNPU 116 listed and chip 1 off the whole list",
+                    daemon,
+                )
+                reads.mark()
+                opens = await asyncio.to_thread(reads.between_replacement_and_marker)
+            assert 1 <= opens <= 2 * chips, f"{opens} opens of the state file: more than 2 reads of {chips} chips"
 
             edit_state(vnpu_node, 0, [])
             await until(lambda: "Ascend910-5c.1cpu.16g-100-0" not in small.devices, 5, "vNPU 100 gone", daemon)
