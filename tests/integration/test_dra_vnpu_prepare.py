@@ -314,7 +314,10 @@ def test_vnpus_the_scheduler_allocates_from_the_published_slices_are_created_whe
 
 def test_refusals_and_a_busy_vnpu_reach_the_kubelet_per_claim(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
-) -> None:  # A25 and A21
+) -> None:
+    """A25: each refusal is a per-claim error naming the device. A21: a busy vNPU fails Unprepare twice and the
+    third succeeds. Unprepare tries each destroy three times (1 s apart) within one call, so "busy for two
+    Unprepares" is `destroyBusy: 6`, six failing destroy calls; with 2 the first Unprepare would succeed."""
     shared_body = {
         "metadata": {"name": "shared", "namespace": "default"},
         "spec": {"devices": {}},
@@ -351,7 +354,7 @@ def test_refusals_and_a_busy_vnpu_reach_the_kubelet_per_claim(
         assert live(workspace) == {} and not workspace.checkpoint.exists()  # nothing recorded, nothing made
         assert (await kubelet.prepare([busy]))[busy.uid].error == ""
         write_hardware(workspace, vnpus=hardware(workspace)["vnpus"], faults={"destroyBusy": 6})
-        for _ in range(2):  # three tries per Unprepare
+        for _ in range(2):
             error = (await kubelet.unprepare([busy]))[busy.uid]
             assert "vNPU 100" in error and "-8020" in error
             assert busy.uid in claims_in_checkpoint(workspace)
