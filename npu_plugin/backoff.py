@@ -16,6 +16,9 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 T = TypeVar("T")
+# More doublings than any cap needs: 2.0 ** 1024 overflows, which after ~1,000 failures in a row (an hour or
+# more of an unreachable API server) would end the retrying loop.
+MAX_DOUBLINGS = 64
 # A server asking for a longer pause than this is obeyed only this far: the daemon must come back eventually.
 RETRY_AFTER_LIMIT = 300.0
 
@@ -29,20 +32,22 @@ class BackoffPolicy:
         self, failures: int, retry_after: float | None = None, draw: Callable[[], float] = random.random
     ) -> float:
         """The pause after `failures` consecutive failures, at least the server's `retry_after` (capped)."""
-        step = min(self.maximum, self.initial * 2.0 ** max(0, failures - 1))
+        step = min(self.maximum, self.initial * 2.0 ** min(max(0, failures - 1), MAX_DOUBLINGS))
         return max(step * (0.5 + 0.5 * draw()), min(retry_after or 0.0, RETRY_AFTER_LIMIT))
 
 
 class Backoff:
-    """The consecutive-failure count of one loop: `failed` gives the next pause, `succeeded` resets it."""
+    """The consecutive-failure count of one loop: `failed` gives the next pause, `succeeded` resets it.
+    `draw` gives the jitter of each pause (uniform in [0, 1))."""
 
-    def __init__(self, policy: BackoffPolicy) -> None:
+    def __init__(self, policy: BackoffPolicy, draw: Callable[[], float] = random.random) -> None:
         self.policy = policy
         self.failures = 0
+        self._draw = draw
 
     def failed(self, retry_after: float | None = None) -> float:
         self.failures += 1
-        return self.policy.delay(self.failures, retry_after)
+        return self.policy.delay(self.failures, retry_after, self._draw)
 
     def succeeded(self) -> None:
         self.failures = 0

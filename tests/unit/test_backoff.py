@@ -15,7 +15,7 @@ POLICY = BackoffPolicy(initial=1.0, maximum=8.0)
 
 @pytest.mark.parametrize(
     ("failures", "low", "high"),
-    [(1, 0.5, 1.0), (2, 1.0, 2.0), (3, 2.0, 4.0), (4, 4.0, 8.0), (5, 4.0, 8.0), (60, 4.0, 8.0)],
+    [(1, 0.5, 1.0), (2, 1.0, 2.0), (3, 2.0, 4.0), (4, 4.0, 8.0), (5, 4.0, 8.0), (60, 4.0, 8.0), (5000, 4.0, 8.0)],
 )
 def test_each_pause_is_in_the_upper_half_of_its_capped_exponential_step(failures: int, low: float, high: float) -> None:
     assert POLICY.delay(failures, draw=lambda: 0.0) == low
