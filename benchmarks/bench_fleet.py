@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -256,7 +256,7 @@ def outage(api: FakeKubeAPI, members: list[Member]) -> Recovery:
     returned = time.monotonic()
     nodes = [m.node for m in members]
     recovered = wait_until_correct(api, nodes, lambda _node: names({OUTAGE_DEVICE}), rate.sample)
-    while not set(nodes) <= {selected_node(r.query) for r in api.requests if r.verb == "watch"}:
+    while not set(nodes) <= {r.node for r in api.requests if r.verb == "watch"}:
         if time.monotonic() - returned > TIMEOUT_S:
             raise TimeoutError(f"not every node watches its slices again within {TIMEOUT_S:g} s")
         rate.sample()
@@ -267,15 +267,6 @@ def outage(api: FakeKubeAPI, members: list[Member]) -> Recovery:
     return Recovery(
         max(recovered.values()) - returned, watching, rate.peak_lists(), rate.peak_requests(), verbs(api.requests)
     )
-
-
-def selected_node(query: Mapping[str, str]) -> str | None:
-    """The node a request's field selector names (`spec.nodeName=node-007,spec.driver=...`), if any."""
-    for term in query.get("fieldSelector", "").split(","):
-        field, _, value = term.partition("=")
-        if field == "spec.nodeName":
-            return value
-    return None
 
 
 def flap(api: FakeKubeAPI, member: Member) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from npu_plugin.sim import fakeapi
 from npu_plugin.sim._kubeapi.registry import Registry
 from npu_plugin.sim._kubeapi.server import Context, Server
 from npu_plugin.sim._kubeapi.store import Store
-from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
+from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, most_at_once
 from tests.fakeapi.registry import FullRegistry
 from tests.fakeapi.server import FullContext, FullHandler
 
@@ -104,6 +104,11 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         self._faults.watch_limit = seconds
         self.end_watches()
 
+    def hold(self, path_contains: str, seconds: float) -> None:
+        """Hold every request matching `path_contains` (as `answer_next` matches) `seconds` before answering it,
+        e.g. "GET /apis/resource.k8s.io/v1/resourceslices" holds every slice LIST; 0 stops holding them."""
+        self._faults.hold(path_contains, seconds)
+
     def set_latency(self, seconds: float) -> None:
         """Delay every request (and each watch's start) by `seconds`."""
         self._faults.latency = seconds
@@ -133,6 +138,11 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
         `{"list /apis/resource.k8s.io/v1/resourceslices": 1}`."""
         return dict(Counter(f"{r.verb} {r.path}" for r in self._requests.snapshot()))
+
+    def most_in_flight(self, verb: str, node: str | None = None) -> int:
+        """The most requests of `verb` (as `request_counts` names verbs), of `node`'s field selector when given,
+        that the server was answering at one moment, since the log was cleared."""
+        return most_at_once(r for r in self.requests if r.verb == verb and (node is None or r.node == node))
 
     def clear_requests(self) -> None:
         self._requests.clear()

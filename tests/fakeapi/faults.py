@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from npu_plugin.sim._kubeapi.routes import parse_route
@@ -12,7 +12,9 @@ from npu_plugin.sim._kubeapi.routes import parse_route
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request as the fake answered it; `body` is the parsed JSON body, if any."""
+    """One request as the fake answered it; `body` is the parsed JSON body, if any. `started` is when it
+    arrived and `ended` when its answer (a watch: its stream) was over, both `time.monotonic()`; `ended` is
+    None while it is still being answered. `end` says why a watch ended (see `server.FullHandler`)."""
 
     method: str
     path: str
@@ -21,6 +23,18 @@ class RecordedRequest:
     body: Any = None
     authorization: str | None = None  # the Authorization header as sent
     client: str | None = None  # the common name of the client certificate, over TLS
+    started: float = 0.0
+    ended: float | None = None
+    end: str = ""
+
+    @property
+    def node(self) -> str | None:
+        """The node its field selector names (`spec.nodeName=node-007,spec.driver=...`), if any."""
+        for term in self.query.get("fieldSelector", "").split(","):
+            field, _, value = term.partition("=")
+            if field == "spec.nodeName":
+                return value
+        return None
 
     @property
     def verb(self) -> str:
@@ -59,6 +73,12 @@ class _AnswerRule:
     answer: RawAnswer
 
 
+def request_line(method: str, path: str, watch: bool) -> str:
+    """What `path_contains` of a fault is matched against: "METHOD path", "WATCH path" for a watch (so
+    "GET /apis/resource.k8s.io/v1/resourceslices" selects a LIST and "WATCH " any watch)."""
+    return f"{'WATCH' if watch else method} {path}"
+
+
 # What a broken watch stream does after its headers: a line that is not JSON, an ERROR event (410 Expired),
 # a connection cut in the middle of an event, an event whose resourceVersion is older than the last one.
 WATCH_FAULTS = ("garbage", "error-event", "reset-mid-event", "version-backwards")
@@ -76,6 +96,7 @@ class Faults:
         self._answers: list[_AnswerRule] = []
         self._watch_limit: float | None = None
         self._watch_faults: list[str] = []
+        self._holds: dict[str, float] = {}
 
     def fail_next(self, n: int, status: int, path_contains: str) -> None:
         with self._lock:
@@ -95,10 +116,9 @@ class Faults:
         with self._lock:
             self._answers.append(_AnswerRule(n, path_contains, answer))
 
-    def take_answer(self, method: str, path: str, watch: bool) -> RawAnswer | None:
-        """The raw answer for this request, consuming one from the first matching rule. A rule matches
-        `path_contains` against "METHOD path" (and "WATCH path" for a watch), so "GET /nodes/" works."""
-        request = f"{'WATCH' if watch else method} {path}"
+    def take_answer(self, request: str) -> RawAnswer | None:
+        """The raw answer for this request ("METHOD path", see `request_line`), consuming one from the first
+        matching rule."""
         with self._lock:
             for rule in self._answers:
                 if rule.remaining > 0 and rule.path_contains in request:
@@ -106,6 +126,15 @@ class Faults:
                     return rule.answer
             self._answers = [rule for rule in self._answers if rule.remaining > 0]
             return None
+
+    def hold(self, path_contains: str, seconds: float) -> None:
+        with self._lock:
+            self._holds[path_contains] = max(0.0, seconds)
+
+    def held_for(self, request: str) -> float:
+        """How long to hold this request ("METHOD path", see `request_line`) before answering it."""
+        with self._lock:
+            return max((s for part, s in self._holds.items() if part in request), default=0.0)
 
     def break_next_watch(self, fault: str) -> None:
         if fault not in WATCH_FAULTS:
@@ -160,15 +189,25 @@ class Faults:
 
 
 class RequestLog:
-    """Append-only list of answered requests; `snapshot` copies it under the lock."""
+    """Append-only list of answered requests; `snapshot` copies it under the lock. `append` returns a ticket
+    with which `finish` notes when (and why) that request's answer was over."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: list[RecordedRequest] = []
+        self._first = 0  # the ticket of _items[0]
 
-    def append(self, request: RecordedRequest) -> None:
+    def append(self, request: RecordedRequest) -> int:
         with self._lock:
             self._items.append(request)
+            return self._first + len(self._items) - 1
+
+    def finish(self, ticket: int, ended: float, end: str) -> None:
+        """Note the end of the request `ticket`; nothing when the log was cleared since."""
+        with self._lock:
+            index = ticket - self._first
+            if 0 <= index < len(self._items):
+                self._items[index] = replace(self._items[index], ended=ended, end=end)
 
     def snapshot(self) -> list[RecordedRequest]:
         with self._lock:
@@ -176,4 +215,20 @@ class RequestLog:
 
     def clear(self) -> None:
         with self._lock:
+            self._first += len(self._items)
             self._items.clear()
+
+
+def most_at_once(requests: Iterable[RecordedRequest]) -> int:
+    """The most of `requests` being answered at one moment, from their arrival and end times (one still
+    being answered counts until now). One ending as another arrives does not overlap it."""
+    moments: list[tuple[float, int]] = []
+    for request in requests:
+        moments.append((request.started, 1))
+        if request.ended is not None:
+            moments.append((request.ended, -1))
+    most = current = 0
+    for _, step in sorted(moments):  # at one moment an end (-1) sorts before an arrival
+        current += step
+        most = max(most, current)
+    return most

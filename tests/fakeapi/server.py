@@ -1,20 +1,42 @@
-"""The HTTP handler at full fidelity: PATCH, field and label selectors, fault injection, a request log."""
+"""The HTTP handler at full fidelity: PATCH, field and label selectors, fault injection, a request log with
+each request's arrival and end, and why each watch ended."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import time
 from dataclasses import dataclass, field
 
 from npu_plugin.sim._kubeapi.fields import Matcher
+from npu_plugin.sim._kubeapi.kinds import JSON
 from npu_plugin.sim._kubeapi.routes import Route
 from npu_plugin.sim._kubeapi.server import Context, Handler
 from npu_plugin.sim._kubeapi.status import ApiError, conflict, status_object
 from tests.fakeapi import patch as patches
-from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog
+from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, request_line
 from tests.fakeapi.fielderrors import invalid_of, required
 from tests.fakeapi.registry import FullRegistry
 from tests.fakeapi.selectors import parse
+
+# Why a watch ended (RecordedRequest.end): its client's timeoutSeconds passed; the cap of `limit_watches` passed;
+# the server ended every watch (`end_watches`); the server stopped; it sent an ERROR event; the connection went
+# away (the client closed it, or a write failed); or one of faults.WATCH_FAULTS broke it.
+TIMEOUT, LIMIT, ENDED_BY_SERVER, SERVER_STOPPED, ERROR_EVENT, CONNECTION_LOST = (
+    "timeout",
+    "server limit",
+    "ended by the server",
+    "server stopped",
+    "error event",
+    "connection lost",
+)
+
+
+def _float(text: str | None, default: float) -> float:
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
 
 
 @dataclass
@@ -33,21 +55,49 @@ class FullHandler(Handler):
     def do_PATCH(self) -> None:
         self._handle("PATCH")
 
+    def _handle(self, method: str) -> None:
+        self._arrived, self._ticket, self._end = time.monotonic(), -1, ""
+        try:
+            super()._handle(method)
+        finally:
+            if self._ticket >= 0:
+                ended = time.monotonic()
+                self._context.requests.finish(self._ticket, ended, self._watch_end(ended) if self._streaming else "")
+
+    def _watch_end(self, ended: float) -> str:
+        """Why the watch just ended; its duration first, as the server may end every watch just after."""
+        context = self._context
+        if self._end:
+            return self._end
+        if ended - self._streamed >= min(self._asked, self._limit if self._limit is not None else self._asked):
+            return LIMIT if self._limit is not None and self._limit < self._asked else TIMEOUT
+        if context.closing.is_set():
+            return SERVER_STOPPED
+        if context.watch_epoch != self._epoch:
+            return ENDED_BY_SERVER
+        return CONNECTION_LOST
+
     # ---- refinements
     def before_dispatch(self) -> bool:
         faults, closing = self._context.faults, self._context.closing
-        if closing.wait(faults.latency):
+        request = request_line(self._method, self._path, self.is_watch)
+        if closing.wait(faults.latency + faults.held_for(request)):
             raise ApiError(status_object(503, "the server is shutting down"))
         if faults.unavailable:
             raise ApiError(status_object(503, "the server is currently unable to handle the request"))
         if (code := faults.take_failure(self._path)) is not None:
             raise ApiError(status_object(code, f"injected failure ({code})"))
-        if (answer := faults.take_answer(self._method, self._path, self.is_watch)) is not None:
+        if (answer := faults.take_answer(request)) is not None:
             self._send_raw(answer)
             return False
         return True
 
     def record(self, status: int) -> None:
+        context = self._context
+        # A watch records as it starts streaming: what its timeout is and counts from, and the server's epoch.
+        self._streamed, self._epoch = time.monotonic(), context.watch_epoch
+        self._asked = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
+        self._limit = context.faults.watch_limit
         request = RecordedRequest(
             self._method,
             self._path,
@@ -56,14 +106,20 @@ class FullHandler(Handler):
             self._body,
             authorization=self.headers.get("Authorization"),
             client=self._client_name(),
+            started=self._arrived,
         )
-        self._context.requests.append(request)
+        self._ticket = context.requests.append(request)
 
     def _client_name(self) -> str | None:
         if not isinstance(self.connection, ssl.SSLSocket):
             return None
         subject = (self.connection.getpeercert() or {}).get("subject", ())
         return next((value for field in subject for key, value in field if key == "commonName"), None)
+
+    def write_event(self, event_type: str, obj: JSON) -> None:
+        if event_type == "ERROR" and not self._end:
+            self._end = ERROR_EVENT
+        super().write_event(event_type, obj)
 
     def matcher(self, route: Route) -> Matcher:
         return parse(route.kind, self._query.get("fieldSelector", ""), self._query.get("labelSelector", "")).matches
@@ -80,6 +136,7 @@ class FullHandler(Handler):
         fault = self._context.faults.take_watch_fault()
         if fault is None:
             return False
+        self._end = fault
         if fault == "garbage":
             self.write_chunk(b"<html><body>502 Bad Gateway</body></html>\n")
         elif fault == "error-event":

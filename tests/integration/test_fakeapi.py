@@ -24,6 +24,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from npu_plugin.sim import fakeapi
+from tests.conftest import wait_until
 from tests.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
@@ -875,6 +876,60 @@ def test_limit_watches_ends_open_watches_and_caps_new_ones(api: FakeKubeAPI) -> 
     began = time.monotonic()
     _raw_watch(api, f"watch=1&resourceVersion={api.resource_version}&timeoutSeconds=600")
     assert time.monotonic() - began < 5
+
+
+def _watch_in_thread(api: FakeKubeAPI, query: str) -> threading.Thread:
+    """A watch read to its end in a thread, started once the server streams it."""
+    watches = sum(r.verb == "watch" for r in api.requests)
+    thread = threading.Thread(target=_raw_watch, args=(api, query))
+    thread.start()
+    wait_until(lambda: sum(r.verb == "watch" for r in api.requests) > watches, 10, "the watch")
+    return thread
+
+
+def test_the_request_log_times_each_request_and_says_why_each_watch_ended(api: FakeKubeAPI) -> None:
+    since = f"watch=1&resourceVersion={api.resource_version}"
+    _raw_watch(api, f"{since}&timeoutSeconds=1")
+    api.break_next_watch("error-event")
+    _raw_watch(api, f"{since}&timeoutSeconds=5")
+    api.limit_watches(0.2)
+    _raw_watch(api, f"{since}&timeoutSeconds=600")
+    api.limit_watches(None)
+    open_watch = _watch_in_thread(api, f"{since}&timeoutSeconds=60")
+    api.end_watches()
+    open_watch.join()
+    open_watch = _watch_in_thread(api, f"{since}&timeoutSeconds=60")
+    api.set_down(True)
+    open_watch.join()
+    api.set_down(False)
+    raw(api, "GET", SLICES)
+    watches = [r for r in api.requests if r.verb == "watch"]
+    ends = ["timeout", "error-event", "server limit", "ended by the server", "server stopped"]
+    assert [r.end for r in watches] == ends
+    wait_until(lambda: all(r.ended is not None for r in api.requests), 10, "every answer written")
+    assert all(r.ended is not None and r.ended >= r.started for r in api.requests)
+    assert watches[0].ended is not None and watches[0].ended - watches[0].started >= 1.0
+    assert api.requests[-1].end == "", "only a watch says why it ended"
+
+
+def test_hold_delays_matching_requests_and_most_in_flight_counts_them_at_once(api: FakeKubeAPI) -> None:
+    api.hold(f"GET {SLICES}", 0.5)
+    of_node_a = f"{SLICES}?fieldSelector=spec.nodeName%3D{NODE}"
+    together = [threading.Thread(target=raw, args=(api, "GET", of_node_a)) for _ in range(2)]
+    for thread in together:
+        thread.start()
+    for thread in together:
+        thread.join()
+    raw(api, "GET", f"{SLICES}?fieldSelector=spec.nodeName%3Dnode-b")
+    raw(api, "GET", f"{SLICES}?fieldSelector=spec.nodeName%3Dnode-b")
+    api.hold(f"GET {SLICES}", 0)
+    raw(api, "GET", f"/api/v1/nodes/{NODE}")
+    wait_until(lambda: all(r.ended is not None for r in api.requests), 10, "every answer written")
+    lists = [r for r in api.requests if r.verb == "list"]
+    assert all(r.ended is not None and r.ended - r.started >= 0.5 for r in lists)
+    assert (api.most_in_flight("list", NODE), api.most_in_flight("list", "node-b")) == (2, 1)
+    assert api.most_in_flight("list") == 2
+    assert api.most_in_flight("get") == 1
 
 
 def test_request_counts_name_verbs_as_the_audit_log_does(api: FakeKubeAPI) -> None:

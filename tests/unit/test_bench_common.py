@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_fleet import peak_per_second, selected_node
+from benchmarks.bench_fleet import peak_per_second
 from benchmarks.common import pool_devices, requests_per_hour
 from benchmarks.run import fleet_size
 from tests.fakeapi import RecordedRequest
@@ -59,19 +59,6 @@ def test_fleet_size_must_be_a_positive_number(text: str) -> None:
 
 def test_fleet_size() -> None:
     assert fleet_size("5") == 5
-
-
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ({"fieldSelector": "spec.nodeName=node-007,spec.driver=npu.huawei.com"}, "node-007"),
-        ({"fieldSelector": "spec.driver=npu.huawei.com,spec.nodeName=node-1"}, "node-1"),
-        ({"fieldSelector": "spec.driver=npu.huawei.com"}, None),
-        ({"watch": "true"}, None),
-    ],
-)
-def test_selected_node(query: dict[str, str], expected: str | None) -> None:
-    assert selected_node(query) == expected
 
 
 def request(method: str, query: dict[str, str] | None = None) -> RecordedRequest:
