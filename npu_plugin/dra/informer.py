@@ -52,11 +52,16 @@ class SliceInformer:
         on_change: Callable[[], None],
         policy: BackoffPolicy = WATCH_BACKOFF,
         watch_seconds: tuple[int, int] = WATCH_SECONDS,
+        draw: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`draw` gives the jitter of each pause after a failure (uniform in [0, 1)); `clock` tells how long a
+        watch lasted."""
         self._api, self._node, self._driver = api, node, driver
         self._on_change = on_change
-        self._backoff = Backoff(policy)
+        self._backoff = Backoff(policy, draw)
         self._watch_seconds = watch_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self._slices: dict[str, StoredSlice] = {}
         self._version = ""
@@ -87,7 +92,8 @@ class SliceInformer:
                 self._slices[name] = stored
 
     def run(self, stop: threading.Event) -> None:
-        """LIST, then WATCH until `stop` is set; never raises."""
+        """LIST, then WATCH until `stop` is set; never raises. Each pause after a failure is a wait on `stop`,
+        so setting it ends a pause at once."""
         relist = True
         while not stop.is_set():
             try:
@@ -123,7 +129,7 @@ class SliceInformer:
         self._on_change()
 
     def _watch(self, stop: threading.Event) -> None:
-        started, delivered = time.monotonic(), False
+        started, delivered = self._clock(), False
         timeout = random.randint(*self._watch_seconds)
         for event in self._api.watch_slices(self._node, self._driver, self._version, timeout):
             if stop.is_set():
@@ -131,7 +137,7 @@ class SliceInformer:
             delivered = True
             if self._apply(event):
                 self._on_change()
-        if not delivered and time.monotonic() - started < SHORT_WATCH_SECONDS:
+        if not delivered and self._clock() - started < SHORT_WATCH_SECONDS:
             raise _ShortWatchError
         self._backoff.succeeded()
 

@@ -28,9 +28,9 @@ class InMemoryKube:
         self._history: list[SliceEvent] = []
         self._nodes: dict[str, Node] = {}
         self._claims: dict[tuple[str, str], ResourceClaim] = {}
-        self._faults: dict[str, list[BaseException]] = {}
+        self._faults: dict[str, list[BaseException | SliceEvent]] = {}
         self._watch_epoch = 0
-        self._at_once = False
+        self._at_once = 0
         self._closed = False
         self.calls: Counter[str] = Counter()
 
@@ -42,10 +42,11 @@ class InMemoryKube:
         meta = claim["metadata"]
         self._claims[(meta.get("namespace", "default"), meta.get("name", ""))] = claim
 
-    def fail_next(self, call: str, *errors: BaseException) -> None:
-        """The next calls named `call` raise these, in order."""
+    def fail_next(self, call: str, *faults: BaseException | SliceEvent) -> None:
+        """The next calls named `call` raise these errors, in order; a SliceEvent (for `watch_slices`) is
+        that watch's only event, however wrong, before it ends."""
         with self._cond:
-            self._faults.setdefault(call, []).extend(errors)
+            self._faults.setdefault(call, []).extend(faults)
 
     def end_watches(self) -> None:
         """End every open watch as the server does when its timeout passes."""
@@ -53,10 +54,10 @@ class InMemoryKube:
             self._watch_epoch += 1
             self._cond.notify_all()
 
-    def end_watches_at_once(self, at_once: bool) -> None:
-        """While set, every watch ends as soon as it starts, delivering nothing."""
+    def end_watches_at_once(self, count: int) -> None:
+        """The next `count` watches end as soon as they start, delivering nothing."""
         with self._cond:
-            self._at_once = at_once
+            self._at_once = count
 
     def inject_event(self, event: SliceEvent) -> None:
         """Send `event` to every watcher as it is, however wrong (a resourceVersion going backwards, say)."""
@@ -93,13 +94,15 @@ class InMemoryKube:
             return self._cond.wait_for(lambda: self.calls["watch_slices"] >= count, timeout)
 
     # ---- KubeApi
-    def _enter(self, call: str) -> None:
+    def _enter(self, call: str) -> SliceEvent | None:
         with self._cond:
             self.calls[call] += 1
             self._cond.notify_all()
             pending = self._faults.get(call)
-            if pending:
-                raise pending.pop(0)
+            fault = pending.pop(0) if pending else None
+        if isinstance(fault, BaseException):
+            raise fault
+        return fault
 
     def get_node(self, name: str) -> Node:
         self._enter("get_node")
@@ -114,12 +117,15 @@ class InMemoryKube:
             return SliceList(tuple(copy.deepcopy(mine)), str(self._version))
 
     def watch_slices(self, node: str, driver: str, resource_version: str, timeout_seconds: int) -> Iterator[SliceEvent]:
-        self._enter("watch_slices")
+        if (only := self._enter("watch_slices")) is not None:
+            yield only
+            return
         cursor = int(resource_version)
         with self._cond:
             if cursor < self._floor:
                 raise KubeApiError("watch resourceslices", 410, f"too old resource version: {cursor}")
-            if self._at_once:
+            if self._at_once > 0:
+                self._at_once -= 1
                 return
             epoch, seen = self._watch_epoch, self._delivered(cursor)
         while True:

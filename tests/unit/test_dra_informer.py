@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from npu_plugin.backoff import BackoffPolicy
-from npu_plugin.dra.informer import SliceInformer
+from npu_plugin.dra.informer import WATCH_BACKOFF, SliceInformer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Owner
@@ -156,9 +158,108 @@ def test_a_resource_version_going_backwards_relists(running: Running) -> None:
     assert running.caught_up()
 
 
-def test_a_watch_that_ends_at_once_backs_off(running: Running) -> None:
-    assert running.api.wait_for_watchers(1)
-    running.api.end_watches_at_once(True)
-    running.api.end_watches()
-    assert _wait(lambda: running.informer.failures >= 3)
-    running.api.end_watches_at_once(False)
+# ---- the pauses after consecutive failures, chosen with injected jitter draws and recorded, not slept
+
+
+class RecordedPauses(threading.Event):
+    """The informer's stop event, on which it also pauses: each pause is recorded and returns at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            return super().wait()
+        self.pauses.append(timeout)
+        return self.is_set()
+
+
+@contextlib.contextmanager
+def paused_informer(
+    api: InMemoryKube, draw: Callable[[], float], clock: Callable[[], float] = time.monotonic
+) -> Iterator[tuple[SliceInformer, RecordedPauses]]:
+    """An informer with the daemon's watch back-off, whose jitter comes from `draw`."""
+    informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=lambda: None, draw=draw, clock=clock)
+    stop = RecordedPauses()
+    thread = threading.Thread(target=informer.run, args=(stop,), name="test-informer")
+    thread.start()
+    try:
+        yield informer, stop
+    finally:
+        stop.set()
+        api.close()
+        thread.join(10)
+
+
+def with_a_slice() -> tuple[InMemoryKube, str]:
+    api = InMemoryKube()
+    stored = api.create_slice({"metadata": {"generateName": f"{NODE}-"}, "spec": {"nodeName": NODE, "driver": DRIVER}})
+    return api, stored["metadata"]["name"]
+
+
+WATCH = "watch resourceslices"
+# One of each way a watch breaks, in a row, as kube.KubeClient reports them; True where it relists.
+BROKEN_WATCHES: list[tuple[KubeApiError | SliceEvent, bool]] = [
+    (KubeApiError(WATCH, 200, "malformed response: not JSON: '<html><body>502 Bad Gateway'"), True),
+    (KubeApiError(WATCH, 410, "too old resource version: 1 (2)"), True),  # an ERROR event, or a 410 answer
+    (KubeApiError(WATCH, 0, "the connection ended in the middle of an event"), False),
+    (SliceEvent("BOOKMARK", "1", None), True),  # the resourceVersion goes backwards
+    (KubeApiError(WATCH, 503, "the server is currently unable to handle the request"), False),
+]
+DRAWS = [0.0, 1.0, 0.5, 0.25, 0.75]
+# WATCH_BACKOFF's steps double from 0.5 s; each pause is drawn from the upper half of its step.
+PAUSES = [0.25, 1.0, 1.5, 2.5, 7.0]
+
+
+def test_watches_breaking_one_after_another_pause_longer_each_time_logged_once_then_converge(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, name = with_a_slice()
+    api.fail_next("watch_slices", *(fault for fault, _ in BROKEN_WATCHES))
+    with (
+        caplog.at_level(logging.INFO, logger="npu_plugin.dra.informer"),
+        paused_informer(api, itertools.chain(DRAWS, itertools.repeat(0.5)).__next__) as (informer, stop),
+    ):
+        assert api.wait_for_watchers(len(BROKEN_WATCHES) + 1)
+        assert stop.pauses == PAUSES
+        assert [step * (0.5 + 0.5 * d) for step, d in zip([0.5, 1, 2, 4, 8], DRAWS, strict=True)] == PAUSES
+        assert WATCH_BACKOFF.initial == 0.5
+        assert api.calls["list_slices"] == 1 + sum(relists for _, relists in BROKEN_WATCHES)
+        records = [r for r in caplog.records if r.name == "npu_plugin.dra.informer"]
+        assert len(records) == len(BROKEN_WATCHES)
+        assert [f"in {pause:.1f}s" in r.getMessage() for r, pause in zip(records, PAUSES, strict=True)] == [True] * 5
+        # Converged: the cache is the server's, from where the server is.
+        assert _wait(lambda: informer.resource_version == str(api.slices_version()))
+        assert [s["metadata"]["name"] for s in informer.snapshot()] == [name]
+        assert informer.failures == len(BROKEN_WATCHES)
+        # A watch that delivers and ends normally starts the steps again.
+        api.remove_slice(name)
+        assert _wait(lambda: informer.snapshot() == [])
+        api.fail_next("watch_slices", BROKEN_WATCHES[0][0])
+        api.end_watches()
+        assert api.wait_for_watchers(len(BROKEN_WATCHES) + 3)
+        assert stop.pauses == [*PAUSES, 0.375]
+
+
+def test_a_server_breaking_every_watch_is_never_a_tight_loop() -> None:
+    """The least the daemon ever waits (every draw 0): doubling pauses from 0.25 s up to half the 30 s cap,
+    so twelve broken watches cost 12 LISTs and 13 WATCHes over at least 105 s."""
+    api, _ = with_a_slice()
+    api.fail_next("watch_slices", *[BROKEN_WATCHES[0][0]] * 12)
+    with paused_informer(api, lambda: 0.0) as (_, stop):
+        assert api.wait_for_watchers(13)
+        assert stop.pauses == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0, 15.0, 15.0, 15.0]
+        assert sum(stop.pauses) >= 105
+        assert api.calls["list_slices"] == 13
+
+
+def test_watches_ending_at_once_pause_longer_each_time() -> None:
+    """A server that closes every watch at once (nothing delivered, no time passed on the clock) backs off
+    as for any failure (every draw 1: the most the daemon waits)."""
+    api, _ = with_a_slice()
+    api.end_watches_at_once(7)
+    with paused_informer(api, lambda: 1.0, clock=lambda: 0.0) as (_, stop):
+        assert api.wait_for_watchers(8)
+        assert stop.pauses == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+        assert api.calls["list_slices"] == 1, "a watch ending at once resumes, without a LIST"
