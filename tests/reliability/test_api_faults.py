@@ -11,17 +11,22 @@ test_dra_api_faults covers publishing alone (500s at start, a conflict storm, ou
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
+from npu_plugin.dra.informer import WATCH_BACKOFF
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
-from tests.fakeapi import FakeKubeAPI
+from tests.fakeapi import FakeKubeAPI, RecordedRequest
 from tests.integration.dra_support import (
     DRIVER,
+    NODE,
     Workspace,
     allocate,
     async_wait_until,
@@ -252,4 +257,123 @@ def test_429_with_retry_after_is_honoured(workspace: Workspace, fake_api: FakeKu
     log = daemon.log()
     assert "reading Node node-a failed (attempt 1), retrying in 2.0s: get node node-a: HTTP 429: Too many" in log
     assert "list resourceslices: HTTP 503" in log
+    alive(daemon)
+
+
+def watch_open_for(api: FakeKubeAPI, seconds: float) -> Callable[[], bool]:
+    """The latest watch is still open and has been for `seconds` (so its end is not a watch ending at once)."""
+
+    def check() -> bool:
+        watches = [r for r in api.requests if r.verb == "watch"]
+        return bool(watches) and watches[-1].ended is None and time.monotonic() - watches[-1].started > seconds
+
+    return check
+
+
+def informer_requests(api: FakeKubeAPI) -> list[RecordedRequest]:
+    return sorted((r for r in api.requests if r.verb in ("list", "watch")), key=lambda r: r.started)
+
+
+def pauses_after(failed: list[RecordedRequest], requests: list[RecordedRequest]) -> list[float]:
+    """For each failed watch, the time from its end to the informer's next request."""
+    pauses = []
+    for watch in failed:
+        assert watch.ended is not None
+        following = next(r for r in requests if r.started >= watch.ended)
+        pauses.append(following.started - watch.ended)
+    return pauses
+
+
+GONE = json.dumps({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"})
+BURST = ["garbage", "error-event", "reset-mid-event", "version-backwards"]  # after a 410 at the watch's start
+ROUNDING = 0.05  # the log shows pauses to a tenth of a second
+
+
+def test_watches_breaking_one_after_another_back_off_with_growing_pauses_then_converge(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """Five watches in a row fail, one of each kind (a 410, garbage, an ERROR event, a cut mid-event, a
+    resourceVersion going backwards): each failure is logged once with the pause the daemon chose, each pause
+    falls in the next doubled step of the watch back-off and the daemon really waits it (from the fake API's
+    request times), so the burst costs 5 watches and 4 LISTs (a cut resumes without one), not a tight loop;
+    then one watch stays open and the slices converge without another LIST or WATCH."""
+    daemon = started_idle(fake_api, launch_daemon, workspace)
+    wait_until(watch_open_for(fake_api, 1.5), CONVERGE, "a watch open for over a second")
+    fake_api.answer_next(1, "WATCH ", status=410, body=GONE.encode(), headers={"Content-Type": "application/json"})
+    for fault in BURST:
+        fake_api.break_next_watch(fault)
+    fake_api.clear_requests()
+    fake_api.end_watches()
+    wait_until(lambda: fake_api.request_counts().get(WATCH, 0) == 6, 60, "the sixth watch after the burst")
+    assert fake_api.request_counts() == {LIST: 4, WATCH: 6}
+
+    warnings = [line for line in daemon.log().splitlines() if " WARNING " in line and "ResourceSlice" in line]
+    chosen = [float(re.findall(r" in (\d+\.\d)s", line)[0]) for line in warnings]
+    assert len(chosen) == 5, warnings
+    for failures, pause in enumerate(chosen, start=1):
+        step = min(WATCH_BACKOFF.maximum, WATCH_BACKOFF.initial * 2 ** (failures - 1))
+        assert step / 2 - ROUNDING <= pause <= step + ROUNDING, (failures, pause, warnings)
+    requests = informer_requests(fake_api)
+    failed = [r for r in requests if r.verb == "watch"][:5]
+    assert [r.end for r in failed] == ["", *BURST], "the 410 is an answer, the rest broken streams"
+    for waited, pause in zip(pauses_after(failed, requests), chosen, strict=True):
+        assert waited >= pause - ROUNDING, (waited, pause)
+
+    write_inventory(workspace.inventory, with_health(A2, {3}))
+    wait_for_published(fake_api, WITHOUT_3)
+    assert fake_api.request_counts()[LIST] == 4 and fake_api.request_counts()[WATCH] == 6
+    assert "Traceback" not in daemon.log()
+    alive(daemon)
+
+
+SLICE_LIST = "GET /apis/resource.k8s.io/v1/resourceslices"
+LIST_HELD_S = 1.0  # well under the daemon's 10 s request timeout: the LIST is slow, not abandoned
+
+
+def expire(api: FakeKubeAPI) -> None:
+    """A change the daemon's watch does not show (a new Node), then compaction: its watch gets 410."""
+    api.add_node(f"other-{api.resource_version}")
+    api.compact_history()
+    api.end_watches()
+
+
+def relist(api: FakeKubeAPI) -> None:
+    """Expire the daemon's resourceVersion and wait for its LIST."""
+    lists = api.request_counts().get(LIST, 0)
+    expire(api)
+    wait_until(lambda: api.request_counts().get(LIST, 0) > lists, CONVERGE, "a LIST after the 410")
+
+
+def test_never_more_than_one_list_in_flight_while_relisting_again_and_again(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """Every slice LIST takes a second to answer while the daemon is driven to relist: 410s on resuming, a
+    device changing during the held LIST, an ERROR event, the API server restarting while a LIST is held.
+    The fake API's record of when each LIST arrived and was answered shows at most one of this node's
+    LISTs in flight at any moment."""
+    fake_api.hold(SLICE_LIST, LIST_HELD_S)
+    daemon = started_idle(fake_api, launch_daemon, workspace)
+    # Each round starts once the watch has been open a while, so that the back-off starts again from its
+    # first step (a watch ended at once counts as a failure) and the rounds stay short.
+    settled = watch_open_for(fake_api, 1.5)
+    for unhealthy in ({3}, set(), {3}):
+        wait_until(settled, CONVERGE, "a settled watch")
+        relist(fake_api)
+        write_inventory(workspace.inventory, with_health(A2, unhealthy))  # a write while a LIST may be held
+    wait_until(settled, CONVERGE, "a settled watch")
+    fake_api.break_next_watch("error-event")
+    relist(fake_api)
+    wait_until(settled, CONVERGE, "a settled watch")
+    lists, relisting = fake_api.request_counts()[LIST], daemon.log().count("relisting in")
+    expire(fake_api)
+    wait_until(lambda: daemon.log().count("relisting in") > relisting, CONVERGE, "the daemon relisting")
+    time.sleep(WATCH_BACKOFF.initial)  # the longest first pause: the relist is held now, or about to be
+    fake_api.set_down(True)
+    fake_api.set_down(False)
+    wait_until(lambda: fake_api.request_counts()[LIST] > lists + 1, CONVERGE, "LISTs after the restart")
+    wait_for_published(fake_api, WITHOUT_3)
+
+    assert fake_api.request_counts()[LIST] >= 7
+    assert fake_api.most_in_flight("list", NODE) == 1
+    assert "Traceback" not in daemon.log()
     alive(daemon)
