@@ -13,8 +13,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
-
 T = TypeVar("T")
 # More doublings than any cap needs: 2.0 ** 1024 overflows, which after ~1,000 failures in a row (an hour or
 # more of an unreachable API server) would end the retrying loop.
@@ -66,33 +64,18 @@ async def retry_forever(
     A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least that long.
     The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at once.
     """
-
-    def pause(state: RetryCallState) -> float:
-        error = state.outcome.exception() if state.outcome else None
-        return policy.delay(state.attempt_number, getattr(error, "retry_after", None))
-
-    def report(state: RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        seconds = state.next_action.sleep if state.next_action else 0.0
-        log.warning(
-            "%s failed (attempt %d), retrying in %.1fs: %s",
-            what,
-            state.attempt_number,
-            seconds,
-            error,
-            extra={"error": str(error)},
-        )
-
-    retrying = AsyncRetrying(
-        sleep=asyncio.sleep,
-        wait=pause,
-        retry=retry_if_exception_type(retry_on),
-        before_sleep=report,
-        reraise=True,
-    )
-
-    async def call() -> T:
-        # tenacity awaits only coroutine functions; a lambda returning an awaitable would not be awaited.
-        return await attempt()
-
-    return await retrying(call)
+    backoff = Backoff(policy)
+    while True:
+        try:
+            return await attempt()
+        except retry_on as error:
+            pause = backoff.failed(getattr(error, "retry_after", None))
+            log.warning(
+                "%s failed (attempt %d), retrying in %.1fs: %s",
+                what,
+                backoff.failures,
+                pause,
+                error,
+                extra={"error": str(error)},
+            )
+        await asyncio.sleep(pause)

@@ -1,4 +1,5 @@
-"""The one back-off policy: exponential, capped, jittered, honouring Retry-After; and task supervision."""
+"""The one back-off policy: exponential, capped, jittered, honouring Retry-After; the retry loop on it; and task
+supervision."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 
 import pytest
 
-from npu_plugin.backoff import RETRY_AFTER_LIMIT, Backoff, BackoffPolicy
+from npu_plugin.backoff import RETRY_AFTER_LIMIT, Backoff, BackoffPolicy, retry_forever
 from npu_plugin.tasks import supervised
 
 POLICY = BackoffPolicy(initial=1.0, maximum=8.0)
@@ -59,3 +60,85 @@ def test_a_supervised_task_that_fails_is_logged_and_run_again(caplog: pytest.Log
     assert messages[0].startswith("the flaky task stopped on an unexpected error, restarting in")
     assert "RuntimeError('failure 1')" in messages[0]
     assert caplog.records[0].exc_info is not None
+
+
+class BusyError(Exception):
+    """A failure worth retrying; `retry_after` as a 429's Retry-After gives it."""
+
+    def __init__(self, retry_after: float | None = None) -> None:
+        super().__init__("busy")
+        self.retry_after = retry_after
+
+
+def test_retry_forever_retries_the_named_failures_logging_each_and_returns_the_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    async def attempt() -> str:
+        calls.append(len(calls))
+        if len(calls) < 3:
+            raise BusyError()
+        return "done"
+
+    log = logging.getLogger("test.retry")
+    with caplog.at_level(logging.WARNING, logger="test.retry"):
+        result = asyncio.run(
+            retry_forever(attempt, what="the call", log=log, retry_on=(BusyError,), policy=BackoffPolicy(0.001, 0.002))
+        )
+    assert (result, calls) == ("done", [0, 1, 2])
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m.split(", retrying in")[0] for m in messages] == [
+        "the call failed (attempt 1)",
+        "the call failed (attempt 2)",
+    ]
+    assert all(m.endswith(": busy") for m in messages)
+    assert [getattr(r, "error", None) for r in caplog.records] == ["busy", "busy"]
+
+
+def test_retry_forever_pauses_at_least_the_servers_retry_after(caplog: pytest.LogCaptureFixture) -> None:
+    failures = [BusyError(retry_after=0.05)]
+
+    async def attempt() -> None:
+        if failures:
+            raise failures.pop()
+
+    log = logging.getLogger("test.retry")
+    with caplog.at_level(logging.WARNING, logger="test.retry"):
+        asyncio.run(
+            retry_forever(attempt, what="the call", log=log, retry_on=(BusyError,), policy=BackoffPolicy(0.001, 0.002))
+        )
+    assert [r.args[2] for r in caplog.records if isinstance(r.args, tuple)] == [0.05]
+
+
+def test_retry_forever_lets_any_other_failure_through_at_once() -> None:
+    calls: list[int] = []
+
+    async def attempt() -> None:
+        calls.append(len(calls))
+        raise ValueError("not a retry")
+
+    log = logging.getLogger("test.retry")
+    with pytest.raises(ValueError, match="not a retry"):
+        asyncio.run(retry_forever(attempt, what="the call", log=log, retry_on=(BusyError,)))
+    assert calls == [0]
+
+
+def test_cancelling_retry_forever_ends_its_pause_at_once() -> None:
+    async def scenario() -> list[int]:
+        calls: list[int] = []
+
+        async def attempt() -> None:
+            calls.append(len(calls))
+            raise BusyError(retry_after=3600.0)
+
+        log = logging.getLogger("test.retry")
+        task = asyncio.create_task(retry_forever(attempt, what="the call", log=log, retry_on=(BusyError,)))
+        while not calls:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return calls
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 10)) == [0]
