@@ -44,8 +44,7 @@ from benchmarks.common import (
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.device import Device, Health
-from npu_plugin.inventory_file import Inventory
-from npu_plugin.profiles import profile_inventory
+from npu_plugin.profiles import Inventory, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.vnpu import ChipVnpu, default_id_range
 from tests.fakeapi import FakeKubeAPI, RecordedRequest

@@ -4,7 +4,6 @@ validated and dispatched; the only place exit codes are decided."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import errno
 import logging
 import os
@@ -40,9 +39,7 @@ from npu_plugin.config import (
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
 from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
-from npu_plugin.migrate.command import STDIO
-from npu_plugin.migrate.command import run as run_migrate
-from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES
+from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES, STDIO
 from npu_plugin.profiles import PROFILES
 from npu_plugin.vnpu import VnpuMode
 
@@ -453,7 +450,7 @@ def build_parser(environ: Mapping[str, str]) -> FlagParser:
         "rewrite workloads from NPU extended-resource limits to DRA claims",
         _add_migrate_flags,
         description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
-    ).set_defaults(func=run_migrate)
+    ).set_defaults(func=_migrate)
     command("simulate", "the whole flow on this machine, no cluster needed", _add_simulate_flags).set_defaults(
         func=_simulate
     )
@@ -487,6 +484,8 @@ def _unrecognized(unknown: Sequence[str], flags: Sequence[str]) -> str:
     name = first.split("=", 1)[0]
     if name.startswith("-") and (advice := _ASCEND_FLAGS.get(name.lstrip("-"))):
         return f"unrecognized argument {name}: a flag of Ascend's device plugin; {advice}"
+    import difflib
+
     close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, flags, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"unrecognized argument {name}{hint}"
@@ -568,6 +567,12 @@ def _inventory(args: argparse.Namespace) -> int:
         kubernetes_minor=args.kubernetes_version,
     )
     return run_inventory(backend_options(args, args.fake_vnpu_state), output)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from npu_plugin.migrate.command import run
+
+    return run(args)
 
 
 def _simulate(args: argparse.Namespace) -> int:

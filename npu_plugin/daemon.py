@@ -12,27 +12,26 @@ from typing import TYPE_CHECKING, Any
 from npu_plugin import __version__
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
-from npu_plugin.cdi.files import write_static_spec
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.device import Device, resource_name_for
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.plugins import DevicePlugins
 from npu_plugin.deviceplugin.service import DevicePluginService
-from npu_plugin.deviceplugin.vnpu_service import VnpuDevicePluginService
 from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import CdiError, ConfigError
-from npu_plugin.handover import Handover
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
 from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
 from npu_plugin.vnpu import Vnpu, VnpuMode
-from npu_plugin.vnpu_inventory import VnpuReader
 
+# What only some modes or flags use (DRA, the handover, vNPUs, CDI) is imported where it is built: every module
+# loaded stays in memory, and device-plugin mode with default settings needs none of them.
 if TYPE_CHECKING:
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
+    from npu_plugin.handover import Handover
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -68,6 +67,8 @@ def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: s
     offers stops the start (exit 2, naming the chip), so does unreadable vNPU state (exit 1); skipped templates
     and chips that cannot split on demand are logged (and added to `said`)."""
     if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
+        from npu_plugin.vnpu_inventory import VnpuReader
+
         VnpuReader(backend, config.vnpu, config.vnpu_templates, said=said).read(devices)
 
 
@@ -170,12 +171,16 @@ class Daemon:
         listing = self._device_listing()
         driver = config.driver_name if config.cdi_enabled else None
         if driver is not None:
+            from npu_plugin.cdi.files import write_static_spec
+
             path = write_static_spec(config.cdi_root, driver, self.layout, self.devices)
             log.info("static CDI spec for the device plugin written to %s", path)
 
         def make_service(vnpu_resource: str | None) -> DevicePluginService:
             if vnpu_resource is None:
                 return DevicePluginService(listing, self.layout, device_type, driver, self.telemetry.allocated)
+            from npu_plugin.deviceplugin.vnpu_service import VnpuDevicePluginService
+
             return VnpuDevicePluginService(
                 listing,
                 self.layout,
@@ -201,6 +206,8 @@ class Daemon:
             return DeviceListing(self.inventory)
         # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
         on_read = self.telemetry.vnpus if not self.config.serves_dra else lambda _vnpus: None
+        from npu_plugin.vnpu_inventory import VnpuReader
+
         reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read, said=self.vnpu_said)
 
         def read(devices: Sequence[Device]) -> dict[int, tuple[Vnpu, ...]]:
@@ -218,6 +225,8 @@ class Daemon:
         """The static CDI spec names every vNPU before the kubelet hears of it."""
         vnpu_ids = [v.vnpu_id for chip in vnpus.values() for v in chip]
         if self.config.cdi_enabled:
+            from npu_plugin.cdi.files import write_static_spec
+
             try:
                 write_static_spec(self.config.cdi_root, self.config.driver_name, self.layout, self.devices, vnpu_ids)
             except CdiError as error:
@@ -262,6 +271,8 @@ class Daemon:
         config = self.config
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
+        from npu_plugin.vnpu_inventory import VnpuReader
+
         reader = VnpuReader(
             self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus, said=self.vnpu_said
         )
@@ -274,6 +285,8 @@ class Daemon:
         )
 
     def _handover(self, dra: DraPlugin) -> Handover:
+        from npu_plugin.handover import Handover
+
         return Handover(
             inventory=self.inventory,
             pod_resources_socket=self.config.pod_resources_socket,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn
 
@@ -12,6 +11,7 @@ import yaml
 
 from npu_plugin.device import DEVICE_TYPES, Device, Health, device_type_for_chip
 from npu_plugin.errors import InventoryFileError
+from npu_plugin.profiles import Inventory
 from npu_plugin.quantity import format_bytes, parse_bytes
 from npu_plugin.topology import derive_topology_group
 from npu_plugin.vnpu import (
@@ -294,14 +294,6 @@ def _compose(text: str) -> yaml.Node | None:
         return loader.get_single_node()
     finally:
         loader.dispose()
-
-
-@dataclass(frozen=True, slots=True)
-class Inventory:
-    """An inventory file's devices and, for devices with a `vnpu:` block, their chips' vNPU facts."""
-
-    devices: list[Device]
-    vnpu: Mapping[int, ChipVnpu] = field(default_factory=dict)
 
 
 def parse_inventory(text: str, source: str) -> list[Device]:

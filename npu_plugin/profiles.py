@@ -10,15 +10,24 @@ may create vNPUs on demand follows mind-cluster's support matrix (virtual_instan
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from npu_plugin.device import Device, Health
-from npu_plugin.inventory_file import Inventory
 from npu_plugin.vnpu import TEMPLATE_RESOURCES, ChipMode, ChipVnpu, VnpuTemplate, default_id_range, static_only_reason
 
 GiB = 2**30
 MiB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """What the fake backend serves, from a profile or an inventory file: devices and, for chips with vNPU facts
+    (an inventory file's `vnpu:` block), those facts."""
+
+    devices: list[Device]
+    vnpu: Mapping[int, ChipVnpu] = field(default_factory=dict)
 
 
 def _templates(rows: tuple[tuple[str, int, int, tuple[float, ...]], ...]) -> tuple[VnpuTemplate, ...]:

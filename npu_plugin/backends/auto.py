@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.backends.base import Backend
-from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.config import BackendKind, BackendOptions
 from npu_plugin.device import Device
 from npu_plugin.errors import BackendError
@@ -19,9 +18,7 @@ log = logging.getLogger(__name__)
 def open_backend(options: BackendOptions) -> Backend:
     """The backend `options` name; `auto` with a fake inventory or profile given means the fake backend."""
     if options.uses_fake:
-        return FakeBackend(
-            options.fake_inventory, options.fake_profile, vnpu_state=options.fake_vnpu_state, dev_root=options.dev_root
-        )
+        return _fake(options)
     if options.kind is BackendKind.DCMI:
         return _dcmi(options.dcmi_library, options.npu_smi)
     if options.kind is BackendKind.NPU_SMI:
@@ -49,6 +46,14 @@ def _working(backend: Backend) -> Backend:
         backend.close()
         raise
     return backend
+
+
+def _fake(options: BackendOptions) -> Backend:
+    from npu_plugin.backends.fake import FakeBackend
+
+    return FakeBackend(
+        options.fake_inventory, options.fake_profile, vnpu_state=options.fake_vnpu_state, dev_root=options.dev_root
+    )
 
 
 def _dcmi(library: str | None, npu_smi: str) -> Backend:

@@ -7,15 +7,18 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from npu_plugin.backends.fake_vnpu import FakeChip, FakeVnpuHardware
 from npu_plugin.device import Device, Health
-from npu_plugin.dra.checkpoint import read_boot_id
 from npu_plugin.errors import BackendError, InventoryFileError
 from npu_plugin.fswatch import DirectoryWatch
-from npu_plugin.inventory_file import MAX_INVENTORY_BYTES, Inventory, parse_inventory_file
-from npu_plugin.profiles import profile_inventory
+from npu_plugin.profiles import Inventory, profile_inventory
 from npu_plugin.vnpu import ChipVnpu, Vnpu
+
+# The simulated vNPU hardware loads with the first vNPU call and the file format (with PyYAML) with the first file
+# read: a daemon serving a profile with --vnpu off holds neither.
+if TYPE_CHECKING:
+    from npu_plugin.backends.fake_vnpu import FakeChip, FakeVnpuHardware
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +115,15 @@ class FakeBackend:
 
     def _vnpus(self) -> FakeVnpuHardware:
         if self._hardware is None:
+            from npu_plugin.backends.fake_vnpu import FakeVnpuHardware
+            from npu_plugin.dra.checkpoint import read_boot_id
+
             self._hardware = FakeVnpuHardware(self._vnpu_state, self._dev_root, read_boot_id(), self._chips)
         return self._hardware
 
     def _chips(self) -> Mapping[int, FakeChip]:
+        from npu_plugin.backends.fake_vnpu import FakeChip
+
         if self._last_good is None:
             self.discover()
         assert self._last_good is not None
@@ -135,6 +143,8 @@ class FakeBackend:
         pass
 
     def _read(self) -> Inventory:
+        from npu_plugin.inventory_file import MAX_INVENTORY_BYTES, parse_inventory_file
+
         assert self.inventory_path is not None
         try:
             with self.inventory_path.open("rb") as file:

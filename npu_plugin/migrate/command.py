@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.atomic import write_atomic
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, Options
+from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, STDIO, Options
 
 if TYPE_CHECKING:
     from npu_plugin.migrate.transform import Result
 
-STDIO = "-"
 SUFFIXES = (".yaml", ".yml", ".json")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LEFT_BEHIND = 0, 1, 2, 3
 _PROG = "npu-plugin migrate"

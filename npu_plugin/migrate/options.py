@@ -16,6 +16,7 @@ KNOWN_RESOURCE_NAMES = tuple(RESOURCE_DEVICE_CLASSES)
 VNPU_DEVICE_CLASS = "vnpu.npu.huawei.com"
 # The DRA driver publishes topologyGroup under its own name, whatever the class is called.
 DEFAULT_DRIVER_NAME = "npu.huawei.com"
+STDIO = "-"  # --filename/--output: stdin or stdout
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ def golden(case: str, suffix: str) -> str:
 def test_flags_and_defaults() -> None:
     args = parse()
     assert (args.filename, args.output, args.resource_name, args.device_class) == ("-", None, None, None)
-    assert (args.in_place, args.same_topology_group, args.check, args.func) == (False, False, False, run)
+    assert (args.in_place, args.same_topology_group, args.check, args.command) == (False, False, False, "migrate")
     args = parse(
         "-f",
         "in.yaml",
