@@ -42,12 +42,14 @@ class Serving(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ChipPlan:
     """A chip's checked vNPU facts and how it is served; `reason` says why a chip is not dynamic under
-    --vnpu dynamic (None otherwise)."""
+    --vnpu dynamic (None otherwise). `split_on_demand`: whether npu-plugin would split the chip were it empty; only
+    there can a vNPU be foreign (on a chip served as it is, every vNPU is the administrator's)."""
 
     chip: ChipVnpu
     serving: Serving
     reason: str | None = None
     foreign: frozenset[int] = frozenset()  # ids of vNPUs npu-plugin did not create on a chip it would split
+    split_on_demand: bool = False
 
 
 def origins(plans: Mapping[int, ChipPlan], ours: frozenset[int]) -> list[tuple[Vnpu, VnpuOrigin]]:
@@ -168,7 +170,7 @@ class VnpuReader:
                     f"--vnpu-templates {','.join(unknown)}: npu-{device.physical_id} ({device.chip_name}) offers "
                     f"{offers}"
                 )
-            plans[device.physical_id] = ChipPlan(chip, how, reason, foreign)
+            plans[device.physical_id] = ChipPlan(chip, how, reason, foreign, split_on_demand)
         self._say_reasons(plans, devices)
         self._on_read(origins(plans, ours))
         return plans

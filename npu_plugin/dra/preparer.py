@@ -590,18 +590,23 @@ class Preparer:
         return True
 
     def _check_live_vnpus(self, checkpoint: Checkpoint) -> None:
-        """Compare each chip's vNPUs with the checkpoint: a prepared claim's vNPU that now has another template,
-        and any vNPU no claim records, are foreign (never destroyed; their chip serves them as they are)."""
+        """On each chip npu-plugin would split on demand, compare its vNPUs with the checkpoint: a prepared claim's
+        vNPU that now has another template, and any vNPU no claim records, are foreign (never destroyed; their chip
+        serves them as they are). A chip served as it is (a static-only product, --vnpu static) holds the
+        administrator's vNPUs, which no checkpoint records: nothing there is foreign."""
         if self.vnpus is None:
             return
+        try:
+            plans = self._plans(self._snapshot(), checkpoint)
+        except BackendError as error:
+            log.warning("cannot compare the chips' vNPUs with the checkpoint: %s", error, extra={"error": str(error)})
+            return
         records = {r.vnpu_id: (uid, r) for uid, r in checkpoint.vnpus()}
-        for view in self._snapshot().devices:
-            try:
-                live = self.vnpus.live(view.physical_id)
-            except BackendError:
-                continue  # a chip without vNPU facts holds none
+        for physical_id, plan in sorted(plans.items()):
+            if not plan.split_on_demand:
+                continue
             foreign = []
-            for vnpu in live:
+            for vnpu in plan.chip.vnpus:
                 known = records.get(vnpu.vnpu_id)
                 if known is None:
                     foreign.append(vnpu.vnpu_id)
@@ -620,9 +625,9 @@ class Preparer:
                 log.warning(
                     "npu-%d holds vNPUs not created by npu-plugin (%s); they are never destroyed, and the chip "
                     "serves them as they are until they are gone",
-                    view.physical_id,
+                    physical_id,
                     ", ".join(map(str, foreign)),
-                    extra={"physicalId": view.physical_id, "foreign": foreign},
+                    extra={"physicalId": physical_id, "foreign": foreign},
                 )
 
     def _remove_orphans(self, checkpoint: Checkpoint) -> None:

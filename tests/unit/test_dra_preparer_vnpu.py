@@ -37,14 +37,22 @@ V05 = "vir05_1c_16g"
 
 
 class Node:
-    """One 8-chip Atlas 800T A2 with its simulated vNPU hardware, and a preparer serving it (--vnpu dynamic)."""
+    """A node (an 8-chip Atlas 800T A2 unless told) with its simulated vNPU hardware, and a preparer serving it
+    (--vnpu dynamic unless told)."""
 
-    def __init__(self, root: Path, backend: VnpuBackend | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        backend: VnpuBackend | None = None,
+        profile: str = "atlas-800t-a2",
+        mode: VnpuMode = VnpuMode.DYNAMIC,
+    ) -> None:
         self.root, self.hw, self.dev, self.cdi = root, root / "hw.json", root / "dev", root / "cdi"
         self.state = root / "state"
         for directory in (self.state, self.cdi, self.dev):
             directory.mkdir(exist_ok=True)
-        self.fake = FakeBackend(profile="atlas-800t-a2", vnpu_state=self.hw, dev_root=self.dev)
+        self.mode = mode
+        self.fake = FakeBackend(profile=profile, vnpu_state=self.hw, dev_root=self.dev)
         self.backend: VnpuBackend = backend or self.fake
         self.claims = Claims()
         self.operations: list[tuple[str, str]] = []  # what the metrics hear
@@ -52,10 +60,10 @@ class Node:
         self.preparer = self.make_preparer()
 
     def make_preparer(self) -> Preparer:
-        inventory = Inventory(
-            self.fake.discover(), failure_threshold=1, recovery_threshold=1, owners=dict.fromkeys(range(8), Owner.DRA)
-        )
-        reader = VnpuReader(self.backend, VnpuMode.DYNAMIC)
+        devices = self.fake.discover()
+        owners = {d.physical_id: Owner.DRA for d in devices}
+        inventory = Inventory(devices, failure_threshold=1, recovery_threshold=1, owners=owners)
+        reader = VnpuReader(self.backend, self.mode)
         hands = VnpuHands(
             self.backend,
             reader,
@@ -267,6 +275,27 @@ def test_foreign_vnpus_are_never_destroyed_and_their_chip_serves_them_as_they_ar
     assert node.spec("s")["devices"][0]["containerEdits"]["env"][0] == "ASCEND_VISIBLE_DEVICES=102"
     assert node.preparer.unprepare([static]) == {"s": ""}
     assert node.vnpus() == {"0": [{"vnpuId": 102, "template": V05}]}
+
+
+@pytest.mark.parametrize(
+    ("profile", "mode", "template"),
+    [
+        ("atlas-300i-duo", VnpuMode.DYNAMIC, "vir01"),  # static only: two 310P dies per card
+        ("atlas-800-9000", VnpuMode.DYNAMIC, "vir02"),  # static only: 910A
+        ("atlas-800t-a2", VnpuMode.STATIC, V05),
+    ],
+)
+def test_a_chip_served_as_it_is_holds_no_foreign_vnpus(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, profile: str, mode: VnpuMode, template: str
+) -> None:
+    node = Node(tmp_path, profile=profile, mode=mode)
+    node.set_hardware(vnpus={"1": [{"vnpuId": 116, "template": template}]})
+    node.preparer.collect_garbage()
+    assert node.vnpus() == {"1": [{"vnpuId": 116, "template": template}]}
+    assert not [r.getMessage() for r in caplog.records if "not created by npu-plugin" in r.getMessage()]
+    static = node.claim("s", "npu-1-vnpu-116")
+    assert node.prepare(static) == {"s": ""}
+    assert node.checkpoint()["s"]["devices"][0]["vnpu"]["origin"] == "static"
 
 
 def test_each_create_and_destroy_is_counted_and_a_refused_mix_is_told_apart(

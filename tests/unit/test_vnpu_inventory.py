@@ -192,6 +192,7 @@ def test_the_fake_backend_plans_its_foreign_vnpus_as_static(tmp_path: Path) -> N
         Serving.STATIC,
         "it holds vNPUs not created by npu-plugin (102)",
         foreign=frozenset({102}),
+        split_on_demand=True,
     )
     assert plans[1].serving is Serving.DYNAMIC
     assert VnpuReader(backend, VnpuMode.DYNAMIC).read(devices, ours=frozenset({102}))[0].serving is Serving.DYNAMIC
@@ -206,6 +207,8 @@ def test_the_fake_backend_plans_its_foreign_vnpus_as_static(tmp_path: Path) -> N
         ("atlas-800t-a2", VnpuMode.STATIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.STATIC}),
         # A Duo never splits on demand, so nothing there is foreign.
         ("atlas-300i-duo", VnpuMode.DYNAMIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.STATIC}),
+        # Nor does a 910A.
+        ("atlas-800-9000", VnpuMode.DYNAMIC, {100: VnpuOrigin.DYNAMIC, 101: VnpuOrigin.STATIC}),
     ],
 )
 def test_each_read_reports_every_vnpu_with_who_made_it(
