@@ -2,10 +2,10 @@
 and whether DRAPartitionableDevices keeps counters.
 
 The gate is not readable through the API. A dry-run create of a counter-only probe slice runs the API server's
-write strategy, which drops `sharedCounters` while the gate is off; the probe runs at start, every 10 minutes
-and after a version change. Every slice write is also read back: a stored slice that lost its counters switches
-the node to the fallback layout (no counters) until a later probe finds the gate on. Fail closed: until the
-first probe answers, the fallback is used.
+write strategy, which drops `sharedCounters` while the gate is off; the probe runs once a chip is split on demand
+(at start, or when the first one is), then every 10 minutes and after a version change. Every slice write is also
+read back: a stored slice that lost its counters switches the node to the fallback layout (no counters) until a
+later probe finds the gate on. Fail closed: until the first probe answers, the fallback is used.
 """
 
 from __future__ import annotations

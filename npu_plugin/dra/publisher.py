@@ -1,9 +1,10 @@
 """Keeps this node's ResourceSlices equal to the inventory: reconciled from the informer's cache, coalesced
 writes, back-off with jitter. A resync that finds the cache equal to the inventory sends no request.
 
-With vNPUs the layout follows the API server (`partitionable.py`): its version at start and at each resync, and
-whether it keeps counters. A write whose answer lost its counters switches to the layout without counters at
-once, so a cluster with DRAPartitionableDevices off sees one rewrite, never a loop of them."""
+With vNPUs split on demand the layout follows the API server (`partitionable.py`): its version at start and at each
+resync, and whether it keeps counters (neither is asked while no chip of ours is split on demand). A write whose
+answer lost its counters switches to the layout without counters at once, so a cluster with DRAPartitionableDevices
+off sees one rewrite, never a loop of them."""
 
 from __future__ import annotations
 
@@ -215,12 +216,15 @@ class SlicePublisher:
     def _desired(self, devices: Sequence[tuple[Device, bool]]) -> list[SliceContent]:
         if self._vnpu is None or self._gate is None:
             return [SliceContent(chunk) for chunk in slice_specs(self._settings, devices)]
-        if self._version_due:
+        chips = self._vnpu()
+        # The version and the gate only choose how counters are laid out: while no chip of ours is split on demand,
+        # every layout gives the same slices, and neither is asked (the first chip that is, asks at once).
+        split = any(device.physical_id in chips.dynamic for device, _healthy in devices)
+        if self._version_due and split:
             self._gate.refresh(self._settings)
             self._version_due = False
-        chips = self._vnpu()
         layout = self._gate.layout
-        self._on_dynamic_available(layout is not Layout.FALLBACK and bool(chips.dynamic))
+        self._on_dynamic_available(layout is not Layout.FALLBACK and split)
         return vnpu_slice_contents(self._settings, devices, chips, layout)
 
     def _write_slices(self) -> bool:

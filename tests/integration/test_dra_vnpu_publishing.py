@@ -9,6 +9,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ def test_kubernetes_1_36_gets_the_split_layout_with_the_gate_on_by_default(
     for s in node_slices(fake_api):
         assert "devices" not in s["spec"] or "sharedCounters" not in s["spec"]
         assert s["spec"]["pool"]["resourceSliceCount"] == 2
+    assert probes(fake_api) == 1
 
 
 def test_kubernetes_1_34_with_the_gate_on_gets_one_slice_per_chip(
@@ -204,6 +206,9 @@ def test_products_with_static_vnpus_only_publish_no_counters_and_no_candidates_a
     [line] = [line for line in daemon.log().splitlines() if "no vNPUs on demand" in line]
     assert product in line and line.endswith("supports static vNPUs only"), line
     assert ", ".join(f"npu-{i} (" for i in range(chips)) == ", ".join(re.findall(r"npu-\d+ \(", line))
+    # Nothing to lay out with counters: neither the version nor the gate is asked.
+    assert probes(fake_api) == 0 and requests_of(fake_api, "get", "/version") == 0
+    assert "DRAPartitionableDevices" not in daemon.log()
 
 
 # ---- the read-back, in process: an API server whose dry run does not drop the gated fields
@@ -227,8 +232,11 @@ def dynamic_chips() -> VnpuChips:
     return served_chips(plans)
 
 
-def publish_until(api: FakeKubeAPI, tmp_path: Path, client: KubeClient, done: Any) -> list[bool]:
-    """Run a publisher with the 910B3 profile's chips until `done()`; the dynamic-available reports."""
+def publish_until(
+    api: FakeKubeAPI, tmp_path: Path, client: KubeClient, done: Any, chips: Callable[[], VnpuChips] = dynamic_chips
+) -> list[bool]:
+    """Run a publisher with the 910B3 profile's chips (as `chips` reads them) until `done()`; the dynamic-available
+    reports."""
     available: list[bool] = []
     inventory = Inventory(
         profile_inventory("atlas-800t-a2").devices, failure_threshold=1, recovery_threshold=1, owners=Owner.DRA
@@ -239,7 +247,7 @@ def publish_until(api: FakeKubeAPI, tmp_path: Path, client: KubeClient, done: An
         driver=DRIVER,
         node_name=NODE,
         unhealthy_policy=UnhealthyPolicy.REMOVE,
-        vnpu=dynamic_chips,
+        vnpu=chips,
         on_dynamic_available=available.append,
     )
 
@@ -278,6 +286,28 @@ def test_a_write_that_loses_its_counters_switches_to_whole_npus_with_one_more_wr
     assert next(r.message for r in caplog.records if "DRAPartitionableDevices" in r.message).startswith(
         "DRAPartitionableDevices is off on the API server (a published slice lost its counters)"
     )
+
+
+def test_the_gate_is_probed_once_the_first_chip_is_split_on_demand(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(publisher_module, "RESYNC_SECONDS", 0.2)
+    fake_api.set_kubernetes_version(36)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = KubeClient(connect(tmp_path / "kc"))
+    split = dynamic_chips()
+    whole = VnpuChips(split.chips)  # no chip split on demand (static-only products, others' vNPUs everywhere)
+    asked: list[tuple[int, int]] = []  # probes and version reads made before each read of the chips
+
+    def chips() -> VnpuChips:
+        asked.append((probes(fake_api), requests_of(fake_api, "get", "/version")))
+        return split if len(asked) > 3 else whole
+
+    available = publish_until(fake_api, tmp_path, client, lambda: layout(fake_api) == [(8, 0), (0, 56)], chips)
+    client.close()
+    assert asked[:4] == [(0, 0)] * 4  # three resyncs without a chip split on demand ask nothing
+    assert probes(fake_api) == 1
+    assert available[:3] == [False] * 3 and available[-1] is True
 
 
 def test_an_upgrade_to_1_35_rewrites_every_slice_in_the_split_layout_at_the_next_resync(
