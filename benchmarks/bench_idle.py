@@ -4,10 +4,11 @@ requests at rest, of a daemon with default settings (--health-interval 5) on the
 The three daemons run side by side, each with its own kubelet simulators and (dra, both) its own fake API
 server in this process. Once they have registered and published, and settled, their CPU time (every
 thread's, from schedstat), context switches (one per wakeup), ListAndWatch messages and the API requests
-their fake server answered are counted over `Budget.idle_window` seconds and scaled to an hour; only the
-WATCH rate comes from the timeoutSeconds the daemon asks for, since one watch outlives the window
-(`scripts/bench --fleet` counts watches too, over many node-hours). Targets: <= 5 CPU-s/h in every mode; <= 12 API
-requests per hour at rest and no write; no ListAndWatch message while nothing changes.
+their fake server answered are counted over `Budget.idle_window` seconds (CPU scaled to an hour). A watch lives 5 to
+10 minutes, longer than the window, so no watch ends in it and its WATCH rate is not measured here (the row says
+so, with the lifetimes of any watch that did end); `scripts/bench --fleet` measures it from every node's watch
+lifetime over a full watch cycle. Targets: <= 5 CPU-s/h in every mode; no LIST and no write at rest; no
+ListAndWatch message while nothing changes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import contextlib
 import shutil
 import subprocess
 import tempfile
+import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,17 +32,16 @@ from benchmarks.common import (
     WRITES,
     Budget,
     CpuReading,
+    WatchLives,
     cpu_reading,
     dev_root,
     dra_dirs,
     kubelet_at,
     process,
-    requests_per_hour,
     rss_mib,
     serve_argv,
     wait_for,
     watch_lives,
-    watch_note,
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
@@ -47,7 +49,7 @@ from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
-TARGETS = {"cpu_s_per_hour": 5.0, "requests_per_hour": 12.0, "writes_per_hour": 0.0, "messages": 0}
+TARGETS = {"cpu_s_per_hour": 5.0, "lists_at_rest": 0, "writes_at_rest": 0, "messages": 0}
 MODES = ("device-plugin", "dra", "both")
 
 
@@ -78,8 +80,8 @@ class Idle:
     wakeups_per_s: float
     rss_mib: float
     messages: int
-    requests_per_hour: dict[str, float]
-    watch_seconds: float | None  # the mean timeoutSeconds of the daemon's watches
+    counted: dict[str, int]  # the requests answered over the window, by verb
+    watch_lives: WatchLives
 
 
 async def start(stack: contextlib.AsyncExitStack, work: Path, mode: str) -> Subject:
@@ -118,13 +120,13 @@ class Before:
 
     cpu: CpuReading
     messages: int
-    requests: int
+    requests: int  # how many requests its API server had answered
 
 
-def idle(subject: Subject, before: Before, after: CpuReading, window: float) -> Idle:
+def idle(subject: Subject, before: Before, after: CpuReading, window: float, closed: float) -> Idle:
     scale = HOUR / window
-    since_start = subject.requests()
-    lives = watch_lives(since_start)
+    requests = subject.requests()
+    in_window = requests[before.requests :]
     return Idle(
         mode=subject.mode,
         window_s=window,
@@ -132,8 +134,8 @@ def idle(subject: Subject, before: Before, after: CpuReading, window: float) -> 
         wakeups_per_s=round((after.switches - before.cpu.switches) / window, 1),
         rss_mib=round(rss_mib(subject.daemon.pid), 1),
         messages=subject.messages() - before.messages,
-        requests_per_hour=requests_per_hour(since_start, since_start[before.requests :], window),
-        watch_seconds=round(sum(lives) / len(lives), 1) if lives else None,
+        counted=dict(sorted(Counter(r.verb.upper() for r in in_window).items())),
+        watch_lives=watch_lives(requests, closed - window, closed),
     )
 
 
@@ -145,11 +147,8 @@ async def measure(work: Path, window: float, settle: float) -> list[Idle]:
         before = [Before(cpu_reading(s.daemon.pid), s.messages(), len(s.requests())) for s in subjects]
         await asyncio.sleep(window)
         after = [cpu_reading(s.daemon.pid) for s in subjects]
-        return [idle(s, b, a, window) for s, b, a in zip(subjects, before, after, strict=True)]
-
-
-def total(requests: dict[str, float], writes: bool = False) -> float:
-    return sum(count for name, count in requests.items() if (name in WRITES) == writes)
+        closed = time.monotonic()
+        return [idle(s, b, a, window, closed) for s, b, a in zip(subjects, before, after, strict=True)]
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
@@ -177,16 +176,18 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 )
             )
         if mode != "device-plugin":
-            requests = r["requests_per_hour"]
-            by_verb = ", ".join(f"{name} {count:g}" for name, count in requests.items()) or "none"
-            reads, writes = total(requests), total(requests, writes=True)
+            counted = r["counted"]
+            lists, writes = counted.get("LIST", 0), sum(n for verb, n in counted.items() if verb in WRITES)
+            lives = WatchLives(
+                tuple(r["watch_lives"]["lifetimes"]), r["watch_lives"]["ends"], r["watch_lives"]["still_open"]
+            )
             result.append(
                 Row(
                     f"API requests at rest, {mode}",
-                    f"{reads + writes:g}/h",
-                    f"{by_verb}; {window}" + watch_note(r["watch_seconds"]),
-                    f"<= {t['requests_per_hour']:g}/h, 0 writes",
-                    at_most(reads + writes, t["requests_per_hour"]) and writes == 0,
+                    ", ".join(f"{verb} {n}" for verb, n in counted.items()) or "none",
+                    f"{window}; {lives.note()}; per node-hour: scripts/bench --fleet",
+                    "no LIST, 0 writes",
+                    lists == t["lists_at_rest"] and writes == t["writes_at_rest"],
                 )
             )
     return result
