@@ -65,16 +65,16 @@ class FullHandler(Handler):
                 self._context.requests.finish(self._ticket, ended, self._watch_end(ended) if self._streaming else "")
 
     def _watch_end(self, ended: float) -> str:
-        """Why the watch just ended; its duration first, as the server may end every watch just after."""
+        """Why the watch just ended (the answer is written: the client may already be making its next request)."""
         context = self._context
         if self._end:
             return self._end
         if ended - self._streamed >= min(self._asked, self._limit if self._limit is not None else self._asked):
             return LIMIT if self._limit is not None and self._limit < self._asked else TIMEOUT
+        if context.watch_epoch != self._epoch:  # before closing: the server may stop just after ending it
+            return ENDED_BY_SERVER
         if context.closing.is_set():
             return SERVER_STOPPED
-        if context.watch_epoch != self._epoch:
-            return ENDED_BY_SERVER
         return CONNECTION_LOST
 
     # ---- refinements
