@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
     from npu_plugin.handover import Handover
+    from npu_plugin.vnpu_relist import VnpuRelist
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -106,8 +107,14 @@ class Daemon:
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
         self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
+        self.vnpu_relist = self._vnpu_relist()
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
         self.handover = self._handover(self.dra) if self.dra is not None else None
+        if self.vnpu_relist is not None and self.dra is not None:
+            # Only the relist hears of vNPUs an administrator makes or destroys; the slices are rebuilt from a read of
+            # their own then, so only a change costs a second read.
+            publisher = self.dra.publisher
+            self.vnpu_relist.on_change(lambda _vnpus: publisher.trigger())
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -138,6 +145,8 @@ class Daemon:
             tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
         if self.handover is not None:
             tasks.append(self._task(self.handover.run(self.stop), "handover"))
+        if self.vnpu_relist is not None:
+            tasks.append(self._task(self.vnpu_relist.run(self.stop), "vnpu-relist"))
         try:
             await self._until_stopped(tasks)
         finally:
@@ -200,26 +209,28 @@ class Daemon:
         )
 
     def _device_listing(self) -> DeviceListing:
-        """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips, re-read every health
-        interval (the device plugin serves existing vNPUs only: creating them is DRA's)."""
-        if self.config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
+        """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips (the device plugin
+        serves existing vNPUs only: creating them is DRA's)."""
+        if self.vnpu_relist is None:
             return DeviceListing(self.inventory)
+        self.vnpu_relist.on_change(self._vnpus_changed)
+        return DeviceListing(self.inventory, domain=self.resource_name.split("/", 1)[0], relist=self.vnpu_relist)
+
+    def _vnpu_relist(self) -> VnpuRelist | None:
+        """Under --vnpu static|dynamic, the vNPUs re-read every health interval, once for both sides."""
+        if self.config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
+            return None
         # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
         on_read = self.telemetry.vnpus if not self.config.serves_dra else lambda _vnpus: None
         from npu_plugin.vnpu_inventory import VnpuReader
+        from npu_plugin.vnpu_relist import VnpuRelist
 
         reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read, said=self.vnpu_said)
 
         def read(devices: Sequence[Device]) -> dict[int, tuple[Vnpu, ...]]:
             return {physical_id: plan.chip.vnpus for physical_id, plan in reader.read(devices).items()}
 
-        return DeviceListing(
-            self.inventory,
-            domain=self.resource_name.split("/", 1)[0],
-            read_vnpus=read,
-            interval=self.config.health_interval,
-            on_vnpus=self._vnpus_changed,
-        )
+        return VnpuRelist(self.inventory, read, self.config.health_interval)
 
     def _vnpus_changed(self, vnpus: Mapping[int, tuple[Vnpu, ...]]) -> None:
         """The static CDI spec names every vNPU before the kubelet hears of it."""

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from npu_plugin.device import Device, id_prefix
-from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory import DeviceView, Inventory, Snapshot
 from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import Vnpu, dp_suffix, dp_vnpu_id
 
-log = logging.getLogger(__name__)
-# The chips that hold vNPUs now, with their vNPUs; read from the backend in a worker thread.
-VnpuRead = Callable[[Sequence[Device]], Mapping[int, tuple[Vnpu, ...]]]
+if TYPE_CHECKING:
+    from npu_plugin.vnpu_relist import VnpuRelist
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,55 +91,31 @@ class Listing:
 
 
 class DeviceListing:
-    """The inventory joined with the chips' vNPUs, kept current: the vNPUs are re-read every `interval` (the
-    driver announces no change), and every change of either reaches the watchers."""
+    """The inventory joined with the chips' vNPUs (from `relist`, None with --vnpu off), kept current: every change
+    of either reaches the watchers."""
 
-    def __init__(
-        self,
-        inventory: Inventory,
-        domain: str = "huawei.com",
-        read_vnpus: VnpuRead | None = None,
-        interval: float = 0.0,
-        on_vnpus: Callable[[Mapping[int, tuple[Vnpu, ...]]], None] = lambda _vnpus: None,
-    ) -> None:
-        self._inventory, self._domain = inventory, domain
-        self._read_vnpus, self._interval, self._on_vnpus = read_vnpus, interval, on_vnpus
+    def __init__(self, inventory: Inventory, domain: str = "huawei.com", relist: VnpuRelist | None = None) -> None:
+        self._inventory, self._domain, self._relist = inventory, domain, relist
         self._vnpus: Mapping[int, tuple[Vnpu, ...]] = MappingProxyType({})
         self._virtual: tuple[VirtualDevice, ...] = ()
         self._waiters: set[asyncio.Event] = set()
+        if relist is not None:
+            relist.on_change(self._vnpus_changed)
 
     def current(self) -> Listing:
         return Listing(self._inventory.snapshot(), self._vnpus, self._virtual)
 
     async def refresh(self) -> None:
-        """Read the vNPUs once; a failed read is logged and keeps the last good listing."""
-        if self._read_vnpus is None:
-            return
+        """Read the vNPUs once (before serving, so no split chip is ever listed whole)."""
+        if self._relist is not None:
+            await self._relist.refresh()
+
+    def _vnpus_changed(self, vnpus: Mapping[int, tuple[Vnpu, ...]]) -> None:
         devices = [v.device for v in self._inventory.snapshot().devices]
-        try:
-            vnpus = await asyncio.to_thread(self._read_vnpus, devices)
-        except (NpuPluginError, OSError) as error:
-            log.warning("vNPU listing failed, keeping the last one: %s", error, extra={"error": str(error)})
-            return
-        vnpus = {p: tuple(sorted(v, key=lambda x: x.vnpu_id)) for p, v in vnpus.items() if v}
-        if vnpus == dict(self._vnpus):
-            return
-        log.info("vNPUs now: %s", _describe(vnpus), extra={"vnpus": _describe(vnpus)})
-        self._vnpus = MappingProxyType(vnpus)
+        self._vnpus = vnpus
         self._virtual = tuple(virtual_devices(self._domain, devices, vnpus))
-        self._on_vnpus(self._vnpus)
         for waiter in self._waiters:
             waiter.set()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Re-read the vNPUs every interval until `stop`; without a reader there is nothing to do."""
-        if self._read_vnpus is None:
-            return
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval)
-            if not stop.is_set():
-                await self.refresh()
 
     async def watch(self) -> AsyncGenerator[Listing, None]:
         """The current listing at once, then the newest after every change (coalesced)."""
@@ -163,12 +137,3 @@ class DeviceListing:
         async with contextlib.aclosing(self._inventory.watch()) as snapshots:
             async for _ in snapshots:
                 changed.set()
-
-
-def _describe(vnpus: Mapping[int, tuple[Vnpu, ...]]) -> str:
-    return (
-        ", ".join(
-            f"npu-{p}: " + " ".join(f"{v.vnpu_id}({v.template})" for v in chip) for p, chip in sorted(vnpus.items())
-        )
-        or "none"
-    )

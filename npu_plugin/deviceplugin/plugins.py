@@ -54,7 +54,6 @@ class DevicePlugins:
         self.plugins[self._resource_name] = whole
         async with asyncio.TaskGroup() as group:
             group.create_task(whole.run(stop), name="device-plugin")
-            group.create_task(self._listing.run(stop), name="vnpu-listing")
             async with contextlib.aclosing(until_closed(self._listing.watch(), stop)) as listings:
                 async for listing in listings:
                     for resource in sorted(listing.resources() - self.plugins.keys()):

@@ -26,6 +26,7 @@ from tests.integration.dra_support import (
     published_names,
     result,
 )
+from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
 from tests.integration.test_observability import OBSERVED, endpoints_of, until_metric
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
@@ -108,6 +109,53 @@ def test_the_vnpu_metric_names_a_vnpu_npu_plugin_did_not_make_foreign(
             await registered(sim, daemon)
             labels = {"physical_id": "5", "template": "vir10_3c_32g", "origin": "foreign"}
             await until_metric(port, "npu_plugin_vnpus", 1, daemon, **labels)
+
+    asyncio.run(scenario())
+
+
+def test_one_read_per_health_interval_brings_a_vnpu_change_to_both_sides(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """An administrator adds a vNPU on a DRA chip (1) and on a device-plugin chip (6) in one write. Counted in the
+    daemon's reads of the simulated hardware (see test_device_plugin_vnpu's A27), one read of every chip per
+    health interval serves both sides: between the write and both showing it, the read under way (at most 7 more
+    opens), the next one, which finds the change, and the read of the slices' rebuild it triggers (8 each), plus
+    the fake backend's one check of the changed file: at most 3 x 8. Two reads after the start let the rebuilds
+    it may have left pending read first."""
+    fake_api.set_kubernetes_version(35, partitionable_devices=True)
+    chips = len(profile_inventory("atlas-800t-a2").devices)
+    small, made = "huawei.com/Ascend910-5c.1cpu.16g", "Ascend910-5c.1cpu.16g-196-6"
+
+    async def scenario() -> None:
+        write_inventory_with_vnpu_180(workspace)
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*args(workspace, "0-3"), "--health-interval", "1")
+            await registered(sim, daemon)
+            await async_wait_until(lambda: "npu-1-vir05-1c-16g-0" in published_names(fake_api), what="candidates")
+            with state_reads(workspace.root / "hw.json") as reads:
+                await asyncio.to_thread(reads.wait_for_reads, 2 * chips)
+                template = "vir05_1c_16g"
+                replace_vnpus(
+                    workspace.root / "hw.json",
+                    {1: [{"vnpuId": 116, "template": template}], 6: [{"vnpuId": 196, "template": template}]},
+                )
+
+                def both_show_it() -> bool:
+                    names = published_names(fake_api)
+                    listed = sim.kubelet.plugins.get(small)
+                    return (
+                        "npu-1-vnpu-116" in names
+                        and "npu-1" not in names
+                        and listed is not None
+                        and made in listed.devices
+                    )
+
+                await async_wait_until(both_show_it, what="npu-1-vnpu-116 published and vNPU 196 listed")
+                reads.mark()
+                opens = await asyncio.to_thread(reads.between_replacement_and_marker)
+            assert 1 <= opens <= 3 * chips, f"{opens} opens of the state file: more than 3 reads of {chips} chips"
+            assert "Ascend910-6" not in sim.listed()
+            assert daemon.process.poll() is None
 
     asyncio.run(scenario())
 

@@ -53,12 +53,16 @@ def args(node: Node, *extra: str) -> list[str]:
 
 
 def edit_state(node: Node, physical_id: int, vnpus: list[dict[str, Any]]) -> None:
-    """Rewrite the simulated hardware's vNPUs of a chip in one rename, as the driver's own state changes."""
-    state = json.loads(state_file(node).read_text())
-    state["vnpus"][str(physical_id)] = vnpus
-    temp = state_file(node).with_name(".hw.json.tmp")
+    replace_vnpus(state_file(node), {physical_id: vnpus})
+
+
+def replace_vnpus(path: Path, chips: dict[int, list[dict[str, Any]]]) -> None:
+    """Rewrite the simulated hardware's vNPUs of these chips in one rename, as the driver's own state changes."""
+    state = json.loads(path.read_text())
+    state["vnpus"] |= {str(physical_id): vnpus for physical_id, vnpus in chips.items()}
+    temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(json.dumps(state))
-    os.replace(temp, state_file(node))
+    os.replace(temp, path)
 
 
 async def serving(kubelet: KubeletSimulator, daemon: DaemonProcess, resource: str) -> PluginConnection:
@@ -140,6 +144,14 @@ class StateReads(FileSystemEventHandler):
 
     def mark(self) -> None:
         (self.state.parent / self.MARKER).touch()
+
+    def wait_for_reads(self, count: int) -> None:
+        """Block until the state file has been opened `count` more times (the daemon re-reads it)."""
+        while count > 0:
+            try:
+                count -= self.events.get(timeout=10) == "read"
+            except queue.Empty:
+                pytest.fail(f"the state file was not read {count} more times within 10 s")
 
     def between_replacement_and_marker(self) -> int:
         """Reads after the replacement and before the marker; waits (blocking) for the marker's event."""

@@ -42,6 +42,7 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
+from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 WRITES = ("create", "update", "delete")
@@ -209,6 +210,41 @@ def test_products_with_static_vnpus_only_publish_no_counters_and_no_candidates_a
     # Nothing to lay out with counters: neither the version nor the gate is asked.
     assert probes(fake_api) == 0 and requests_of(fake_api, "get", "/version") == 0
     assert "DRAPartitionableDevices" not in daemon.log()
+
+
+def test_static_vnpus_an_administrator_makes_or_destroys_reach_the_slices_within_two_health_intervals(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """Counted in the daemon's reads of the simulated hardware, not in seconds (see test_device_plugin_vnpu's A27):
+    the vNPUs are re-read once per health interval, opening the state file once per chip. Two such reads after the
+    first publication let the rebuilds the start may have left pending read first. Between the write and the
+    slices showing it: the read under way at the write (at most 7 more opens), the next one, which finds the
+    change, and the read of the slices' rebuild it triggers (8 each), plus the fake backend's one check of the
+    changed file: at most 3 x 8."""
+    chips = len(profile_inventory("atlas-800t-a2").devices)
+    state = workspace.root / "hw.json"
+    state.write_text(json.dumps({"bootId": read_boot_id(), "vnpus": {}}))
+    args = vnpu_args(workspace)
+    args[args.index("--vnpu") + 1] = "static"
+    args[args.index("--health-interval") + 1] = "1"
+    daemon = launch_daemon(*args)
+    whole = [f"npu-{i}" for i in range(chips)]
+    wait_until(lambda: published_names(fake_api) == whole, 10, "the whole NPUs")
+    with state_reads(state) as reads:
+        reads.wait_for_reads(2 * chips)
+        replace_vnpus(state, {1: [{"vnpuId": 116, "template": "vir05_1c_16g"}]})
+        split = ["npu-0", "npu-1-vnpu-116", *whole[2:]]
+        wait_until(lambda: published_names(fake_api) == split, 10, "npu-1-vnpu-116 in place of npu-1")
+        reads.mark()
+        opens = reads.between_replacement_and_marker()
+    assert 1 <= opens <= 3 * chips, f"{opens} opens of the state file: more than 3 reads of {chips} chips"
+    replace_vnpus(state, {1: []})
+    wait_until(lambda: published_names(fake_api) == whole, 10, "npu-1 whole again")
+    writes = slice_writes(fake_api)
+    with state_reads(state) as reads:
+        reads.wait_for_reads(3 * chips)
+    assert slice_writes(fake_api) == writes, "reads that find nothing new write nothing"
+    assert "Traceback" not in daemon.log()
 
 
 # ---- the read-back, in process: an API server whose dry run does not drop the gated fields
