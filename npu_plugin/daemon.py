@@ -14,9 +14,6 @@ from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.device import Device, resource_name_for
-from npu_plugin.deviceplugin.listing import DeviceListing
-from npu_plugin.deviceplugin.plugins import DevicePlugins
-from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.health import HealthMonitor
@@ -26,9 +23,11 @@ from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
 from npu_plugin.vnpu import Vnpu, VnpuMode
 
-# What only some modes or flags use (DRA, the handover, vNPUs, CDI) is imported where it is built: every module
-# loaded stays in memory, and device-plugin mode with default settings needs none of them.
+# What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported where it is
+# built: every module loaded stays in memory and costs each daemon's start CPU time, multiplied by a fleet.
 if TYPE_CHECKING:
+    from npu_plugin.deviceplugin.listing import DeviceListing
+    from npu_plugin.deviceplugin.plugins import DevicePlugins
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
     from npu_plugin.handover import Handover
@@ -176,6 +175,9 @@ class Daemon:
                 self.telemetry.devices(snapshot)
 
     def _device_plugin(self) -> DevicePlugins:
+        from npu_plugin.deviceplugin.plugins import DevicePlugins
+        from npu_plugin.deviceplugin.service import DevicePluginService
+
         config, device_type = self.config, self.devices[0].device_type
         listing = self._device_listing()
         driver = config.driver_name if config.cdi_enabled else None
@@ -211,6 +213,8 @@ class Daemon:
     def _device_listing(self) -> DeviceListing:
         """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips (the device plugin
         serves existing vNPUs only: creating them is DRA's)."""
+        from npu_plugin.deviceplugin.listing import DeviceListing
+
         if self.vnpu_relist is None:
             return DeviceListing(self.inventory)
         self.vnpu_relist.on_change(self._vnpus_changed)
