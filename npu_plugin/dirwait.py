@@ -1,4 +1,4 @@
-"""Wait, by watching rather than polling, for a directory someone else (the kubelet) creates."""
+"""Wait, by watching rather than polling, for a directory someone else (the kubelet) creates, or for a file to go."""
 
 from __future__ import annotations
 
@@ -49,5 +49,28 @@ async def _next_change(path: Path, stop: asyncio.Event) -> None:
         # What was created before the watch started sends no event: look once more first.
         if nearest_existing(path) == watched:
             await first_of(changed.wait(), stop.wait(), asyncio.sleep(RECHECK_SECONDS))
+    finally:
+        await asyncio.to_thread(watch.stop)
+
+
+async def wait_until_gone(path: Path, stop: asyncio.Event) -> bool:
+    """True once `path` no longer exists (deleted, renamed away, or its directory removed), False when `stop` is
+    set first. Watches the directory of `path` and sets no timer: waiting costs nothing until something changes.
+    """
+    changed = asyncio.Event()
+    watch = DirectoryWatch()
+    try:
+        watch.add(path.parent, lambda _path, _kind: changed.set())
+        try:
+            watch.start()
+        except FileNotFoundError:  # its directory went first
+            return not stop.is_set()
+        while not stop.is_set():
+            changed.clear()
+            # What went before the watch started sends no event: look after clearing, before waiting.
+            if not path.exists():
+                return True
+            await first_of(changed.wait(), stop.wait())
+        return False
     finally:
         await asyncio.to_thread(watch.stop)

@@ -110,6 +110,8 @@ class DirectoryWatch:
         """Stop the observer thread and any re-read in flight."""
         for reread in self._rereads:
             reread.cancel()
+        # Also when `start` failed (a watched directory had gone): the observer's inotify reader thread runs from
+        # the observer's creation, and only stopping the observer ends it.
+        self._observer.stop()
         if self._observer.is_alive():
-            self._observer.stop()
             self._observer.join(timeout)

@@ -18,7 +18,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.atomic import make_directories
 from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.dirwait import wait_for_directory
+from npu_plugin.dirwait import wait_for_directory, wait_until_gone
 from npu_plugin.dra.checkpoint import CheckpointStore, read_boot_id
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
@@ -33,7 +33,6 @@ from npu_plugin.tasks import supervised
 from npu_plugin.vnpu_inventory import served_chips
 
 log = logging.getLogger(__name__)
-SOCKET_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +186,14 @@ class DraPlugin:
         return server
 
     async def _keep_registration_socket(self, stop: asyncio.Event, server: grpc.aio.Server) -> grpc.aio.Server:
-        """Re-create the registration socket if it is removed, so the kubelet can find us again."""
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), SOCKET_CHECK_SECONDS)
-            if not stop.is_set() and not self.paths.registration_socket.exists():
-                log.warning("registration socket %s vanished; re-creating it", self.paths.registration_socket)
-                self._set_registered(False, "")
-                await server.stop(0)
-                server = await self._start_registration()
+        """Re-create the registration socket whenever it is removed, so the kubelet finds us again; if the registrar
+        directory went with it (a kubelet reinstall), once the directory is back. Watched, not polled."""
+        socket = self.paths.registration_socket
+        while await wait_until_gone(socket, stop):
+            log.warning("registration socket %s vanished; re-creating it", socket)
+            self._set_registered(False, "")
+            await server.stop(0)
+            if not await wait_for_directory(socket.parent, stop, "the kubelet"):
+                break
+            server = await self._start_registration()
         return server

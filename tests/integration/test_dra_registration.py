@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import stat
+from collections.abc import Callable
 
+import pytest
+
+from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dra.plugin import DraPaths, DraPlugin
+from npu_plugin.edits import HostLayout, Injection
+from npu_plugin.inventory import Inventory
+from npu_plugin.kube import KubeClient, connect
+from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator
 from tests.conftest import Launcher
@@ -11,6 +22,7 @@ from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (
     DRIVER,
     NODE,
+    CheckedKubelet,
     Workspace,
     allocate,
     async_wait_until,
@@ -20,8 +32,33 @@ from tests.integration.dra_support import (
     with_health,
     write_inventory,
 )
+from tests.timerloop import TimerLoop, run_counting_timers
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
+
+
+def in_process_plugin(workspace: Workspace, on_registered: Callable[[bool], None]) -> DraPlugin:
+    """A DRA plugin in this process serving every device of `workspace`'s inventory, against its fake API."""
+    paths = DraPaths.of(
+        registrar_dir=workspace.reg,
+        plugins_dir=workspace.plugins,
+        driver=DRIVER,
+        pod_uid=None,
+        cdi_root=workspace.cdi,
+        state_dir=workspace.state,
+    )
+    inventory = Inventory(profile_devices("atlas-800t-a2"), failure_threshold=1, recovery_threshold=1, owners=Owner.DRA)
+    return DraPlugin(
+        paths=paths,
+        driver=DRIVER,
+        node_name=NODE,
+        inventory=inventory,
+        layout=HostLayout(str(workspace.dev), Injection.NODES, (), ()),
+        client=KubeClient(connect(workspace.kubeconfig)),
+        unhealthy_policy=UnhealthyPolicy.REMOVE,
+        health_timeout_seconds=30,
+        on_registered=on_registered,
+    )
 
 
 def test_registration_answers_like_the_seed_expects(
@@ -116,19 +153,70 @@ def test_health_stream_sends_every_device_and_then_changes(
     run_with_kubelet(workspace, fake_api, scenario)
 
 
+@pytest.mark.parametrize("how", ["deleted", "renamed away"])
 def test_registration_socket_is_recreated_and_registered_again(
-    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, how: str
 ) -> None:
-    launch_daemon(*dra_args(workspace))
+    daemon = launch_daemon(*dra_args(workspace))
+    socket = workspace.registration_socket()
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        workspace.registration_socket().unlink()
+        if how == "deleted":
+            socket.unlink()
+        else:
+            socket.rename(workspace.root / "moved-reg.sock")
         await kubelet.wait_for(lambda: not kubelet.plugins.get(DRIVER))
         await kubelet.wait_for_plugin(DRIVER)
         assert [a.registered for a in kubelet.attempts] == [True, True]
 
     run_with_kubelet(workspace, fake_api, scenario)
+    daemon.wait_for_log(f"registration socket {socket} vanished; re-creating it")
+
+
+def test_a_removed_registrar_directory_is_waited_for_and_the_socket_made_again_in_it(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    daemon = launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        shutil.rmtree(workspace.reg)  # a kubelet reinstall
+        await kubelet.wait_for(lambda: not kubelet.plugins.get(DRIVER))
+        await asyncio.to_thread(daemon.wait_for_log, f"waiting for the kubelet to create {workspace.reg}")
+        assert not workspace.reg.exists(), "the daemon does not make the kubelet's directory"
+        workspace.reg.mkdir()
+        await kubelet.wait_for_plugin(DRIVER)
+        assert [a.registered for a in kubelet.attempts] == [True, True]
+
+    run_with_kubelet(workspace, fake_api, scenario)
+    daemon.wait_for_log(f"{workspace.reg} exists now")
+    assert daemon.process.poll() is None
+
+
+def test_the_registration_socket_is_watched_not_polled(workspace: Workspace, fake_api: FakeKubeAPI) -> None:
+    """In process, on a loop that notes who sets timers: until it is told to stop, the plugin's own task (serving,
+    registering, keeping the socket, re-creating it) sets none, so nothing of it wakes a node at rest."""
+    registered: list[bool] = []
+    plugin = in_process_plugin(workspace, registered.append)
+
+    async def scenario() -> tuple[list[bool], list[str | None]]:
+        stop = asyncio.Event()
+        running = asyncio.create_task(plugin.run(stop), name="dra-plugin")
+        async with CheckedKubelet(workspace, api_url=fake_api.url) as kubelet:
+            await kubelet.wait_for_plugin(DRIVER)
+            workspace.registration_socket().unlink()
+            await kubelet.wait_for(lambda: len(kubelet.attempts) == 2)
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, TimerLoop)
+        seen, timers = list(registered), list(loop.timers_by_task)
+        stop.set()  # stopping the servers with a grace period is the one timer the task may set
+        await running
+        return seen, timers
+
+    (seen, timers), _loop = run_counting_timers(scenario)
+    assert seen == [True, False, True]
+    assert "dra-plugin" not in timers
 
 
 def test_kubelet_restart_wipes_slices_and_the_plugin_republishes(
