@@ -8,7 +8,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from npu_plugin.errors import NpuPluginError
@@ -18,6 +30,19 @@ T = TypeVar("T")
 # What a watcher hears: the path and "created", "deleted", "modified" or "closed" (after a write).
 FileEvent = Callable[[str, str], None]
 _KINDS = ("created", "deleted", "modified", "closed")
+# The kernel is asked for these only: a watched directory listed, or a file in it opened and read (a workload
+# opening /dev/davinci3, a tool scanning the registrar directory), then wakes no thread of ours.
+_RELAYED: tuple[type[FileSystemEvent], ...] = (
+    FileCreatedEvent,
+    DirCreatedEvent,
+    FileDeletedEvent,
+    DirDeletedEvent,
+    FileMovedEvent,
+    DirMovedEvent,
+    FileModifiedEvent,
+    DirModifiedEvent,
+    FileClosedEvent,
+)
 
 
 class Relay(FileSystemEventHandler):
@@ -89,7 +114,7 @@ class DirectoryWatch:
     def add(self, directory: Path, callback: FileEvent) -> None:
         """Call `callback` on the running loop for each change directly in `directory`."""
         relay = Relay(asyncio.get_running_loop(), callback)
-        self._observer.schedule(relay, str(directory), recursive=False)
+        self._observer.schedule(relay, str(directory), recursive=False, event_filter=list(_RELAYED))
 
     def add_file(self, path: Path, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
         """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop."""

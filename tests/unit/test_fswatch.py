@@ -1,14 +1,16 @@
-"""fswatch.Reread: a burst of change events costs one or two reads, never one per event; the latest wins."""
+"""fswatch.Reread: a burst of change events costs one or two reads, never one per event; the latest wins.
+DirectoryWatch: the kernel reports only the changes it relays, never a directory listed or a file read."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
 from npu_plugin.errors import InventoryFileError
-from npu_plugin.fswatch import Reread
+from npu_plugin.fswatch import DirectoryWatch, Reread
 
 
 class Source:
@@ -88,3 +90,39 @@ def test_a_failed_read_is_logged_and_the_next_change_reads_again(caplog: pytest.
 
     assert asyncio.run(scenario()) == [2]
     assert "re-reading a changed file failed: inventory.yaml: larger than the 4 MiB" in caplog.text
+
+
+IN_ACCESS, IN_CLOSE_NOWRITE, IN_OPEN = 0x1, 0x10, 0x20  # <sys/inotify.h>
+IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x2, 0x8, 0x40, 0x80, 0x100, 0x200
+
+
+def inotify_masks(directory: Path) -> list[int]:
+    """The event masks this process's inotify watches on `directory` ask the kernel for (proc(5), fdinfo)."""
+    inode, masks = directory.stat().st_ino, []
+    for info in Path("/proc/self/fdinfo").iterdir():
+        try:
+            lines = info.read_text().splitlines()
+        except OSError:  # an fd closed since the listing
+            continue
+        for line in lines:
+            if line.startswith("inotify wd:"):
+                fields = dict(field.split(":", 1) for field in line.split()[1:])
+                if int(fields["ino"], 16) == inode:
+                    masks.append(int(fields["mask"], 16))
+    return masks
+
+
+def test_a_watched_directory_listed_or_a_file_in_it_read_wakes_no_thread(tmp_path: Path) -> None:
+    async def scenario() -> list[int]:
+        watch = DirectoryWatch()
+        watch.add(tmp_path, lambda _path, _kind: None)
+        watch.start()
+        try:
+            return inotify_masks(tmp_path)
+        finally:
+            await asyncio.to_thread(watch.stop)
+
+    [mask] = asyncio.run(scenario())
+    assert mask & (IN_ACCESS | IN_OPEN | IN_CLOSE_NOWRITE) == 0, hex(mask)
+    relayed = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
+    assert mask & relayed == relayed, hex(mask)
