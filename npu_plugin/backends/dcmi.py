@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -21,6 +23,10 @@ from npu_plugin.logs import device_key
 from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, VnpuTemplate, default_id_range, static_only_reason
 
 DEFAULT_LIBRARY = "libdcmi.so"
+# How long a caller waits for the library while another call runs in it. Longer than any DCMI call of a healthy
+# driver (a vNPU create included: npu-smi, whose create makes the same call, is given 10 s), far shorter than the
+# kubelet's 45 s Prepare deadline, so a Prepare queued behind a hung call still gets an error of its own in time.
+DEFAULT_LOCK_TIMEOUT_SECONDS = 15.0
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,15 @@ class _Slot:
 
     def __str__(self) -> str:
         return f"card {self.card_id} device {self.device_index} (physical id {self.physical_id})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """The library call in progress: what a caller that cannot get the library is told it waits on."""
+
+    call: str
+    args: tuple[object, ...]
+    since: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +79,10 @@ class DcmiBackend:
     `driver_version_file` is read for the driver version when the library has no
     dcmi_get_driver_version (dcmi_get_dcmi_version is the library's own version, not the driver's).
     `npu_smi` is run only for vNPU templates, which DCMI has no public call for (see dcmi_vnpu).
+
+    The library is called by one thread at a time. A caller waits for it at most `lock_timeout` seconds: a driver
+    call that never returns (a hung vNPU create, say) then makes health read Unknown and the other methods raise
+    BackendError naming that call, instead of stalling every thread behind it; all works again once it returns.
     """
 
     name = "dcmi"
@@ -75,6 +94,7 @@ class DcmiBackend:
         *,
         driver_version_file: Path = DRIVER_VERSION_FILE,
         npu_smi: str = "npu-smi",
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     ) -> None:
         self._library = library or DEFAULT_LIBRARY
         self._npu_smi = NpuSmiBackend(npu_smi)
@@ -84,6 +104,11 @@ class DcmiBackend:
         self._funcs = _bind(_load(self._library), self._library)
         self._card_list_call = next(call for call in abi.CARD_LIST_CALLS if call in self._funcs)
         self._lock = threading.Lock()
+        self._lock_timeout = lock_timeout
+        self._running: _Running | None = None
+        # The overdue call already logged, so each hang is reported once when noticed and once when it ends.
+        self._overdue: _Running | None = None
+        self._overdue_lock = threading.Lock()
         self._initialized = False
         self._closed = False
         self._slots: tuple[_Slot, ...] = ()
@@ -91,7 +116,7 @@ class DcmiBackend:
 
     def discover(self) -> list[Device]:
         """Every NPU die, sorted by physical id. Raises DcmiError when enumeration itself fails."""
-        with self._lock:
+        with self._exclusive():
             self._slots = self._enumerate()
             if not self._slots:
                 raise BackendError(f"DCMI ({self._library}) reports no NPU devices")
@@ -102,31 +127,40 @@ class DcmiBackend:
         return devices
 
     def sample(self) -> dict[int, Health]:
-        """Health per physical id; a device whose query fails is Unknown. Never raises."""
-        with self._lock:
+        """Health per physical id; a device whose query fails, or every device while the library is busy past
+        the lock timeout, is Unknown. Never raises."""
+        if not self._lock.acquire(timeout=self._lock_timeout):
+            self._busy()
+            return {slot.physical_id: Health.UNKNOWN for slot in self._slots}
+        try:
             slots = self._known_slots()
             if self._closed:
                 return {slot.physical_id: Health.UNKNOWN for slot in slots}
             return {slot.physical_id: self._sampled_health(slot) for slot in slots}
+        finally:
+            self._lock.release()
 
     def hccs_peers(self) -> dict[int, frozenset[int]]:
         """HCCS (or SIO) peers per physical id, for devices the driver answered about; {} when unsupported."""
-        with self._lock:
+        with self._exclusive():
             slots = self._known_slots()
             if self._closed or len(slots) < 2:
                 return {}
             return self._hccs_peers(slots)
 
     def close(self) -> None:
-        """Stop using the library; later discover() raises, sample() reports every device Unknown."""
-        with self._lock:
-            self._closed = True
+        """Stop using the library; later discover() raises, sample() reports every device Unknown.
+
+        Does not wait for the library: a call in progress (one that never returns, at worst) ends as it would,
+        and the next call sees the flag, so a hung driver call cannot hold up the daemon's exit.
+        """
+        self._closed = True
 
     # ---- vNPUs ----
 
     def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
         """Totals and vNPUs from the driver, templates from npu-smi; None when the driver cannot split the chip."""
-        with self._lock:
+        with self._exclusive():
             slot = self._slot_of(physical_id)
             facts = dcmi_vnpu.read_chip(self._call, slot.card_id, slot.device_index)
             mode = dcmi_vnpu.read_mode(self._call) if facts is not None else None
@@ -151,7 +185,7 @@ class DcmiBackend:
 
     def list_vnpus(self, physical_id: int) -> list[Vnpu]:
         """The vNPUs the driver lists for the chip now."""
-        with self._lock:
+        with self._exclusive():
             slot = self._slot_of(physical_id)
             facts = dcmi_vnpu.read_chip(self._call, slot.card_id, slot.device_index)
         vnpus = facts.vnpus if facts is not None else ()
@@ -159,7 +193,7 @@ class DcmiBackend:
 
     def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
         """dcmi_create_vdevice; returns the id the driver gave."""
-        with self._lock:
+        with self._exclusive():
             slot = self._slot_of(physical_id)
             return dcmi_vnpu.create(self._call, slot.card_id, slot.device_index, template, vnpu_id)
 
@@ -171,7 +205,7 @@ class DcmiBackend:
                 f"refusing to destroy vNPU {vnpu_id} on npu-{physical_id}: "
                 "the driver reads that id as every vNPU of the chip",
             )
-        with self._lock:
+        with self._exclusive():
             slot = self._slot_of(physical_id)
             dcmi_vnpu.destroy(self._call, slot.card_id, slot.device_index, vnpu_id)
 
@@ -202,11 +236,68 @@ class DcmiBackend:
 
     # ---- calls ----
 
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """The library to this thread alone; BackendError naming the call in the way when it stays busy."""
+        if not self._lock.acquire(timeout=self._lock_timeout):
+            raise BackendError(self._busy())
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _busy(self) -> str:
+        """Why the library could not be had; logged once per overdue call."""
+        running = self._running
+        if running is None:  # it returned just as the wait ran out
+            return f"DCMI busy: the library stayed in use for more than {self._lock_timeout:g} s"
+        what = f"{running.call}{self._subject(running.args)}"
+        message = (
+            f"DCMI busy: {what} has not returned for {time.monotonic() - running.since:.1f} s (a hung driver? "
+            "look for a dev_sq_task thread in D state and at /var/log/npu; driver 25.5 or later is suggested)"
+        )
+        with self._overdue_lock:
+            first = self._overdue is not running
+            self._overdue = running
+        if first:
+            log.warning("%s", message, extra={"error": message})
+        return message
+
+    def _subject(self, args: tuple[object, ...]) -> str:
+        """` on npu-<physical id>` when the call's first two arguments are a discovered die's card and device,
+        as every per-die DCMI call's are; else nothing."""
+        slot = next((slot for slot in self._slots if (slot.card_id, slot.device_index) == args[:2]), None)
+        return "" if slot is None else f" on npu-{slot.physical_id}"
+
     def _call(self, call: str, *args: object) -> int:
         if self._closed:
             raise BackendError(f"DCMI backend for {self._library} is closed")
         func = self._funcs.get(call)
-        return abi.DCMI_ERR_CODE_NOT_SUPPORT if func is None else int(func(*args))
+        if func is None:
+            return abi.DCMI_ERR_CODE_NOT_SUPPORT
+        running = _Running(call, args, time.monotonic())
+        self._running = running
+        try:
+            return int(func(*args))
+        finally:
+            self._running = None
+            self._returned(running)
+
+    def _returned(self, running: _Running) -> None:
+        """Say once that a call reported overdue has returned: the library answers again."""
+        if self._overdue is not running:  # the common case, decided without the lock
+            return
+        with self._overdue_lock:
+            if self._overdue is not running:
+                return
+            self._overdue = None
+        took = time.monotonic() - running.since
+        log.info(
+            "DCMI %s%s returned after %.1f s; the library answers again",
+            running.call,
+            self._subject(running.args),
+            took,
+        )
 
     def _check(self, call: str, *args: object) -> None:
         code = self._call(call, *args)

@@ -15,6 +15,7 @@
  *   topo_default 1                       # type for pairs in no group (no topo line: NOT_SUPPORT)
  *   fail dcmi_init -8005                 # make a call fail everywhere ...
  *   fail dcmi_get_device_health card 0 dev 0 -8001   # ... or for one device only
+ *   hang dcmi_create_vdevice /tmp/held  # the call blocks, as a hung driver call does, while /tmp/held exists
  *
  *   # vNPUs (dcmi_get_device_info main command 52, dcmi_create_vdevice, dcmi_set_destroy_vdevice):
  *   vnpu_mode 0                          # dcmi_get_vdevice_mode: 0 container, 1 VM (no line: NOT_SUPPORT)
@@ -29,10 +30,13 @@
  * dcmi_get_driver_version, dcmi_get_device_chip_info_v2, dcmi_get_vdevice_mode): the card list is then only
  * dcmi_get_card_num_list, the version only dcmi_get_dcmi_version (the library's own).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define MAX_CHIP_NAME_LEN 32
 #define MAX_CARD_NUM 64
@@ -40,6 +44,7 @@
 #define FAKE_MAX_FAILS 64
 #define FAKE_MAX_GROUPS 16
 #define FAKE_LINE_LEN 512
+#define FAKE_HANG_POLL_NS 20000000L
 #define FAKE_DCMI_LIBRARY_VERSION "7.35.23"
 
 #define DCMI_OK 0
@@ -274,6 +279,8 @@ struct fake_host {
     struct fake_template templates[FAKE_MAX_TEMPLATES];
     struct fake_vnpu vnpus[FAKE_MAX_VNPUS];
     char driver[64];
+    char hang_call[64];
+    char hang_file[FAKE_LINE_LEN];
 };
 
 static struct fake_host g_host;
@@ -473,6 +480,9 @@ static int parse_line(char *line)
         g_host.has_topo = 1;
         return sscanf(line + used, "%d", &g_host.topo_default) == 1 ? 0 : -1;
     }
+    if (strcmp(word, "hang") == 0) {
+        return sscanf(line + used, "%63s %511s", g_host.hang_call, g_host.hang_file) == 2 ? 0 : -1;
+    }
     if (strcmp(word, "driver") == 0) {
         g_host.has_driver = 1;
         return sscanf(line + used, "%63s", g_host.driver) == 1 ? 0 : -1;
@@ -533,10 +543,21 @@ static int injected(const char *call, int card, int dev)
     return DCMI_OK;
 }
 
-/* The common prologue of every entry point: fresh config, init done, no injected failure. */
+static int hangs(const char *call)
+{
+    return g_host.hang_call[0] != '\0' && strcmp(g_host.hang_call, call) == 0 && access(g_host.hang_file, F_OK) == 0;
+}
+
+/* The common prologue of every entry point: fresh config, no hang, init done, no injected failure. */
 static int enter(const char *call, int card, int dev)
 {
-    if (load_host() != 0) {
+    const struct timespec poll = {0, FAKE_HANG_POLL_NS};
+    int loaded;
+
+    while ((loaded = load_host()) == 0 && hangs(call)) {
+        nanosleep(&poll, NULL);
+    }
+    if (loaded != 0) {
         return DCMI_ERR_CODE_INNER_ERR;
     }
     if (!g_initialized && strcmp(call, "dcmi_init") != 0) {

@@ -115,6 +115,7 @@ class FakeHost:
     topo_groups: list[tuple[int, list[int]]] = field(default_factory=list)
     topo_default: int | None = None
     fails: list[str] = field(default_factory=list)
+    hang: tuple[str, Path] | None = None  # this call blocks while this file exists
     vnpu_mode: int | None = None  # 0 container, 1 VM
     vnpu_totals: dict[int, FakeResources] = field(default_factory=dict)  # by physical id
     vnpu_templates: list[FakeTemplate] = field(default_factory=list)
@@ -131,6 +132,8 @@ class FakeHost:
         if self.topo_default is not None:
             lines.append(f"topo_default {self.topo_default}")
         lines += [f"fail {spec}" for spec in self.fails]
+        if self.hang is not None:
+            lines.append(f"hang {self.hang[0]} {self.hang[1]}")
         return "\n".join(lines + self._vnpu_lines()) + "\n"
 
     def _vnpu_lines(self) -> list[str]:

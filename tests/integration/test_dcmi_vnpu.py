@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +17,7 @@ import pytest
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.dcmi import DcmiBackend
+from npu_plugin.device import Health
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
 from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
@@ -40,20 +44,26 @@ def b3_host(vnpu_mode: int | None = 0) -> FakeHost:
 
 
 class Opener(Protocol):
-    def __call__(self, host: FakeHost, *, npu_smi: bool = True, variant: str = "current") -> DcmiBackend: ...
+    def __call__(
+        self, host: FakeHost, *, npu_smi: bool = True, variant: str = "current", lock_timeout: float = 15.0
+    ) -> DcmiBackend: ...
 
 
 @pytest.fixture
 def open_host(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> Iterator[Opener]:
     opened: list[DcmiBackend] = []
 
-    def opener(host: FakeHost, *, npu_smi: bool = True, variant: str = "current") -> DcmiBackend:
+    def opener(
+        host: FakeHost, *, npu_smi: bool = True, variant: str = "current", lock_timeout: float = 15.0
+    ) -> DcmiBackend:
         host.write(config_path)
         directory = tmp_path / f"lib{len(opened)}"
         directory.mkdir()
         library = shutil.copy2(fake_builds[variant], directory / "libdcmi.so")  # a fresh dlopen, fresh vNPU state
         executable = npu_smi_for(tmp_path / f"npu-smi{len(opened)}", host) if npu_smi else tmp_path / "no-npu-smi"
-        backend = DcmiBackend(str(library), driver_version_file=tmp_path / "absent", npu_smi=str(executable))
+        backend = DcmiBackend(
+            str(library), driver_version_file=tmp_path / "absent", npu_smi=str(executable), lock_timeout=lock_timeout
+        )
         backend.discover()
         opened.append(backend)
         return backend
@@ -227,3 +237,96 @@ def test_destroy_all_id_is_refused_before_any_call(open_host: Opener) -> None:
     assert raised.value.code == abi.DCMI_ERR_CODE_INVALID_PARAMETER
     # the fake, like the driver, would have destroyed both
     assert [v.vnpu_id for v in backend.list_vnpus(4)] == [164, 165]
+
+
+# ---- a driver call that does not return
+
+
+@pytest.fixture
+def hung_create(tmp_path: Path) -> Iterator[Path]:
+    """The file that keeps the fake's dcmi_create_vdevice from returning while it exists; removed at the end."""
+    held = tmp_path / "create-held"
+    held.touch()
+    yield held
+    held.unlink(missing_ok=True)
+
+
+def _start_create(backend: DcmiBackend, physical_id: int, vnpu_id: int) -> tuple[threading.Thread, list[int]]:
+    made: list[int] = []
+    thread = threading.Thread(target=lambda: made.append(backend.create_vnpu(physical_id, "vir05_1c_16g", vnpu_id)))
+    thread.start()
+    return thread, made
+
+
+def _busy_error(backend: DcmiBackend, physical_id: int) -> BackendError:
+    """The error list_vnpus raises once the create started in another thread is in the library."""
+    give_up = time.monotonic() + 10.0
+    while time.monotonic() < give_up:
+        try:
+            backend.list_vnpus(physical_id)
+        except BackendError as error:
+            if "dcmi_create_vdevice" in str(error):  # not the instant between its taking the library and the call
+                return error
+    raise AssertionError("the create never held the library")
+
+
+def _sample_within(backend: DcmiBackend, seconds: float) -> dict[int, Health]:
+    """sample() run in a thread; fails the test when it has not answered after `seconds`."""
+    answers: list[dict[int, Health]] = []
+    thread = threading.Thread(target=lambda: answers.append(backend.sample()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert answers, f"sample() did not answer within {seconds} s"
+    return answers[0]
+
+
+def test_a_hung_create_makes_health_unknown_and_reads_fail_naming_it_until_it_returns(
+    open_host: Opener, hung_create: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = b3_host()
+    host.hang = ("dcmi_create_vdevice", hung_create)
+    backend = open_host(host, lock_timeout=0.2)
+    creator, made = _start_create(backend, 5, 180)
+
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi"):
+        error = _busy_error(backend, 4)
+        unknown = _sample_within(backend, 10.0)
+        with pytest.raises(
+            BackendError, match=r"^DCMI busy: dcmi_create_vdevice on npu-5 has not returned for [\d.]+ s"
+        ):
+            backend.chip_vnpu(4)
+        with pytest.raises(BackendError, match="dcmi_create_vdevice on npu-5"):
+            backend.destroy_vnpu(4, 164)
+        hung_create.unlink()
+        creator.join(10.0)
+        healthy = backend.sample()
+
+    assert re.fullmatch(
+        r"DCMI busy: dcmi_create_vdevice on npu-5 has not returned for [\d.]+ s \(a hung driver\? .*\)", str(error)
+    )
+    assert unknown == {4: Health.UNKNOWN, 5: Health.UNKNOWN}
+    assert made == [180]
+    assert backend.list_vnpus(5) == [Vnpu(5, 180, "vir05_1c_16g")]
+    assert healthy == {4: Health.OK, 5: Health.OK}
+    said = [(r.levelno, r.getMessage()) for r in caplog.records]
+    busy = [(level, m.split(" has not returned")[0]) for level, m in said if "DCMI busy" in m]
+    assert busy == [(logging.WARNING, "DCMI busy: dcmi_create_vdevice on npu-5")]  # once, for four refusals
+    assert [level for level, m in said if "dcmi_create_vdevice on npu-5 returned after" in m] == [logging.INFO]
+
+
+def test_close_does_not_wait_for_a_hung_call(open_host: Opener, hung_create: Path) -> None:
+    host = b3_host()
+    host.hang = ("dcmi_create_vdevice", hung_create)
+    backend = open_host(host, lock_timeout=0.2)
+    creator, _ = _start_create(backend, 5, 180)
+    _busy_error(backend, 4)
+
+    closer = threading.Thread(target=backend.close, daemon=True)
+    closer.start()
+    closer.join(10.0)
+    hung_create.unlink()
+    creator.join(10.0)
+
+    assert not closer.is_alive()
+    with pytest.raises(BackendError, match="is closed"):
+        backend.list_vnpus(4)
