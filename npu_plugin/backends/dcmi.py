@@ -82,7 +82,8 @@ class DcmiBackend:
 
     The library is called by one thread at a time. A caller waits for it at most `lock_timeout` seconds: a driver
     call that never returns (a hung vNPU create, say) then makes health read Unknown and the other methods raise
-    BackendError naming that call, instead of stalling every thread behind it; all works again once it returns.
+    BackendError naming that call, instead of stalling every thread behind it; later callers are told at once, and
+    all works again once it returns.
     """
 
     name = "dcmi"
@@ -129,7 +130,7 @@ class DcmiBackend:
     def sample(self) -> dict[int, Health]:
         """Health per physical id; a device whose query fails, or every device while the library is busy past
         the lock timeout, is Unknown. Never raises."""
-        if not self._lock.acquire(timeout=self._lock_timeout):
+        if not self._acquire():
             self._busy()
             return {slot.physical_id: Health.UNKNOWN for slot in self._slots}
         try:
@@ -239,12 +240,22 @@ class DcmiBackend:
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
         """The library to this thread alone; BackendError naming the call in the way when it stays busy."""
-        if not self._lock.acquire(timeout=self._lock_timeout):
+        if not self._acquire():
             raise BackendError(self._busy())
         try:
             yield
         finally:
             self._lock.release()
+
+    def _acquire(self) -> bool:
+        """Take the library: False when it stays busy for the lock timeout, and at once while a call already
+        found overdue still runs, so a batch of callers behind one hung call is not kept waiting one after another."""
+        if self._lock.acquire(blocking=False):
+            return True
+        overdue = self._overdue
+        if overdue is not None and overdue is self._running:
+            return False
+        return self._lock.acquire(timeout=self._lock_timeout)
 
     def _busy(self) -> str:
         """Why the library could not be had; logged once per overdue call."""

@@ -314,6 +314,30 @@ def test_a_hung_create_makes_health_unknown_and_reads_fail_naming_it_until_it_re
     assert [level for level, m in said if "dcmi_create_vdevice on npu-5 returned after" in m] == [logging.INFO]
 
 
+def test_once_a_call_is_found_hung_later_callers_are_told_at_once(open_host: Opener, hung_create: Path) -> None:
+    timeout = 3.0
+    host = b3_host()
+    host.hang = ("dcmi_create_vdevice", hung_create)
+    backend = open_host(host, lock_timeout=timeout)
+    creator, _ = _start_create(backend, 5, 180)
+    _busy_error(backend, 4)
+
+    began = time.monotonic()
+    refusals = []
+    for physical_id in (4, 5, 4, 5):
+        with pytest.raises(BackendError, match="dcmi_create_vdevice on npu-5 has not returned") as raised:
+            backend.list_vnpus(physical_id)
+        refusals.append(raised.value)
+    unknown = backend.sample()
+    took = time.monotonic() - began
+    hung_create.unlink()
+    creator.join(10.0)
+
+    assert took < timeout, f"four refusals and a sample took {took:.1f} s: they waited for the library"
+    assert unknown == {4: Health.UNKNOWN, 5: Health.UNKNOWN}
+    assert [v.vnpu_id for v in backend.list_vnpus(4)] == [164, 165]  # and after it returned, they wait again
+
+
 def test_close_does_not_wait_for_a_hung_call(open_host: Opener, hung_create: Path) -> None:
     host = b3_host()
     host.hang = ("dcmi_create_vdevice", hung_create)
