@@ -114,7 +114,10 @@ class FullHandler(Handler):
         if not isinstance(self.connection, ssl.SSLSocket):
             return None
         subject = (self.connection.getpeercert() or {}).get("subject", ())
-        return next((value for field in subject for key, value in field if key == "commonName"), None)
+        if isinstance(subject, str):
+            return None
+        names = [pair[1] for relative in subject for pair in relative if pair[0] == "commonName"]
+        return names[0] if names else None
 
     def write_event(self, event_type: str, obj: JSON) -> None:
         if event_type == "ERROR" and not self._end:

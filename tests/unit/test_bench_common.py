@@ -1,12 +1,17 @@
-"""The benchmarks' pure helpers: complete pools, the peak rate of a running count, --fleet's argument."""
+"""The benchmarks' pure helpers: complete pools, the peak rate of a running count, --fleet's argument; and the
+bytecode every daemon of a run starts from."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import benchmarks.run
 from benchmarks.bench_fleet import peak_per_second
 from benchmarks.common import WatchLives, at_rest_per_node_hour, per_node_hour, pool_devices, watch_lives
 from benchmarks.run import fleet_size
@@ -113,3 +118,13 @@ def test_watch_lives_say_where_the_watch_rate_came_from() -> None:
     assert measured == "WATCH from 2 watch lifetimes (mean 450 s, 300-600 s; ended: timeout 2; 2 open)"
     unmeasured = WatchLives((), {}, 3).note()
     assert unmeasured == "no watch ended by itself in the window (ended: none; 3 open): WATCH not measured"
+
+
+def test_bench_daemons_run_from_bytecode_compiled_ahead_and_the_environment_is_restored() -> None:
+    before = os.environ.get("PYTHONPYCACHEPREFIX")
+    source = str(Path(benchmarks.run.__file__).resolve().parent.parent / "npu_plugin" / "daemon.py")
+    with benchmarks.run.compiled_package():
+        prefix = os.environ["PYTHONPYCACHEPREFIX"]
+        cached = Path(importlib.util.cache_from_source(source))
+        assert cached.is_file() and cached.is_relative_to(prefix)
+    assert os.environ.get("PYTHONPYCACHEPREFIX") == before and not Path(prefix).exists()
