@@ -1,7 +1,8 @@
-"""Fixtures of the backend tests: the fake libdcmi.so builds and the file describing its host."""
+"""Fixtures of the backend tests: the fake libdcmi.so builds, the file describing its host, and a hang."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,12 @@ def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "fake-dcmi.conf"
     monkeypatch.setenv(CONFIG_ENV, str(path))
     return path
+
+
+@pytest.fixture
+def hung_create(tmp_path: Path) -> Iterator[Path]:
+    """The file that keeps the fake's dcmi_create_vdevice from returning while it exists; removed at the end."""
+    held = tmp_path / "create-held"
+    held.touch()
+    yield held
+    held.unlink(missing_ok=True)

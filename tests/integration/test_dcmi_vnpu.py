@@ -242,15 +242,6 @@ def test_destroy_all_id_is_refused_before_any_call(open_host: Opener) -> None:
 # ---- a driver call that does not return
 
 
-@pytest.fixture
-def hung_create(tmp_path: Path) -> Iterator[Path]:
-    """The file that keeps the fake's dcmi_create_vdevice from returning while it exists; removed at the end."""
-    held = tmp_path / "create-held"
-    held.touch()
-    yield held
-    held.unlink(missing_ok=True)
-
-
 def _start_create(backend: DcmiBackend, physical_id: int, vnpu_id: int) -> tuple[threading.Thread, list[int]]:
     made: list[int] = []
     thread = threading.Thread(target=lambda: made.append(backend.create_vnpu(physical_id, "vir05_1c_16g", vnpu_id)))
