@@ -110,17 +110,29 @@ class DirectoryWatch:
         self._observer = Observer()
         self._observer.daemon = True
         self._rereads: list[Reread[object]] = []
+        self._stale_checks: list[tuple[Callable[[], bool], Reread[object]]] = []
 
     def add(self, directory: Path, callback: FileEvent) -> None:
         """Call `callback` on the running loop for each change directly in `directory`."""
         relay = Relay(asyncio.get_running_loop(), callback)
         self._observer.schedule(relay, str(directory), recursive=False, event_filter=list(_RELAYED))
 
-    def add_file(self, path: Path, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
-        """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop."""
+    def add_file(
+        self,
+        path: Path,
+        read: Callable[[], T],
+        deliver: Callable[[T], None],
+        *,
+        up_to_date: Callable[[], bool] | None = None,
+    ) -> None:
+        """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop.
+        `up_to_date` tells whether the file is still what was last read: a change made after that read but
+        before the watch started sends no event, so `start` re-reads a file that is not."""
         target = path.resolve()
         reread: Reread[T] = Reread(read, deliver)
         self._rereads.append(reread)  # type: ignore[arg-type]
+        if up_to_date is not None:
+            self._stale_checks.append((up_to_date, reread))  # type: ignore[arg-type]
 
         def on_event(changed: str, _kind: str) -> None:
             if Path(changed).resolve() == target:
@@ -130,6 +142,9 @@ class DirectoryWatch:
 
     def start(self) -> None:
         self._observer.start()
+        for up_to_date, reread in self._stale_checks:
+            if not up_to_date():
+                reread.changed()
 
     def stop(self, timeout: float = 2.0) -> None:
         """Stop the observer thread and any re-read in flight."""

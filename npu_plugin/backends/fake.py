@@ -4,6 +4,7 @@ vNPU hardware for the chips whose inventory entry has a `vnpu:` block."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +53,7 @@ class FakeBackend:
         self._profile = profile
         self._last_good: Inventory | None = None
         self._rejected: str | None = None
+        self._read_stamp: tuple[int, int, int] | None = None  # the inventory file as last read
         self._vnpu_state, self._dev_root = vnpu_state, dev_root
         self._hardware: FakeVnpuHardware | None = None
 
@@ -88,7 +90,7 @@ class FakeBackend:
         """The inventory file, and the vNPU state file once the hardware is in use: a change to either hands
         the devices on, so the servers look again."""
         if self.inventory_path is not None:
-            watch.add_file(self.inventory_path, self.reload, on_change)
+            watch.add_file(self.inventory_path, self.reload, on_change, up_to_date=self._inventory_unchanged)
         if self._hardware is not None and self._hardware.path is not None:
             watch.add_file(self._hardware.path, self._vnpu_state_changed, on_change)
 
@@ -142,12 +144,21 @@ class FakeBackend:
     def close(self) -> None:
         pass
 
+    def _inventory_unchanged(self) -> bool:
+        """Whether the inventory file is still the one last read (same inode, size and modification time)."""
+        assert self.inventory_path is not None
+        try:
+            return _stamp(self.inventory_path.stat()) == self._read_stamp
+        except OSError:
+            return False
+
     def _read(self) -> Inventory:
         from npu_plugin.inventory_file import MAX_INVENTORY_BYTES, parse_inventory_file
 
         assert self.inventory_path is not None
         try:
             with self.inventory_path.open("rb") as file:
+                self._read_stamp = _stamp(os.fstat(file.fileno()))
                 data = file.read(MAX_INVENTORY_BYTES + 1)
         except OSError as error:
             raise InventoryFileError(f"{self.inventory_path}: cannot read: {error.strerror}") from None
@@ -160,3 +171,7 @@ class FakeBackend:
         except UnicodeDecodeError:
             raise InventoryFileError(f"{self.inventory_path}: not UTF-8 text") from None
         return parse_inventory_file(text, str(self.inventory_path))
+
+
+def _stamp(status: os.stat_result) -> tuple[int, int, int]:
+    return status.st_ino, status.st_size, status.st_mtime_ns

@@ -1,15 +1,18 @@
-"""The fake backend's inventory file: a size cap, the last good inventory kept, health from memory."""
+"""The fake backend's inventory file: a size cap, the last good inventory kept, health from memory, a rewrite
+made before the watch started."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.device import Health
+from npu_plugin.device import Device, Health
 from npu_plugin.errors import InventoryFileError
+from npu_plugin.fswatch import DirectoryWatch
 from npu_plugin.inventory_file import MAX_INVENTORY_BYTES
 from npu_plugin.profiles import profile_devices
 from tests.conftest import write_inventory
@@ -61,3 +64,28 @@ def test_health_samples_read_the_inventory_last_read_not_the_file(tmp_path: Path
     assert set(backend.sample().values()) == {Health.OK}, "a sample parses nothing"
     backend.reload()  # what the file watch does after the write
     assert backend.sample()[0] is Health.CRITICAL
+
+
+def test_a_rewrite_between_discovery_and_the_watch_start_is_picked_up(tmp_path: Path) -> None:
+    path = tmp_path / "inventory.yaml"
+    write_inventory(path, A2)
+    backend = FakeBackend(path)
+    backend.discover()
+    write_inventory(path, [replace(d, health=Health.CRITICAL) if d.physical_id == 5 else d for d in A2])
+
+    async def watched() -> list[list[Device]]:
+        changes: list[list[Device]] = []
+        watch = DirectoryWatch()
+        backend.watch_changes(watch, changes.append)
+        watch.start()  # no event will come: the write happened before
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                if changes:
+                    break
+        finally:
+            watch.stop()
+        return changes
+
+    changes = asyncio.run(watched())
+    assert [d.health for d in changes[0]] == [Health.CRITICAL if d.physical_id == 5 else d.health for d in A2]

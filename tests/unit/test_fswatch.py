@@ -1,5 +1,6 @@
 """fswatch.Reread: a burst of change events costs one or two reads, never one per event; the latest wins.
-DirectoryWatch: the kernel reports only the changes it relays, never a directory listed or a file read."""
+DirectoryWatch: the kernel reports only the changes it relays, never a directory listed or a file read; a file
+changed before its watch started is read once it starts."""
 
 from __future__ import annotations
 
@@ -126,3 +127,28 @@ def test_a_watched_directory_listed_or_a_file_in_it_read_wakes_no_thread(tmp_pat
     assert mask & (IN_ACCESS | IN_OPEN | IN_CLOSE_NOWRITE) == 0, hex(mask)
     relayed = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
     assert mask & relayed == relayed, hex(mask)
+
+
+@pytest.mark.parametrize(("up_to_date", "reads"), [(False, 1), (True, 0)])
+def test_a_file_changed_before_its_watch_started_is_read_once_the_watch_starts(
+    tmp_path: Path, up_to_date: bool, reads: int
+) -> None:
+    """No event tells of a write between the last read and the watch's start: `up_to_date` does."""
+    path = tmp_path / "inventory.yaml"
+    path.write_text("written before the watch\n")
+
+    async def scenario() -> list[str]:
+        delivered: list[str] = []
+        watch = DirectoryWatch()
+        watch.add_file(path, path.read_text, delivered.append, up_to_date=lambda: up_to_date)
+        watch.start()
+        try:
+            for _ in range(50):  # the read runs in a thread: give it the loop's turns, not a deadline
+                await asyncio.sleep(0.01)
+                if delivered:
+                    break
+        finally:
+            watch.stop()
+        return delivered
+
+    assert asyncio.run(scenario()) == ["written before the watch\n"] * reads
