@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 TOKEN_RELOAD_SECONDS = 60.0  # as client-go re-reads a token file
 CONNECT_TIMEOUT = 10.0
 USER_AGENT = f"npu-plugin/{__version__}"
+# Connections kept for reuse: the informer's watch, the publisher's writes and Prepares' claim reads run at once,
+# and a connection returned to a full pool is closed (next time: a new TLS handshake) with a urllib3 warning.
+POOL_SIZE = 4
 TransportError = (urllib3.exceptions.HTTPError, OSError)
 Authorization = Callable[[], str | None]
 
@@ -128,7 +131,7 @@ class Transport:
     def __init__(self, endpoint: Endpoint, authorization: Authorization) -> None:
         self.server = endpoint.server
         self._authorization = authorization
-        options: dict[str, Any] = {"retries": False}
+        options: dict[str, Any] = {"retries": False, "maxsize": POOL_SIZE}
         if endpoint.server.startswith("https:"):
             options["ssl_context"] = tls_context(endpoint)
             if endpoint.insecure:

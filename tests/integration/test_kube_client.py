@@ -9,6 +9,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -288,3 +289,27 @@ def test_a_kubeconfig_that_cannot_be_used_is_one_line_naming_the_file(tmp_path: 
         connect(path)
     assert str(raised.value).startswith(f"--kubeconfig {path}: ") and message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_a_request_made_while_the_watch_is_open_leaves_both_connections_kept_without_a_warning(
+    tls_api: FakeKubeAPI, authority: Authority, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The informer's watch holds one connection for minutes while the publisher and Prepare make requests
+    on others; when the watch ends its connection goes back to the pool beside theirs, not away with
+    urllib3's "Connection pool is full, discarding connection" warning (and a new TLS handshake next time)."""
+    cluster = {"certificate-authority": str(authority.ca.cert)}
+    client = KubeClient(connect(write_kubeconfig(tmp_path / "kc", tls_api.url, cluster, {"token": "w"})))
+    try:
+        listed = client.list_slices(NODE, "npu.huawei.com")
+        events = client.watch_slices(NODE, "npu.huawei.com", listed.resource_version, 60)
+        watching = threading.Thread(target=list, args=(events,))
+        watching.start()
+        wait_until(lambda: any(r.verb == "watch" for r in tls_api.requests), 10, "the watch to be answered")
+        assert client.get_node(NODE)["metadata"]["name"] == NODE
+        with caplog.at_level(logging.WARNING, logger="urllib3"):
+            tls_api.end_watches()
+            watching.join(timeout=10)
+        assert not watching.is_alive()
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == []
+    finally:
+        client.close()
