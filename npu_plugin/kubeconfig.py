@@ -68,7 +68,7 @@ def endpoint_of(config: object, base_dir: Path) -> Endpoint | Delegated:
         ca_data=_data(cluster, "certificate-authority-data", where),
         insecure=_flag(cluster, "insecure-skip-tls-verify", where),
         tls_server_name=_optional_text(cluster, "tls-server-name", where),
-        proxy=_optional_text(cluster, "proxy-url", where),
+        proxy=_proxy(_optional_text(cluster, "proxy-url", where), where),
         cert_file=_path(user, "client-certificate", who, base_dir),
         cert_data=_data(user, "client-certificate-data", who),
         key_file=_path(user, "client-key", who, base_dir),
@@ -92,10 +92,19 @@ def in_cluster_endpoint(environ: Mapping[str, str], account_dir: Path = SERVICE_
 
 
 def _server(url: str, where: str) -> str:
+    return _http_url(url, f"{where}.server", "https://10.0.0.1:6443").rstrip("/")
+
+
+def _proxy(url: str | None, where: str) -> str | None:
+    # urllib3 speaks to HTTP(S) proxies only; client-go's socks5 would otherwise fail at start with a traceback.
+    return None if url is None else _http_url(url, f"{where}.proxy-url", "http://proxy:3128")
+
+
+def _http_url(url: str, field: str, example: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise KubeconfigError(f"{where}.server: expected an http(s) URL like https://10.0.0.1:6443, got {url!r}")
-    return url.rstrip("/")
+        raise KubeconfigError(f"{field}: expected an http(s) URL like {example}, got {url!r}")
+    return url
 
 
 def _named(root: Mapping[str, Any], section: str, key: str, name: object) -> dict[str, Any]:

@@ -98,6 +98,11 @@ def test_the_current_context_gives_the_endpoint(config: dict[str, Any], expected
         (kubeconfig({"server": ""}), "clusters['k'].server is not set"),
         (kubeconfig({"server": "10.0.0.1:6443"}), "clusters['k'].server: expected an http(s) URL"),
         (kubeconfig({"server": "ftp://h"}), "expected an http(s) URL like https://10.0.0.1:6443, got 'ftp://h'"),
+        (
+            kubeconfig({"proxy-url": "socks5://proxy:1080"}),
+            "clusters['k'].proxy-url: expected an http(s) URL like http://proxy:3128, got 'socks5://proxy:1080'",
+        ),
+        (kubeconfig({"proxy-url": "proxy:3128"}), "clusters['k'].proxy-url: expected an http(s) URL"),
         (kubeconfig({"certificate-authority-data": "%%%"}), "clusters['k'].certificate-authority-data is not base64"),
         (
             kubeconfig({"insecure-skip-tls-verify": "yes"}),
