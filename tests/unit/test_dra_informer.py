@@ -263,3 +263,20 @@ def test_watches_ending_at_once_pause_longer_each_time() -> None:
         assert api.wait_for_watchers(8)
         assert stop.pauses == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
         assert api.calls["list_slices"] == 1, "a watch ending at once resumes, without a LIST"
+
+
+def test_a_429_or_503_pauses_at_least_the_servers_retry_after_then_resumes_without_a_list() -> None:
+    """The server's Retry-After outweighs a shorter back-off step, on the LIST and on the watch alike; a
+    throttled watch resumes from where it was."""
+    api, name = with_a_slice()
+    api.fail_next("list_slices", KubeApiError("list resourceslices", 429, "Too many requests", retry_after=7.0))
+    api.fail_next(
+        "watch_slices",
+        KubeApiError(WATCH, 503, "the server is currently unable to handle the request", retry_after=3.0),
+        KubeApiError(WATCH, 429, "Too many requests", retry_after=2.0),
+    )
+    with paused_informer(api, lambda: 0.0) as (informer, stop):
+        assert api.wait_for_watchers(3)
+        assert stop.pauses == [7.0, 3.0, 2.0]  # the steps alone would be 0.25, 0.5 and 1.0
+        assert api.calls["list_slices"] == 2, "one LIST refused, one answered; the watches resumed"
+        assert [s["metadata"]["name"] for s in informer.snapshot()] == [name]
