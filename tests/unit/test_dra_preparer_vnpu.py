@@ -21,7 +21,8 @@ from npu_plugin.dra.checkpoint import (
     PreparedDevice,
     VnpuRecord,
 )
-from npu_plugin.dra.preparer import ClaimRef, Preparer
+from npu_plugin.dra.prepared import ClaimRef
+from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import BackendError
@@ -431,6 +432,6 @@ def test_a_late_create_of_a_prepared_claims_vnpu_keeps_it(node: Node) -> None:
 def test_the_publishers_reads_of_the_checkpoint_do_not_wait_on_the_state_lock(node: Node) -> None:
     """A Prepare holds the state lock while it waits on the driver; what the slices need must not wait for it."""
     node.prepare(node.claim("u1", "npu-0-vir05-1c-16g-0"), node.claim("w2", "npu-2", request="npu"))
-    with ThreadPoolExecutor(max_workers=1) as pool, node.preparer.locked():
+    with ThreadPoolExecutor(max_workers=1) as pool, node.preparer.state.locked():
         assert pool.submit(node.preparer.own_vnpu_ids).result(timeout=30) == frozenset({100})
         assert pool.submit(node.preparer.held_devices).result(timeout=30) == {0, 2}

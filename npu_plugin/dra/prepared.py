@@ -1,0 +1,102 @@
+"""What a Prepare answers and records, computed without I/O: claim references and their checks, the response
+devices with their CDI ids, each request's devices for the claim's CDI spec, and the ids of a claim's new vNPUs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from npu_plugin.cdi.spec import claim_cdi_id
+from npu_plugin.dra.checkpoint import PreparedDevice, VnpuRecord
+from npu_plugin.dra.claims import ClaimDevice
+from npu_plugin.dra.vnpus import lowest_free_id
+from npu_plugin.errors import ClaimError, clipped, quoted
+from npu_plugin.vnpu_inventory import ChipPlan
+
+# Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+_DNS_LABELISH = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    namespace: str
+    uid: str
+    name: str
+
+    @property
+    def label(self) -> str:
+        """`namespace/name` for messages, clipped: a reference that fails validation can be huge."""
+        return f"{clipped(self.namespace)}/{clipped(self.name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+def check_ref(ref: ClaimRef) -> None:
+    """UIDs become file names and names become URL paths: nothing else may reach them."""
+    if not _UID.fullmatch(ref.uid):
+        raise ClaimError(f"invalid claim UID {quoted(ref.uid)}")
+    if not _DNS_LABELISH.fullmatch(ref.namespace) or not _DNS_LABELISH.fullmatch(ref.name):
+        raise ClaimError(f"invalid claim namespace/name {quoted(ref.namespace)}/{quoted(ref.name)}")
+
+
+def prepared_devices(
+    driver: str, uid: str, devices: Sequence[ClaimDevice], vnpus: Mapping[str, VnpuRecord] | None = None
+) -> tuple[PreparedDevice, ...]:
+    """The response devices, with the vNPU records by device name; each request's CDI id goes on its first
+    device only."""
+    seen: set[str] = set()
+    result = []
+    for device in devices:
+        cdi = () if device.request in seen else (claim_cdi_id(driver, uid, device.request),)
+        seen.add(device.request)
+        result.append(
+            PreparedDevice(
+                request_names=(device.request,),
+                pool_name=device.pool,
+                device_name=device.device,
+                physical_id=device.physical_id,
+                cdi_device_ids=cdi,
+                vnpu=(vnpus or {}).get(device.device),
+            )
+        )
+    return tuple(result)
+
+
+def requests_of(devices: Sequence[PreparedDevice]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Each request's whole NPUs (physical ids) and vNPUs (vNPU ids)."""
+    whole: dict[str, list[int]] = {}
+    virtual: dict[str, list[int]] = {}
+    for device in devices:
+        if device.vnpu is None:
+            whole.setdefault(device.request_names[0], []).append(device.physical_id)
+        else:
+            virtual.setdefault(device.request_names[0], []).append(device.vnpu.vnpu_id)
+    return whole, virtual
+
+
+def assign_ids(devices: Sequence[ClaimDevice], plans: Mapping[int, ChipPlan], taken: set[int]) -> dict[str, VnpuRecord]:
+    """vNPU records for a claim's vNPUs: a new one gets the lowest id of its chip's range that no live vNPU
+    and no checkpointed claim holds (`taken`, which grows with each id given)."""
+    records = {}
+    for device in devices:
+        wanted = device.vnpu
+        if wanted is None:
+            continue
+        vnpu_id = wanted.vnpu_id
+        if vnpu_id is None:
+            chip = plans[device.physical_id].chip
+            vnpu_id = lowest_free_id(chip.id_range, taken | {v.vnpu_id for v in chip.vnpus})
+            if vnpu_id is None:
+                first, last = chip.id_range
+                raise ClaimError(
+                    f"device {device.device}: every vNPU id of npu-{device.physical_id} is in use ({first}-{last})"
+                )
+        taken.add(vnpu_id)
+        records[device.device] = VnpuRecord(device.physical_id, wanted.template, vnpu_id, wanted.origin)
+    return records
