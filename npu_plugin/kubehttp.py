@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import urllib3
+from urllib3.connection import HTTPConnection
 
 from npu_plugin import __version__
 from npu_plugin.errors import ConfigError, describe_os_error
@@ -29,6 +31,15 @@ USER_AGENT = f"npu-plugin/{__version__}"
 # Connections kept for reuse: the informer's watch, the publisher's writes and Prepares' claim reads run at once,
 # and a connection returned to a full pool is closed (next time: a new TLS handshake) with a urllib3 warning.
 POOL_SIZE = 4
+# A watch reads one connection for up to ten minutes: if the network loses it silently (the API server's host gone,
+# a NAT forgetting an idle flow) nothing arrives until the read timeout. Keep-alive probes (idle 30 s, as Go's
+# dialer under client-go, then 3 every 10 s) end such a connection within about a minute and the watch resumes.
+KEEPALIVE = [
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10),
+    (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3),
+]
 TransportError = (urllib3.exceptions.HTTPError, OSError)
 Authorization = Callable[[], str | None]
 
@@ -131,7 +142,11 @@ class Transport:
     def __init__(self, endpoint: Endpoint, authorization: Authorization) -> None:
         self.server = endpoint.server
         self._authorization = authorization
-        options: dict[str, Any] = {"retries": False, "maxsize": POOL_SIZE}
+        options: dict[str, Any] = {
+            "retries": False,
+            "maxsize": POOL_SIZE,
+            "socket_options": [*HTTPConnection.default_socket_options, *KEEPALIVE],
+        }
         if endpoint.server.startswith("https:"):
             options["ssl_context"] = tls_context(endpoint)
             if endpoint.insecure:

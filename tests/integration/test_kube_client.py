@@ -313,3 +313,26 @@ def test_a_request_made_while_the_watch_is_open_leaves_both_connections_kept_wit
         assert [r.getMessage() for r in caplog.records if r.name.startswith("urllib3")] == []
     finally:
         client.close()
+
+
+def keepalive_timers(port: int) -> list[bool]:
+    """For each established TCP connection to 127.0.0.1:`port` (the client's side), whether the kernel runs its
+    keep-alive timer: /proc/net/tcp's `tr` field is 2 for it (0 none, 1 retransmit, 4 zero window)."""
+    timers = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state, timer = fields[2], fields[3], fields[5].split(":")[0]
+        if remote == f"0100007F:{port:04X}" and state == "01":
+            timers.append(timer == "02")
+    return timers
+
+
+def test_connections_to_the_api_server_send_tcp_keep_alive_probes(tls_api: FakeKubeAPI, tmp_path: Path) -> None:
+    """A watch on a connection the network lost silently ends within about a minute, not at its read timeout."""
+    path = write_kubeconfig(tmp_path / "kc", tls_api.url, {"insecure-skip-tls-verify": True}, {"token": "k"})
+    client = KubeClient(connect(path))
+    try:
+        client.get_node(NODE)
+        assert keepalive_timers(tls_api.port) == [True]  # the pooled, idle connection
+    finally:
+        client.close()
