@@ -25,7 +25,7 @@ from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.edits import HostLayout, Injection
-from npu_plugin.errors import BackendError
+from npu_plugin.errors import BackendError, VnpuError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
@@ -333,6 +333,30 @@ def test_a_create_that_cannot_be_called_is_an_error_of_its_claim_and_counted_as_
     assert "creating vNPU vir05_1c_16g on npu-0 (id 100) failed: npu-smi: command not found" in error
     assert node.operations == [("create", "error")]
     assert node.checkpoint() == {}
+
+
+class RefusingChipOne(RacingBackend):
+    """The fake backend whose driver refuses every create on chip 1 (a hardware rule the counters do not model)."""
+
+    def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
+        if physical_id == 1:
+            raise VnpuError(-8005, f"create vNPU {template} id {vnpu_id} on npu-1")
+        return self.inner.create_vnpu(physical_id, template, vnpu_id)
+
+
+def test_a_refused_create_destroys_the_vnpus_its_claim_already_made(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node = Node(tmp_path, RefusingChipOne(node.fake))
+    two = node.claims.add("c-u1", "u1", [ours("npu-0-vir05-1c-16g-0", "a"), ours("npu-1-vir05-1c-16g-0", "b")])
+    error = node.prepare(two)["u1"]
+    assert "creating vNPU vir05_1c_16g on npu-1 (id 116) failed:" in error and "-8005" in error, error
+    # The vNPU of request 'a' was made first and is gone again: nothing on the device, nothing recorded.
+    assert node.operations == [("create", "success"), ("create", "refused"), ("destroy", "success")]
+    assert node.vnpus() == {} and node.nodes() == []
+    assert node.checkpoint() == {} and list(node.cdi.iterdir()) == []
+    # Its id was released with it.
+    assert node.prepare(node.claim("u2", "npu-0-vir05-1c-16g-0")) == {"u2": ""}
+    assert node.vnpus() == {"0": [{"vnpuId": 100, "template": V05}]}
 
 
 def record_claim(node: Node, uid: str, state: str, template: str, vnpu_id: int = 100) -> None:
