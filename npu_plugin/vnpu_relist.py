@@ -30,18 +30,24 @@ class VnpuRelist:
         self._inventory, self._read, self._interval = inventory, read, interval
         self.vnpus: Mapping[int, tuple[Vnpu, ...]] = MappingProxyType({})
         self._listeners: list[VnpusChanged] = []
+        self._failing: str | None = None  # the error of the failing reads, logged once until a read succeeds
 
     def on_change(self, listener: VnpusChanged) -> None:
         self._listeners.append(listener)
 
     async def refresh(self) -> None:
-        """Read the vNPUs once; a failed read is logged and keeps the last good one."""
+        """Read the vNPUs once; a failed read keeps the last good one, and is logged when its error is new."""
         devices = [v.device for v in self._inventory.snapshot().devices]
         try:
             read = await asyncio.to_thread(self._read, devices)
         except (NpuPluginError, OSError) as error:
-            log.warning("vNPU listing failed, keeping the last one: %s", error, extra={"error": str(error)})
+            if str(error) != self._failing:  # once per failure, not once per interval
+                log.warning("vNPU listing failed, keeping the last one: %s", error, extra={"error": str(error)})
+                self._failing = str(error)
             return
+        if self._failing is not None:
+            log.info("vNPU listing works again")
+            self._failing = None
         vnpus = {p: tuple(sorted(v, key=lambda x: x.vnpu_id)) for p, v in read.items() if v}
         if vnpus == dict(self.vnpus):
             return

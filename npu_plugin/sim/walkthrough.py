@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -299,8 +300,9 @@ class Walkthrough:
         self.pod_resources.hold_devices(NAMESPACE, "training-0", "main", chosen)
 
     async def _slices(self) -> list[dict[str, Any]]:
+        """This node's slices in chip order (the API lists them by their generated names)."""
         answer = await self._api("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})
-        return list(answer["items"])
+        return sorted(answer["items"], key=_chip_order)
 
     async def _dra_flow(self) -> None:
         with self.report.step("publish ResourceSlices"):
@@ -455,6 +457,14 @@ class Walkthrough:
                 await self._until_async(listed, f"slice update for {device.dra_name}")
                 where = "back in" if healthy else "removed from"
                 self.report.show(f"ResourceSlice: {device.dra_name} {where} the pool")
+
+
+def _chip_order(item: dict[str, Any]) -> tuple[int, str]:
+    """The physical id of a slice's first device or counter set (`npu-3...`), then its name."""
+    spec = item["spec"]
+    names = [d["name"] for d in spec.get("devices") or []] + [c["name"] for c in spec.get("sharedCounters") or []]
+    match = re.match(r"npu-(\d+)", names[0]) if names else None
+    return (int(match.group(1)) if match else -1, item["metadata"]["name"])
 
 
 def _slice_summary(slices: list[dict[str, Any]]) -> str:

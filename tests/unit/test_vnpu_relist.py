@@ -68,3 +68,25 @@ def test_a_failed_read_keeps_the_last_good_vnpus_and_tells_no_one(caplog: pytest
     asyncio.run(reads())
     assert heard == [{1: (B,)}] and shared.vnpus == {1: (B,)}
     assert "vNPU listing failed, keeping the last one: fake vNPU state hw.json is corrupt" in caplog.text
+
+
+def test_reads_failing_again_and_again_are_logged_once_per_error_and_the_recovery_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    busy, corrupt = BackendError("DCMI busy: dcmi_create_vdevice has not returned"), BackendError("corrupt")
+    hardware = Hardware(busy, busy, busy, corrupt, corrupt, {1: (B,)}, busy)
+    shared, _heard, _changes = relist(hardware)
+    caplog.set_level("INFO")
+
+    async def reads() -> None:
+        for _ in range(7):
+            await shared.refresh()
+
+    asyncio.run(reads())
+    lines = [r.getMessage() for r in caplog.records if "vNPU listing" in r.getMessage()]
+    assert lines == [
+        "vNPU listing failed, keeping the last one: DCMI busy: dcmi_create_vdevice has not returned",
+        "vNPU listing failed, keeping the last one: corrupt",
+        "vNPU listing works again",
+        "vNPU listing failed, keeping the last one: DCMI busy: dcmi_create_vdevice has not returned",
+    ]
