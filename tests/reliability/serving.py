@@ -71,6 +71,9 @@ def serving(log_dir: Path) -> Iterator[Served]:
             daemon = daemons(*both_args(workspace))
             sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]
             wait_until(lambda: all(s.exists() for s in sockets), 20, "the daemon's three sockets")
+            # Settled: its slice watch is open. A module-scoped daemon still opening connections would start the
+            # fake API's handler threads inside the first test, which the leak check then reports.
+            wait_until(lambda: any(r.verb == "watch" for r in api.requests), 20, "the daemon's slice watch")
             yield Served(workspace, api, daemon)
         finally:
             daemons.kill_all()
