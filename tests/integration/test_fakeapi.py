@@ -7,6 +7,8 @@ import json
 import os
 import queue
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -1000,3 +1002,31 @@ def test_module_main_serves_until_sigterm(tmp_path: Path) -> None:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+
+
+def server_side(port: int, client_port: int) -> list[int]:
+    """The receive queue of the server's end of the connection from 127.0.0.1:`client_port`."""
+    queues = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"0100007F:{port:04X}" and fields[2] == f"0100007F:{client_port:04X}":
+            queues.append(int(fields[4].split(":")[1], 16))
+    return queues
+
+
+def test_a_client_hanging_up_before_its_error_answer_prints_no_traceback(
+    api: FakeKubeAPI, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """As daemons stopped while the server shuts down do (its 503s then find nobody to read them)."""
+    api.hold("GET /api/v1/nodes/", 0.5)
+    api.fail_next(1, 503, "/api/v1/nodes/")
+    peer = socket.create_connection(("127.0.0.1", api.port))
+    peer.sendall(f"GET /api/v1/nodes/{NODE} HTTP/1.1\r\nHost: fake\r\n\r\n".encode())
+    client_port = peer.getsockname()[1]
+    wait_until(lambda: server_side(api.port, client_port) == [0], 5, "the server reading the request")
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    peer.close()  # a reset: the server's answer cannot be written
+    wait_until(lambda: [r.ended is not None for r in api.requests] == [True], 10, "the answer's end")
+    api.stop()  # joins the handler's thread: anything it had to print is printed
+    assert [r.status for r in api.requests] == [503]
+    assert "Traceback" not in capfd.readouterr().err

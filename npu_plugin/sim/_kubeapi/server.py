@@ -107,21 +107,24 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         context = self.server.context
         try:
-            self._body = _parse_json(raw) if raw else None
-            if context.closing.is_set():
-                raise ApiError(status_object(503, "the server is shutting down"))
-            if self.before_dispatch():
-                self._dispatch()
-        except ApiError as err:
-            self._send_json(err.code, err.status)
-        except (BrokenPipeError, ConnectionResetError):
+            try:
+                self._body = _parse_json(raw) if raw else None
+                if context.closing.is_set():
+                    raise ApiError(status_object(503, "the server is shutting down"))
+                if self.before_dispatch():
+                    self._dispatch()
+            except ApiError as err:
+                self._send_json(err.code, err.status)
+            except (BrokenPipeError, ConnectionResetError):
+                raise  # not a failure of ours: handled below
+            except Exception:
+                log.exception("fakeapi: %s %s failed", method, self.path)
+                if self._streaming:  # a watch already sent its headers: all that is left is to hang up
+                    self.close_connection = True
+                else:
+                    self._send_json(500, status_object(500, "internal error in the fake API server"))
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up, before or while its answer was written
             self.close_connection = True
-        except Exception:
-            log.exception("fakeapi: %s %s failed", method, self.path)
-            if self._streaming:  # a watch already sent its headers: all that is left is to hang up
-                self.close_connection = True
-            else:
-                self._send_json(500, status_object(500, "internal error in the fake API server"))
 
     # ---- refinable
     def before_dispatch(self) -> bool:
