@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 WATCH_SECONDS = (300, 600)
 # A watch that ends sooner than this having delivered nothing is treated as a failure (client-go does too).
 SHORT_WATCH_SECONDS = 1.0
+# A watch the server ends this long before its timeoutSeconds was cut short (a restart, a proxy), not timed out.
+EARLY_END_SECONDS = 10.0
 WATCH_BACKOFF = BackoffPolicy(initial=0.5, maximum=30.0)
 _GONE = 410
 
@@ -66,6 +68,9 @@ class SliceInformer:
         self._slices: dict[str, StoredSlice] = {}
         self._version = ""
         self.synced = threading.Event()
+        # LISTs and WATCHes that failed, and watches the server ended before their time: an API server restart (which
+        # an upgrade needs) does one or the other, so what only a restart changes (the server's version) is read again.
+        self.interruptions = 0
 
     @property
     def failures(self) -> int:
@@ -118,6 +123,7 @@ class SliceInformer:
                 relist = True
                 pause = self._backoff.failed()
                 log.exception("the ResourceSlice watch failed unexpectedly; relisting in %.1fs", pause)
+            self.interruptions += 1
             stop.wait(pause)
 
     def _list(self) -> None:
@@ -137,8 +143,11 @@ class SliceInformer:
             delivered = True
             if self._apply(event):
                 self._on_change()
-        if not delivered and self._clock() - started < SHORT_WATCH_SECONDS:
+        lasted = self._clock() - started
+        if not delivered and lasted < SHORT_WATCH_SECONDS:
             raise _ShortWatchError
+        if lasted < timeout - EARLY_END_SECONDS:
+            self.interruptions += 1
         self._backoff.succeeded()
 
     def _apply(self, event: SliceEvent) -> bool:

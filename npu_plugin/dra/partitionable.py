@@ -3,9 +3,11 @@ and whether DRAPartitionableDevices keeps counters.
 
 The gate is not readable through the API. A dry-run create of a counter-only probe slice runs the API server's
 write strategy, which drops `sharedCounters` while the gate is off; the probe runs once a chip is split on demand
-(at start, or when the first one is), then every 10 minutes and after a version change. Every slice write is also
-read back: a stored slice that lost its counters switches the node to the fallback layout (no counters) until a
-later probe finds the gate on. Fail closed: until the first probe answers, the fallback is used.
+(at start, or when the first one is), then every 10 minutes and after a version change. The version changes only
+when the API server restarts, which cuts the slice watch short: it is read with each probe and after such a cut,
+never polled (two requests per 10 minutes, not one per 30 s resync). Every slice write is also read back: a stored
+slice that lost its counters switches the node to the fallback layout (no counters) until a later probe finds the
+gate on. Fail closed: until the first probe answers, the fallback is used.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class PartitionableGate:
         self._probed_at: float | None = None
         self._warned = False
 
+    def due(self) -> bool:
+        """Whether the gate has never been probed, or not for 10 minutes."""
+        return self._probed_at is None or self._clock() - self._probed_at >= PROBE_SECONDS
+
     @property
     def layout(self) -> Layout:
         return layout_for(self.minor or 0, self.on and self.minor is not None)
@@ -80,7 +86,7 @@ class PartitionableGate:
         layout changed."""
         before = self.layout
         _, minor = self._api.server_version()
-        due = self._probed_at is None or self._clock() - self._probed_at >= PROBE_SECONDS
+        due = self.due()
         if minor != self.minor:
             if self.minor is not None:
                 log.info("the API server is now Kubernetes 1.%d (was 1.%d)", minor, self.minor)

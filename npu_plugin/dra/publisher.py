@@ -99,7 +99,7 @@ class SlicePublisher:
         self._vnpu = vnpu
         self._on_dynamic_available = on_dynamic_available
         self._gate = PartitionableGate(api) if vnpu is not None else None
-        self._version_due = True
+        self._interruptions_seen = 0  # the informer's interruptions as of the last read of the version
         self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
         self._on_publish = on_publish
         self._trigger = asyncio.Event()
@@ -163,7 +163,7 @@ class SlicePublisher:
             try:
                 await asyncio.wait_for(stop.wait(), RESYNC_SECONDS)
             except TimeoutError:
-                self._version_due = True
+                log.debug("resync: comparing the slice cache with the inventory")
                 self.trigger()
 
     async def _reconcile_loop(self, stop: asyncio.Event, blocking: Callable[[Callable[[], bool]], Any]) -> None:
@@ -220,9 +220,9 @@ class SlicePublisher:
         # The version and the gate only choose how counters are laid out: while no chip of ours is split on demand,
         # every layout gives the same slices, and neither is asked (the first chip that is, asks at once).
         split = any(device.physical_id in chips.dynamic for device, _healthy in devices)
-        if self._version_due and split:
+        if split and (self._gate.due() or self.informer.interruptions != self._interruptions_seen):
+            self._interruptions_seen = self.informer.interruptions
             self._gate.refresh(self._settings)
-            self._version_due = False
         layout = self._gate.layout
         self._on_dynamic_available(layout is not Layout.FALLBACK and split)
         return vnpu_slice_contents(self._settings, devices, chips, layout)

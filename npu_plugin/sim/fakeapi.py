@@ -165,9 +165,16 @@ class FakeKubeAPI:
 
     # ---- the cluster's version and gate (changes apply to the next request)
     def set_kubernetes_version(self, minor: int, partitionable_devices: bool | None = None) -> None:
-        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default."""
+        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default. A running server
+        restarts on the same port, as an upgrade (or a feature gate changed) restarts kube-apiserver: open
+        connections and watches end."""
         checked = Cluster(minor, partitionable_devices)
+        running = self._server is not None
+        if running:
+            self.stop()
         self._cluster.minor, self._cluster.partitionable_gate = checked.minor, checked.partitionable_gate
+        if running:
+            self.start()
 
     @property
     def partitionable_devices(self) -> bool:

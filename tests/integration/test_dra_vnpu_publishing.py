@@ -155,21 +155,21 @@ def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
     - health samples (`--health-interval`, 5 s: 12 a minute): 0.1 s here, about 600 in the minute;
     - watch restarts (a watch asks for 300-600 s, so none in a minute): the fake API ends every watch after 2 s,
       and five watches end in 410 Expired, which makes the informer list again and the publisher reconcile;
-    - resyncs (30 s: 2 a minute, each reading /version, re-reading the vNPUs and reconciling): no flag sets
-      this period, so the test runs until the request log shows both;
+    - resyncs (30 s: 2 a minute, each re-reading the vNPUs and reconciling): no flag sets this period, so the
+      test runs until the daemon's debug log shows both;
     - the gate probe (600 s: none in a minute after the one at start): not due; the test checks there was one.
     """
     fake_api.set_kubernetes_version(35, partitionable_devices=False)
     fake_api.limit_watches(2.0)
-    launch_daemon(*vnpu_args(workspace))
+    daemon = launch_daemon(*vnpu_args(workspace), "--log-level", "debug")
     wait_until(lambda: layout(fake_api) == [(0, 8)], 10, "eight whole NPUs")
     writes = slice_writes(fake_api)
     assert writes == ["create /apis/resource.k8s.io/v1/resourceslices"]
-    versions, lists = requests_of(fake_api, "get", "/version"), requests_of(fake_api, "list", "/apis/resource")
+    lists = requests_of(fake_api, "list", "/apis/resource")
     for expiry in range(1, 6):
         fake_api.break_next_watch("error-event")
         wait_for_requests(fake_api, "list", "/apis/resource", lists + expiry, 10)
-    wait_for_requests(fake_api, "get", "/version", versions + 2, 80)
+    wait_until(lambda: daemon.log().count("resync: comparing") >= 2, 80, "two resyncs", interval=0.2)
     assert slice_writes(fake_api) == writes
     assert probes(fake_api) == 1
     assert requests_of(fake_api, "watch", "/apis/resource") >= 25
@@ -344,6 +344,27 @@ def test_the_gate_is_probed_once_the_first_chip_is_split_on_demand(
     assert asked[:4] == [(0, 0)] * 4  # three resyncs without a chip split on demand ask nothing
     assert probes(fake_api) == 1
     assert available[:3] == [False] * 3 and available[-1] is True
+
+
+def test_the_version_is_read_again_only_after_the_api_server_restarts_not_at_every_resync(
+    fake_api: FakeKubeAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fleet cost: the version changes only with a restart, which cuts the slice watch short
+    monkeypatch.setattr(publisher_module, "RESYNC_SECONDS", 0.05)
+    fake_api.set_kubernetes_version(36)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = KubeClient(connect(tmp_path / "kc"))
+    reads: list[int] = []  # version reads made before each read of the chips (one per reconcile)
+
+    def chips() -> VnpuChips:
+        reads.append(requests_of(fake_api, "get", "/version"))
+        if len(reads) == 40:  # some resyncs at rest, then a restart (the same version)
+            fake_api.set_kubernetes_version(36)
+        return dynamic_chips()
+
+    publish_until(fake_api, tmp_path, client, lambda: len(reads) >= 60 and reads[-1] == 2, chips)
+    client.close()
+    assert reads[1:40] == [1] * 39, "resyncs at rest read no version"
+    assert probes(fake_api) == 1  # at start; the restart brought no new version
 
 
 def test_an_upgrade_to_1_35_rewrites_every_slice_in_the_split_layout_at_the_next_resync(

@@ -280,3 +280,29 @@ def test_a_429_or_503_pauses_at_least_the_servers_retry_after_then_resumes_witho
         assert stop.pauses == [7.0, 3.0, 2.0]  # the steps alone would be 0.25, 0.5 and 1.0
         assert api.calls["list_slices"] == 2, "one LIST refused, one answered; the watches resumed"
         assert [s["metadata"]["name"] for s in informer.snapshot()] == [name]
+
+
+def test_a_watch_cut_short_or_failing_is_an_interruption_and_one_ending_on_time_is_not() -> None:
+    """What an API server restart does to the watch, which tells the publisher to read the version again."""
+    api, now = InMemoryKube(), [0.0]
+    informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=lambda: None, policy=QUICK, clock=lambda: now[0])
+    stop = threading.Event()
+    thread = threading.Thread(target=informer.run, args=(stop,), name="test-informer")
+    thread.start()
+    try:
+        assert api.wait_for_watchers(1)
+        now[0] += 600.0  # as long as any watch asks: the server ended it on time
+        api.end_watches()
+        assert api.wait_for_watchers(2)
+        assert informer.interruptions == 0
+        now[0] += 100.0  # well before the shortest timeout asked (300 s): cut short
+        api.end_watches()
+        assert api.wait_for_watchers(3)
+        assert informer.interruptions == 1
+        api.fail_next("watch_slices", KubeApiError("watch resourceslices", 0, "connection reset"))
+        api.end_watches()
+        assert _wait(lambda: informer.interruptions == 3)  # a watch ending at once, then the one that failed
+    finally:
+        stop.set()
+        api.close()
+        thread.join(10)
