@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import contextlib
 import json
 import os
 import platform
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -54,26 +52,14 @@ def environment(budget: Budget) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def compiled_package() -> Iterator[None]:
-    """Every daemon started meanwhile runs from bytecode compiled once ahead, as one installed from the image's
-    wheel does (pip compiles at install). A source checkout may have none (PYTHONDONTWRITEBYTECODE), and a
-    daemon compiling its modules at each start would be charged CPU time and memory no node pays."""
-    with tempfile.TemporaryDirectory(prefix="npu-plugin-pyc-") as prefix:
-        previous = os.environ.get("PYTHONPYCACHEPREFIX")
-        os.environ["PYTHONPYCACHEPREFIX"] = prefix
-        sys.pycache_prefix = prefix
-        try:
-            package = Path(__file__).resolve().parent.parent / "npu_plugin"
-            if not compileall.compile_dir(package, quiet=1):
-                raise RuntimeError(f"could not compile {package}")
-            yield
-        finally:
-            sys.pycache_prefix = previous
-            if previous is None:
-                del os.environ["PYTHONPYCACHEPREFIX"]
-            else:
-                os.environ["PYTHONPYCACHEPREFIX"] = previous
+def compile_package() -> None:
+    """Every daemon started by the benchmarks runs from bytecode, as one installed from the image's wheel does (pip
+    compiles at install): a source checkout may have none (PYTHONDONTWRITEBYTECODE), and a daemon compiling its
+    modules at each start would be charged CPU time and memory no node pays. The files go where Python looks for
+    them (`__pycache__` beside each module, ignored by git); the rest of the interpreter's modules have theirs."""
+    package = Path(__file__).resolve().parent.parent / "npu_plugin"
+    if not compileall.compile_dir(package, quiet=1):
+        raise RuntimeError(f"could not compile {package}")
 
 
 def measure_all(budget: Budget, say: Callable[[str], None]) -> dict[str, Any]:
@@ -114,15 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     budget = QUICK if args.quick else FULL
-    with compiled_package():
-        if args.fleet is None:
-            results = measure_all(budget, say)
-            sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
-        else:
-            results = {"environment": environment(budget)}
-            say(f"bench: fleet of {args.fleet} ...")
-            bench_fleet.run(results, budget, args.fleet)
-            sections = [(f"fleet: {args.fleet} DRA nodes, one fake API server", bench_fleet.rows(results["fleet"]))]
+    compile_package()
+    if args.fleet is None:
+        results = measure_all(budget, say)
+        sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
+    else:
+        results = {"environment": environment(budget)}
+        say(f"bench: fleet of {args.fleet} ...")
+        bench_fleet.run(results, budget, args.fleet)
+        sections = [(f"fleet: {args.fleet} DRA nodes, one fake API server", bench_fleet.rows(results["fleet"]))]
     print(render(sections))
     results["missed"] = [f"{title}: {row.metric}" for title, rows in sections for row in rows if row.met is False]
     args.json.write_text(json.dumps(results, indent=2) + "\n")
