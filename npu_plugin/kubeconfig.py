@@ -62,6 +62,11 @@ def endpoint_of(config: object, base_dir: Path) -> Endpoint | Delegated:
         if user.get(key):
             return Delegated(f"users[{user_name!r}].{key}")
     where, who = f"clusters[{context['cluster']!r}]", f"users[{user_name!r}]"
+    if _flag(cluster, "insecure-skip-tls-verify", where) and (
+        cluster.get("certificate-authority") or cluster.get("certificate-authority-data")
+    ):
+        # As kubectl and client-go refuse it: which of the two was meant cannot be told.
+        raise KubeconfigError(f"{where}: insecure-skip-tls-verify and a certificate authority exclude each other")
     return Endpoint(
         server=_server(_text(cluster, "server", where), where),
         ca_file=_path(cluster, "certificate-authority", where, base_dir),
@@ -84,6 +89,8 @@ def in_cluster_endpoint(environ: Mapping[str, str], account_dir: Path = SERVICE_
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host or not port:
         raise KubeconfigError("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise KubeconfigError(f"KUBERNETES_SERVICE_PORT is not a port number: {port!r}")
     return Endpoint(
         server=f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}",  # an IPv6 address
         ca_file=account_dir / "ca.crt",

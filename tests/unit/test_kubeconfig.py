@@ -109,6 +109,10 @@ def test_the_current_context_gives_the_endpoint(config: dict[str, Any], expected
             "clusters['k'].insecure-skip-tls-verify is not true or false",
         ),
         (kubeconfig(user={"token": 42}), "users['u'].token is not a string"),
+        (
+            kubeconfig({"insecure-skip-tls-verify": True, "certificate-authority": "ca.crt"}),
+            "clusters['k']: insecure-skip-tls-verify and a certificate authority exclude each other",
+        ),
         (kubeconfig(user={"client-key": ["k"]}), "users['u'].client-key is not a string"),
         ({**kubeconfig(), "clusters": [{"name": "k", "cluster": "x"}]}, "clusters['k'].cluster is not a mapping"),
     ],
@@ -195,3 +199,10 @@ def test_tls_material_that_cannot_be_used_is_a_config_error(endpoint: Endpoint, 
     with pytest.raises(ConfigError) as raised:
         tls_context(endpoint)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("port", ["https", "0", "65536", "-1"])
+def test_in_cluster_a_port_that_is_not_a_port_number_is_refused_at_start(port: str) -> None:
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": port}
+    with pytest.raises(KubeconfigError, match=f"KUBERNETES_SERVICE_PORT is not a port number: '{port}'"):
+        in_cluster_endpoint(environ, Path("/sa"))
