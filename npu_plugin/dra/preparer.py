@@ -57,12 +57,24 @@ class Preparer:
     ) -> None:
         """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call
         (a late create's vNPU destroyed)."""
-        self.driver, self.pool = driver, pool
-        self.cdi_root, self.layout = cdi_root, layout
-        self.store, self._snapshot, self._fetch = store, snapshot, fetch_claim
+        self.pool, self.layout = pool, layout
+        self._snapshot, self._fetch = snapshot, fetch_claim
         self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
         self.state = StateLock(store=store, state_dir=state_dir, cdi_root=cdi_root, driver=driver)
         self._claim_vnpus = ClaimVnpus(vnpus, self.state, on_vnpus_changed)
+
+    # The state lock's, kept in one place: the lock reads the same CDI specs Prepare writes.
+    @property
+    def driver(self) -> str:
+        return self.state.driver
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.state.cdi_root
+
+    @property
+    def store(self) -> CheckpointStore:
+        return self.state.store
 
     @property
     def prepared_claims(self) -> int:

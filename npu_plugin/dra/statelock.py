@@ -23,7 +23,7 @@ class StateLock:
     """`prepare.lock` in the state directory, taken with flock around each read-modify-write of the checkpoint."""
 
     def __init__(self, *, store: CheckpointStore, state_dir: Path, cdi_root: Path, driver: str) -> None:
-        self.store, self._cdi_root, self._driver = store, cdi_root, driver
+        self.store, self.cdi_root, self.driver = store, cdi_root, driver
         self._lock_path = state_dir / "prepare.lock"
         self._unaccounted: set[str] = set()  # claims whose specs exist but no checkpoint we read knows
         self.prepared_claims = 0  # completed claims as of the last locked section, for metrics
@@ -54,7 +54,7 @@ class StateLock:
     def _note_unaccounted(self, checkpoint: Checkpoint) -> None:
         """After a rewrite from memory: claim specs of claims the checkpoint does not know were prepared by
         another daemon of a rolling update since we last read it, on devices we cannot account for."""
-        unknown = set(claim_spec_files(self._cdi_root, self._driver)) - checkpoint.claims.keys()
+        unknown = set(claim_spec_files(self.cdi_root, self.driver)) - checkpoint.claims.keys()
         if unknown - self._unaccounted:
             log.error(
                 "--cdi-root holds specs of claims the rewritten checkpoint does not know (%s); no new claim is "
@@ -66,6 +66,6 @@ class StateLock:
     def unaccounted_claims(self, checkpoint: Checkpoint) -> set[str]:
         """Claims whose specs the rewritten checkpoint still does not know and that are still in --cdi-root."""
         if self._unaccounted:
-            present = claim_spec_files(self._cdi_root, self._driver)
+            present = claim_spec_files(self.cdi_root, self.driver)
             self._unaccounted = {uid for uid in self._unaccounted if uid in present and uid not in checkpoint.claims}
         return self._unaccounted

@@ -188,7 +188,8 @@ def test_two_claims_of_one_request_for_the_same_device_only_one_wins(preparer: P
 
 def test_a_cdi_write_failure_is_a_claim_error_and_reserves_nothing(tmp_path: Path, claims: Claims) -> None:
     preparer = make_preparer(tmp_path, claims)
-    preparer.cdi_root = tmp_path / "gone"
+    preparer.cdi_root.rmdir()
+    preparer.cdi_root.write_text("")  # a file where the directory was: the spec cannot be written (ENOTDIR)
     ref = claims.add("c", "u1", [ours("npu-1")])
     assert "cannot write" in preparer.prepare([ref])[ref.uid].error
     assert checkpoint_claims(preparer) == {}
