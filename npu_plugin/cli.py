@@ -13,12 +13,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from npu_plugin import __version__
+from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.config import (
     DEFAULT_DRIVER,
     DNS_SUBDOMAIN,
     RESOURCE_NAME,
-    BackendKind,
-    BackendOptions,
     Config,
     Mode,
     UnhealthyPolicy,

@@ -1,4 +1,5 @@
-"""The daemon's configuration as values: the enums, `BackendOptions`, `Config` and the checks on them.
+"""The daemon's configuration as values: the enums, `Config` and the checks on them (`BackendOptions`, where
+devices come from, lives beside the backends in `backends/options.py`).
 
 Flags are declared in `cli.py`; this module knows nothing about argparse beyond the value checkers,
 which raise `argparse.ArgumentTypeError` saying what is allowed.
@@ -16,9 +17,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from npu_plugin.backends.options import BackendOptions
 from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
-from npu_plugin.profiles import PROFILES
 from npu_plugin.vnpu import TEMPLATE_NAME, VnpuMode
 
 E = TypeVar("E", bound=StrEnum)
@@ -45,15 +46,6 @@ class UnhealthyPolicy(StrEnum):
 
     REMOVE = "remove"
     TAINT = "taint"
-
-
-class BackendKind(StrEnum):
-    """The discovery source; AUTO tries DCMI, then npu-smi."""
-
-    AUTO = "auto"
-    DCMI = "dcmi"
-    NPU_SMI = "npu-smi"
-    FAKE = "fake"
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -159,38 +151,6 @@ safe_name = matching(_SAFE_NAME, "made of letters, digits, '-', '_' and '.' (it 
 port = _number(int, -1, 65535, "a port number from 0 to 65535, or -1 for off")
 positive_seconds = _number(float, 0.01, 86400, "a number of seconds from 0.01 to 86400")
 threshold = _number(int, 1, 1000, "a whole number from 1 to 1000")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BackendOptions:
-    """Where devices come from; checked on construction, so every instance is usable."""
-
-    kind: BackendKind = BackendKind.AUTO
-    fake_inventory: Path | None = None
-    fake_profile: str | None = None
-    npu_smi: str = "npu-smi"
-    dcmi_library: str | None = None
-    dev_root: Path = Path("/dev")
-    fake_vnpu_state: Path | None = None  # the fake backend's simulated vNPU hardware
-
-    def __post_init__(self) -> None:
-        fake_given = self.fake_inventory is not None or self.fake_profile is not None
-        if self.kind is BackendKind.FAKE and not fake_given:
-            raise ConfigError(
-                "--backend fake needs --fake-inventory PATH or --fake-profile NAME "
-                f"(profiles: {', '.join(sorted(PROFILES))})"
-            )
-        if self.kind not in (BackendKind.FAKE, BackendKind.AUTO) and fake_given:
-            raise ConfigError(f"--fake-inventory/--fake-profile only apply to --backend fake, not {self.kind}")
-        if self.fake_vnpu_state is not None and not self.uses_fake:
-            raise ConfigError(f"--fake-vnpu-state only applies to --backend fake, not {self.kind}")
-
-    @property
-    def uses_fake(self) -> bool:
-        """`auto` with a fake inventory or profile given means the fake backend."""
-        return self.kind is BackendKind.FAKE or (
-            self.kind is BackendKind.AUTO and (self.fake_inventory is not None or self.fake_profile is not None)
-        )
 
 
 def check_vnpu_mode(mode: Mode, vnpu: VnpuMode) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -117,3 +118,8 @@ def parse_dra_name(name: str) -> int | None:
     """`npu-3` → 3; None when the name is not of our form."""
     match = _DRA_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
+
+
+def device_key(physical_ids: Iterable[int]) -> str:
+    """The `device` value: DRA device names in both modes, so one query finds a device's every line."""
+    return ",".join(dra_name(physical_id) for physical_id in sorted(physical_ids))

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 from npu_plugin.backends.base import Backend, ChangeSource
+from npu_plugin.device import device_key
 from npu_plugin.fswatch import DirectoryWatch
 from npu_plugin.inventory import Inventory
-from npu_plugin.logs import device_key
 
 log = logging.getLogger(__name__)
 _DEVICE_NODE = re.compile(r"^davinci(\d+)$")

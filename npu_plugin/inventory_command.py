@@ -13,7 +13,8 @@ import yaml
 
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.config import BackendOptions, UnhealthyPolicy
+from npu_plugin.backends.options import BackendOptions
+from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 from npu_plugin.inventory_file import inventory_document

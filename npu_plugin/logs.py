@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable
 from datetime import UTC, datetime
-
-from npu_plugin.device import dra_name
 
 # Context keys a log call may pass with `extra=`; both formats carry them when given.
 CONTEXT_KEYS = ("device", "claim", "pod", "error")
@@ -25,11 +22,6 @@ def _escapes(characters: str) -> dict[int, str]:
 
 _ESCAPES = _escapes(_LINE_BREAKS)
 _CONTROL_ESCAPES = _escapes(_LINE_BREAKS + _CONTROLS)
-
-
-def device_key(physical_ids: Iterable[int]) -> str:
-    """The `device` value: DRA device names in both modes, so one query finds a device's every line."""
-    return ",".join(dra_name(physical_id) for physical_id in sorted(physical_ids))
 
 
 def one_line(text: str) -> str:

@@ -282,3 +282,13 @@ def format_counter(value: Decimal) -> str:
     if value == value.to_integral_value():
         return str(int(value))
     return f"{int(value * 1000)}m"
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuChips:
+    """Each chip's vNPU facts, the chips split on demand (`dynamic`) and the templates offered there (None: all).
+    A chip with vNPUs that is not dynamic serves them as they are; a chip without facts or vNPUs is offered whole."""
+
+    chips: Mapping[int, ChipVnpu]
+    dynamic: frozenset[int] = frozenset()
+    offered: frozenset[str] | None = None

@@ -14,7 +14,6 @@ from enum import StrEnum
 
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.device import Device
-from npu_plugin.dra.vnpu_slices import VnpuChips
 from npu_plugin.errors import ConfigError
 from npu_plugin.vnpu import (
     AICORE,
@@ -22,6 +21,7 @@ from npu_plugin.vnpu import (
     ChipMode,
     ChipVnpu,
     Vnpu,
+    VnpuChips,
     VnpuMode,
     VnpuOrigin,
     VnpuTemplate,

@@ -118,7 +118,7 @@ class FakeBackend:
     def _vnpus(self) -> FakeVnpuHardware:
         if self._hardware is None:
             from npu_plugin.backends.fake_vnpu import FakeVnpuHardware
-            from npu_plugin.dra.checkpoint import read_boot_id
+            from npu_plugin.host.boot import read_boot_id
 
             self._hardware = FakeVnpuHardware(self._vnpu_state, self._dev_root, read_boot_id(), self._chips)
         return self._hardware

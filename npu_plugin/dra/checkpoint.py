@@ -340,10 +340,3 @@ class CheckpointStore:
         except OSError as error:
             raise CheckpointError(f"cannot write the checkpoint: {describe_os_error(error, self.path)}") from None
         self._last_good = checkpoint.copy()
-
-
-def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return "unknown"

@@ -24,12 +24,13 @@ from npu_plugin.device import Device
 from npu_plugin.dra.informer import SliceInformer
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters, probe_pool
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
-from npu_plugin.dra.vnpu_slices import Layout, VnpuChips, vnpu_slice_contents
+from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.kubeapi import CounterSet, KubeApi, SliceDevice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.tasks import until_closed
+from npu_plugin.vnpu import VnpuChips
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -17,7 +17,6 @@ A chip's devices never span two slices, so the scheduler's first fit sees them i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 
@@ -43,6 +42,7 @@ from npu_plugin.vnpu import (
     Candidate,
     ChipVnpu,
     Vnpu,
+    VnpuChips,
     VnpuTemplate,
     candidates,
     consumption,
@@ -67,16 +67,6 @@ def layout_for(minor: int, partitionable: bool) -> Layout:
     if not partitionable:
         return Layout.FALLBACK
     return Layout.SPLIT if minor >= 35 else Layout.COMBINED
-
-
-@dataclass(frozen=True, slots=True)
-class VnpuChips:
-    """Each chip's vNPU facts, the chips split on demand (`dynamic`) and the templates offered there (None: all).
-    A chip with vNPUs that is not dynamic serves them as they are; a chip without facts or vNPUs is offered whole."""
-
-    chips: Mapping[int, ChipVnpu]
-    dynamic: frozenset[int] = frozenset()
-    offered: frozenset[str] | None = None
 
 
 def counter_set_name(physical_id: int) -> str:

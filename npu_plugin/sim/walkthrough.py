@@ -26,8 +26,9 @@ import yaml
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake_vnpu import parse_state
+from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.cdi.files import claim_spec_path
-from npu_plugin.config import BackendKind, BackendOptions, Config, Mode, check_vnpu_mode
+from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.device import Device, Health, resource_name_for
 from npu_plugin.edits import COMMON_NODES

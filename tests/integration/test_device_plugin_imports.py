@@ -21,7 +21,7 @@ NOT_LOADED = {
     "kubernetes": "DRA",
     "prometheus_client": "--metrics-port",
     "difflib": "a misspelled flag",
-    "npu_plugin.dra": "DRA, and the fake backend's simulated vNPU hardware",
+    "npu_plugin.dra": "DRA",
     "npu_plugin.kube": "DRA",
     "npu_plugin.kubeconfig": "DRA",
     "npu_plugin.kubehttp": "DRA",

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from npu_plugin.dra.checkpoint import read_boot_id
+from npu_plugin.host.boot import read_boot_id
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest
 from tests.conftest import DaemonProcess, Launcher

@@ -17,16 +17,15 @@ import pytest
 
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra import publisher as publisher_module
-from npu_plugin.dra.checkpoint import read_boot_id
 from npu_plugin.dra.publisher import SlicePublisher
-from npu_plugin.dra.vnpu_slices import VnpuChips
+from npu_plugin.host.boot import read_boot_id
 from npu_plugin.inventory import Inventory
 from npu_plugin.kube import KubeClient, connect
 from npu_plugin.kubeapi import ResourceSlice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.vnpu import VnpuMode
+from npu_plugin.vnpu import VnpuChips, VnpuMode
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 from tests.conftest import DaemonProcess, Launcher, wait_until
 from tests.fakeapi import FakeKubeAPI

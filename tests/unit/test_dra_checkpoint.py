@@ -16,9 +16,9 @@ from npu_plugin.dra.checkpoint import (
     ClaimEntry,
     PreparedDevice,
     VnpuRecord,
-    read_boot_id,
 )
 from npu_plugin.errors import CheckpointError
+from npu_plugin.host.boot import read_boot_id
 from npu_plugin.vnpu import VnpuOrigin
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoint"

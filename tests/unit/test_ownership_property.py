@@ -28,14 +28,14 @@ from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.slices import SliceSettings
-from npu_plugin.dra.vnpu_slices import Layout, VnpuChips, vnpu_slice_contents
+from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Holders, Owner, Partition, initial_owners, next_owners
 from npu_plugin.podresources import dra_chip, held_devices
 from npu_plugin.profiles import profile_inventory
-from npu_plugin.vnpu import Vnpu, parse_dp_vnpu_id
+from npu_plugin.vnpu import Vnpu, VnpuChips, parse_dp_vnpu_id
 
 PROFILE = profile_inventory("atlas-800t-a2")
 DEVICES = PROFILE.devices
