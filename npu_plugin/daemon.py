@@ -10,6 +10,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from npu_plugin import __version__
+from npu_plugin.aio.tasks import until_closed
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
@@ -19,7 +20,6 @@ from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
-from npu_plugin.tasks import until_closed
 from npu_plugin.telemetry import Telemetry
 from npu_plugin.vnpu import Vnpu, VnpuMode
 

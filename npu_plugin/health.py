@@ -10,7 +10,7 @@ from pathlib import Path
 
 from npu_plugin.backends.base import Backend, ChangeSource
 from npu_plugin.device import device_key
-from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory import Inventory
 
 log = logging.getLogger(__name__)

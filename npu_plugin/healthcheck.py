@@ -12,7 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from npu_plugin.tasks import first_of
+from npu_plugin.aio.tasks import first_of
 
 log = logging.getLogger(__name__)
 FRESHNESS_INTERVALS = 3

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from npu_plugin.device import Device, Health
-from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.vnpu import ChipVnpu, Vnpu
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, InventoryFileError
-from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.profiles import Inventory, profile_inventory
 from npu_plugin.vnpu import ChipVnpu, Vnpu
 

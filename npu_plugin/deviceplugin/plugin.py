@@ -11,12 +11,12 @@ import grpc
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from npu_plugin.backoff import retry_forever
+from npu_plugin.aio.backoff import retry_forever
+from npu_plugin.aio.tasks import first_of
 from npu_plugin.deviceplugin.service import DevicePluginService
-from npu_plugin.dirwait import wait_for_directory
-from npu_plugin.fswatch import DirectoryWatch
-from npu_plugin.sockets import start_unix_server, stop_unix_server
-from npu_plugin.tasks import first_of
+from npu_plugin.host.dirwait import wait_for_directory
+from npu_plugin.host.fswatch import DirectoryWatch
+from npu_plugin.host.sockets import start_unix_server, stop_unix_server
 
 log = logging.getLogger(__name__)
 KUBELET_SOCKET = "kubelet.sock"

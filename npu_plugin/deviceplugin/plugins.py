@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from npu_plugin.aio.tasks import until_closed
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.plugin import DevicePlugin
 from npu_plugin.deviceplugin.service import DevicePluginService
-from npu_plugin.tasks import until_closed
 
 log = logging.getLogger(__name__)
 # The service of a resource: None is the whole-NPU resource, otherwise a vNPU resource's name.

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from npu_plugin.atomic import write_atomic
 from npu_plugin.device import parse_dra_name
 from npu_plugin.errors import CheckpointError, describe_os_error, quoted
+from npu_plugin.host.atomic import write_atomic
 from npu_plugin.vnpu import VnpuOrigin
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from npu_plugin.atomic import remove_leftovers
 from npu_plugin.cdi.files import claim_spec_files, remove_claim_spec, remove_claim_spec_leftovers
 from npu_plugin.dra.checkpoint import PREPARE_COMPLETED, Checkpoint, CheckpointStore
 from npu_plugin.dra.claim_vnpus import ClaimVnpus
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.errors import BackendError, CdiError, describe_os_error
+from npu_plugin.host.atomic import remove_leftovers
 from npu_plugin.inventory import Snapshot
 
 log = logging.getLogger(__name__)

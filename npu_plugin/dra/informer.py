@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from npu_plugin.backoff import Backoff, BackoffPolicy
+from npu_plugin.aio.backoff import Backoff, BackoffPolicy
 from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi import KubeApi, SliceEvent, StoredSlice
 

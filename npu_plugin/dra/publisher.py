@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from typing import Any, TypeVar
 
-from npu_plugin.backoff import BackoffPolicy, retry_forever
+from npu_plugin.aio.backoff import BackoffPolicy, retry_forever
+from npu_plugin.aio.tasks import until_closed
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.dra.informer import SliceInformer
@@ -29,7 +30,6 @@ from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.kubeapi import CounterSet, KubeApi, SliceDevice, StoredSlice
 from npu_plugin.ownership import Owner
-from npu_plugin.tasks import until_closed
 from npu_plugin.vnpu import VnpuChips
 
 log = logging.getLogger(__name__)

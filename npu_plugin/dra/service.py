@@ -17,13 +17,13 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
+from npu_plugin.aio.tasks import until_closed
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.logs import printable
 from npu_plugin.ownership import Owner
-from npu_plugin.tasks import until_closed
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]

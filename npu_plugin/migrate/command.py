@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from npu_plugin.atomic import write_atomic
 from npu_plugin.errors import MigrateError
+from npu_plugin.host.atomic import write_atomic
 from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, STDIO, Options
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import grpc
 
 from npu_plugin._proto import podresources_v1_pb2 as pb
 from npu_plugin._proto import podresources_v1_pb2_grpc as pb_grpc
-from npu_plugin.sockets import start_unix_server, stop_unix_server
+from npu_plugin.host.sockets import start_unix_server, stop_unix_server
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.atomic import make_directories, remove_file, write_atomic
+from npu_plugin.host.atomic import make_directories, remove_file, write_atomic
 
 
 def test_missing_levels_get_exactly_the_mode_and_existing_ones_keep_theirs(tmp_path: Path) -> None:

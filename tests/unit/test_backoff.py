@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from npu_plugin.backoff import RETRY_AFTER_LIMIT, Backoff, BackoffPolicy, retry_forever
-from npu_plugin.tasks import supervised
+from npu_plugin.aio.backoff import RETRY_AFTER_LIMIT, Backoff, BackoffPolicy, retry_forever
+from npu_plugin.aio.tasks import supervised
 
 POLICY = BackoffPolicy(initial=1.0, maximum=8.0)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.dirwait import nearest_existing, wait_for_directory, wait_until_gone
+from npu_plugin.host.dirwait import nearest_existing, wait_for_directory, wait_until_gone
 from tests.timerloop import run_counting_timers
 
 
@@ -22,7 +22,7 @@ def test_nearest_existing(tmp_path: Path) -> None:
 
 
 def test_a_directory_that_exists_is_no_wait(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="npu_plugin.dirwait"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.host.dirwait"):
         assert asyncio.run(wait_for_directory(tmp_path, asyncio.Event(), "the kubelet"))
     assert caplog.records == []
 
@@ -38,7 +38,7 @@ def test_waits_for_every_level_to_be_created_and_says_so_once(tmp_path: Path, ca
             level.mkdir()
         return await asyncio.wait_for(waiting, 10)
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.dirwait"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.host.dirwait"):
         assert asyncio.run(scenario())
     said = [r.getMessage() for r in caplog.records]
     assert said == [

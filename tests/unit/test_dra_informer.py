@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from npu_plugin.backoff import BackoffPolicy
+from npu_plugin.aio.backoff import BackoffPolicy
 from npu_plugin.dra.informer import WATCH_BACKOFF, SliceInformer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.errors import KubeApiError

@@ -12,7 +12,7 @@ import pytest
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import InventoryFileError
-from npu_plugin.fswatch import DirectoryWatch
+from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory_file import MAX_INVENTORY_BYTES
 from npu_plugin.profiles import profile_devices
 from tests.conftest import write_inventory

@@ -20,8 +20,8 @@ from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.backends.fake_vnpu import HardwareState, parse_state, render_state
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
-from npu_plugin.fswatch import DirectoryWatch
 from npu_plugin.host.boot import read_boot_id
+from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.vnpu import Vnpu
 from tests.conftest import REPO, wait_until
 

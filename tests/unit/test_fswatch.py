@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.errors import InventoryFileError
-from npu_plugin.fswatch import DirectoryWatch, Reread
+from npu_plugin.host.fswatch import DirectoryWatch, Reread
 
 
 class Source:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from npu_plugin.backoff import Backoff, BackoffPolicy
+from npu_plugin.aio.backoff import Backoff, BackoffPolicy
 
 T = TypeVar("T")
 RESTART_BACKOFF = BackoffPolicy(initial=1.0, maximum=60.0)

@@ -6,8 +6,8 @@ import asyncio
 import logging
 from pathlib import Path
 
-from npu_plugin.fswatch import DirectoryWatch
-from npu_plugin.tasks import first_of
+from npu_plugin.aio.tasks import first_of
+from npu_plugin.host.fswatch import DirectoryWatch
 
 log = logging.getLogger(__name__)
 # A missed file-system event (some overlay and network file systems drop them) costs at most this long.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import grpc
 
-from npu_plugin.atomic import make_directories
 from npu_plugin.errors import ConfigError
+from npu_plugin.host.atomic import make_directories
 
 
 def prepare_socket_dir(directory: Path) -> None:
