@@ -249,7 +249,7 @@ class Daemon:
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
-        from npu_plugin.kube import KubeClient, connect
+        from npu_plugin.kubeapi.client import KubeClient, connect
 
         config = self.config
         assert config.node_name is not None

@@ -18,7 +18,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 from npu_plugin.inventory_file import inventory_document
-from npu_plugin.quantity import format_bytes
+from npu_plugin.kubeapi.quantity import format_bytes
 from npu_plugin.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
 from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from npu_plugin.aio.backoff import Backoff, BackoffPolicy
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubeapi import KubeApi, SliceEvent, StoredSlice
+from npu_plugin.kubeapi.protocol import KubeApi, SliceEvent, StoredSlice
 
 log = logging.getLogger(__name__)
 WATCH_SECONDS = (300, 600)

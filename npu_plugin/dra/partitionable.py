@@ -19,7 +19,7 @@ from collections.abc import Callable
 from npu_plugin.dra.slices import API_VERSION, SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, layout_for
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubeapi import KubeApi, ResourceSlice, SliceDevice, StoredSlice
+from npu_plugin.kubeapi.protocol import KubeApi, ResourceSlice, SliceDevice, StoredSlice
 
 log = logging.getLogger(__name__)
 PROBE_SECONDS = 600.0

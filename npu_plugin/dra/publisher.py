@@ -28,7 +28,7 @@ from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, sli
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
-from npu_plugin.kubeapi import CounterSet, KubeApi, SliceDevice, StoredSlice
+from npu_plugin.kubeapi.protocol import CounterSet, KubeApi, SliceDevice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.vnpu import VnpuChips
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
-from npu_plugin.kubeapi import (
+from npu_plugin.kubeapi.protocol import (
     CounterSet,
     DeviceAttribute,
     DeviceCapacity,
@@ -17,7 +17,7 @@ from npu_plugin.kubeapi import (
     ResourceSliceSpec,
     SliceDevice,
 )
-from npu_plugin.quantity import format_bytes
+from npu_plugin.kubeapi.quantity import format_bytes
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128

@@ -29,7 +29,7 @@ from npu_plugin.dra.slices import (
     device_entry,
     slice_object,
 )
-from npu_plugin.kubeapi import (
+from npu_plugin.kubeapi.protocol import (
     Counter,
     CounterSet,
     DeviceAttribute,
@@ -37,7 +37,7 @@ from npu_plugin.kubeapi import (
     ResourceSlice,
     SliceDevice,
 )
-from npu_plugin.quantity import format_bytes
+from npu_plugin.kubeapi.quantity import format_bytes
 from npu_plugin.vnpu import (
     Candidate,
     ChipVnpu,

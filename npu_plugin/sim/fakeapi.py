@@ -24,12 +24,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from npu_plugin.sim._kubeapi.cluster import SUPPORTED_MINORS, Cluster
-from npu_plugin.sim._kubeapi.kinds import JSON, NODES, resolve_kind
-from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.server import Context, Handler, Server
-from npu_plugin.sim._kubeapi.status import ApiError
-from npu_plugin.sim._kubeapi.store import Store
+from npu_plugin.sim._fakeapi.cluster import SUPPORTED_MINORS, Cluster
+from npu_plugin.sim._fakeapi.kinds import JSON, NODES, resolve_kind
+from npu_plugin.sim._fakeapi.registry import Registry
+from npu_plugin.sim._fakeapi.server import Context, Handler, Server
+from npu_plugin.sim._fakeapi.status import ApiError
+from npu_plugin.sim._fakeapi.store import Store
 
 __all__ = ["FakeKubeAPI", "main"]
 

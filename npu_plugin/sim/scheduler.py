@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from npu_plugin.quantity import parse_bytes
+from npu_plugin.kubeapi.quantity import parse_bytes
 from npu_plugin.sim.rest import CLAIMS_PATH, SLICES_PATH, RestClient, claims_path
 
 DEFAULT_CLASS = "npu.huawei.com"

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Mapping
 
 from npu_plugin.sim import fakeapi
-from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.server import Context, Server
-from npu_plugin.sim._kubeapi.store import Store
+from npu_plugin.sim._fakeapi.registry import Registry
+from npu_plugin.sim._fakeapi.server import Context, Server
+from npu_plugin.sim._fakeapi.store import Store
 from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, most_at_once
 from tests.fakeapi.registry import FullRegistry
 from tests.fakeapi.server import FullContext, FullHandler

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from npu_plugin.sim._kubeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.kinds import JSON
 from tests.fakeapi import names
 from tests.fakeapi.fielderrors import FieldError, duplicate, invalid_value, not_found, required, too_many
 

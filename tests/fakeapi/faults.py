@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from npu_plugin.sim._kubeapi.routes import parse_route
+from npu_plugin.sim._fakeapi.routes import parse_route
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from npu_plugin.sim._kubeapi.kinds import JSON, Kind
-from npu_plugin.sim._kubeapi.status import ApiError, status_object
+from npu_plugin.sim._fakeapi.kinds import JSON, Kind
+from npu_plugin.sim._fakeapi.status import ApiError, status_object
 
 
 @dataclass(frozen=True)

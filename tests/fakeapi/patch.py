@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from npu_plugin.sim._kubeapi.status import ApiError, status_object
+from npu_plugin.sim._fakeapi.status import ApiError, status_object
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from npu_plugin.sim._kubeapi.cluster import Cluster
-from npu_plugin.sim._kubeapi.kinds import JSON, Kind, meta
-from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.status import bad_request
-from npu_plugin.sim._kubeapi.store import Store
+from npu_plugin.sim._fakeapi.cluster import Cluster
+from npu_plugin.sim._fakeapi.kinds import JSON, Kind, meta
+from npu_plugin.sim._fakeapi.registry import Registry
+from npu_plugin.sim._fakeapi.status import bad_request
+from npu_plugin.sim._fakeapi.store import Store
 from tests.fakeapi import patch as patches
 from tests.fakeapi.fielderrors import invalid, invalid_value
 from tests.fakeapi.schema import decode

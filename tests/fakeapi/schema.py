@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeAlias
 
-from npu_plugin.sim._kubeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
-from npu_plugin.sim._kubeapi.status import bad_request
+from npu_plugin.sim._fakeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.status import bad_request
 
 
 class Leaf(Enum):

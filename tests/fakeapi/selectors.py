@@ -6,8 +6,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from npu_plugin.sim._kubeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
-from npu_plugin.sim._kubeapi.status import bad_request
+from npu_plugin.sim._fakeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.status import bad_request
 
 _Getter = Callable[[JSON], str]
 

@@ -8,11 +8,11 @@ import ssl
 import time
 from dataclasses import dataclass, field
 
-from npu_plugin.sim._kubeapi.fields import Matcher
-from npu_plugin.sim._kubeapi.kinds import JSON
-from npu_plugin.sim._kubeapi.routes import Route
-from npu_plugin.sim._kubeapi.server import Context, Handler
-from npu_plugin.sim._kubeapi.status import ApiError, conflict, status_object
+from npu_plugin.sim._fakeapi.fields import Matcher
+from npu_plugin.sim._fakeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.routes import Route
+from npu_plugin.sim._fakeapi.server import Context, Handler
+from npu_plugin.sim._fakeapi.status import ApiError, conflict, status_object
 from tests.fakeapi import patch as patches
 from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, request_line
 from tests.fakeapi.fielderrors import invalid_of, required

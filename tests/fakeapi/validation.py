@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind
 from tests.fakeapi import names
 from tests.fakeapi.counters import slice_counter_errors
 from tests.fakeapi.fielderrors import (

@@ -13,7 +13,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.plugin import DraPaths, DraPlugin
 from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.inventory import Inventory
-from npu_plugin.kube import KubeClient, connect
+from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator

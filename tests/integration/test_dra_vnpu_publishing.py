@@ -20,8 +20,8 @@ from npu_plugin.dra import publisher as publisher_module
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.inventory import Inventory
-from npu_plugin.kube import KubeClient, connect
-from npu_plugin.kubeapi import ResourceSlice, StoredSlice
+from npu_plugin.kubeapi.client import KubeClient, connect
+from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator

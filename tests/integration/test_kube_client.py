@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from npu_plugin.errors import ConfigError, KubeApiError
-from npu_plugin.kube import KubeClient, connect
-from npu_plugin.kubeconfig import in_cluster_endpoint
-from npu_plugin.kubehttp import TokenFile, Transport
+from npu_plugin.kubeapi.client import KubeClient, connect
+from npu_plugin.kubeapi.connection import TokenFile, Transport
+from npu_plugin.kubeapi.kubeconfig import in_cluster_endpoint
 from tests.conftest import REPO, Launcher, wait_until
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import NODE, dra_args, pool_settled, temporary_workspace
@@ -217,7 +217,8 @@ def test_the_kubernetes_package_is_imported_only_for_credentials_it_must_load(
     tmp_path: Path, user: dict[str, str], loaded: bool
 ) -> None:
     path = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:6443", {"insecure-skip-tls-verify": True}, user)
-    script = f"import sys; from pathlib import Path; from npu_plugin.kube import connect; connect(Path({str(path)!r}))"
+    script = "import sys; from pathlib import Path; from npu_plugin.kubeapi.client import connect"
+    script += f"; connect(Path({str(path)!r}))"
     script += "; print('kubernetes' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True)
     assert result.stdout.strip() == str(loaded)
@@ -269,7 +270,7 @@ def test_a_dra_daemon_publishes_over_mutual_tls_loading_neither_kubernetes_nor_t
     assert writes and {(r.client, r.authorization) for r in writes} == {("npu-plugin", "Bearer daemon-token")}
     lines = daemon.log().splitlines()
     imported = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
-    assert "npu_plugin.kube" in imported
+    assert "npu_plugin.kubeapi.client" in imported
     # Neither the kubernetes package nor the device plugin's half is loaded: each costs every node start time.
     assert not [name for name in imported if name.split(".")[0] == "kubernetes" or "deviceplugin" in name]
 

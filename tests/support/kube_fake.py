@@ -14,7 +14,15 @@ from collections.abc import Iterator
 from functools import partial
 
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubeapi import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice, WatchEventType
+from npu_plugin.kubeapi.protocol import (
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+    SliceEvent,
+    SliceList,
+    StoredSlice,
+    WatchEventType,
+)
 
 
 class InMemoryKube:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin import kube
 from npu_plugin.cli import config_from_args, parse_args
+from npu_plugin.kubeapi import client as kube
 from tests.unit.test_manifests import MODES, build, overlay_args
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBE_MODULE = ROOT / "npu_plugin" / "kube.py"
+KUBE_MODULE = ROOT / "npu_plugin" / "kubeapi" / "client.py"
 HTTP_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete", "PATCH": "patch"}
 SEED_ARGS = [
     "--node-name=node-a",

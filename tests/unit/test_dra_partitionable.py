@@ -10,7 +10,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.partitionable import PROBE_SECONDS, PartitionableGate, lost_counters, probe_slice
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout
-from npu_plugin.kubeapi import ResourceSlice, StoredSlice
+from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
 from tests.support.kube_fake import InMemoryKube
 
 SETTINGS = SliceSettings("npu.huawei.com", "n1", "uid", UnhealthyPolicy.REMOVE)

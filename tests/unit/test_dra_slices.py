@@ -11,7 +11,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.device import Device
 from npu_plugin.dra.publisher import slices_match
 from npu_plugin.dra.slices import SliceContent, SliceSettings, build_slices, device_entry, slice_specs
-from npu_plugin.kubeapi import SliceDevice
+from npu_plugin.kubeapi.protocol import SliceDevice
 
 DRIVER = "npu.huawei.com"
 FULL = Device(

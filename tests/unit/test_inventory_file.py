@@ -12,8 +12,8 @@ import yaml
 from npu_plugin.device import Device, Health
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.inventory_file import inventory_document, parse_inventory, parse_inventory_file
+from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
 from npu_plugin.profiles import PROFILES, profile_devices, profile_inventory
-from npu_plugin.quantity import format_bytes, parse_bytes
 from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 
 SOURCE = "inv.yaml"

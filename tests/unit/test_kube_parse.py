@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubebodies import MalformedError, checked, decode_object, parse_event, parse_slice, parse_slice_list
+from npu_plugin.kubeapi.bodies import MalformedError, checked, decode_object, parse_event, parse_slice, parse_slice_list
 
 SLICE: dict[str, Any] = {
     "metadata": {"name": "node-a-npu-x", "resourceVersion": "7", "ownerReferences": [{"uid": "u"}]},

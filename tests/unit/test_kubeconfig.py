@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from npu_plugin.errors import ConfigError
-from npu_plugin.kubeconfig import Delegated, Endpoint, KubeconfigError, endpoint_of, in_cluster_endpoint
-from npu_plugin.kubehttp import TokenFile, authorization_of, tls_context
+from npu_plugin.kubeapi.connection import TokenFile, authorization_of, tls_context
+from npu_plugin.kubeapi.kubeconfig import Delegated, Endpoint, KubeconfigError, endpoint_of, in_cluster_endpoint
 
 BASE = Path("/etc/kube")
 PEM = b"-----BEGIN CERTIFICATE-----\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from npu_plugin.sim._kubeapi.kinds import JSON
-from npu_plugin.sim._kubeapi.status import bad_request
+from npu_plugin.sim._fakeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.status import bad_request
 
 Matcher = Callable[[JSON], bool]
 _PATHS = {

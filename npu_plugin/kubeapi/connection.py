@@ -22,7 +22,7 @@ from urllib3.connection import HTTPConnection
 
 from npu_plugin import __version__
 from npu_plugin.errors import ConfigError, describe_os_error
-from npu_plugin.kubeconfig import Endpoint
+from npu_plugin.kubeapi.kubeconfig import Endpoint
 
 log = logging.getLogger(__name__)
 TOKEN_RELOAD_SECONDS = 60.0  # as client-go re-reads a token file

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from npu_plugin.sim._kubeapi.kinds import JSON, Kind
-from npu_plugin.sim._kubeapi.status import already_exists, expired, not_found
+from npu_plugin.sim._fakeapi.kinds import JSON, Kind
+from npu_plugin.sim._fakeapi.status import already_exists, expired, not_found
 
 ObjectKey = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped kinds
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npu_plugin.sim._kubeapi.kinds import Kind, find_kind
+from npu_plugin.sim._fakeapi.kinds import Kind, find_kind
 
 
 @dataclass(frozen=True)

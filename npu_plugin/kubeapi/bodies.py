@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from npu_plugin.errors import KubeApiError, clipped
-from npu_plugin.kubeapi import Node, ResourceClaim, SliceEvent, SliceList, StoredSlice
+from npu_plugin.kubeapi.protocol import Node, ResourceClaim, SliceEvent, SliceList, StoredSlice
 
 _WATCH_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 T = TypeVar("T")

@@ -19,12 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from npu_plugin.sim._kubeapi.fields import Matcher, field_matcher
-from npu_plugin.sim._kubeapi.kinds import JSON
-from npu_plugin.sim._kubeapi.registry import Registry
-from npu_plugin.sim._kubeapi.routes import Route, parse_route
-from npu_plugin.sim._kubeapi.status import ApiError, bad_request, status_object, success_status
-from npu_plugin.sim._kubeapi.store import Event
+from npu_plugin.sim._fakeapi.fields import Matcher, field_matcher
+from npu_plugin.sim._fakeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.registry import Registry
+from npu_plugin.sim._fakeapi.routes import Route, parse_route
+from npu_plugin.sim._fakeapi.status import ApiError, bad_request, status_object, success_status
+from npu_plugin.sim._fakeapi.store import Event
 
 log = logging.getLogger(__name__)
 _FIELD_VALIDATION = ("Ignore", "Warn", "Strict")

@@ -1,7 +1,7 @@
 """The Kubernetes calls the product makes (`KubeApi`) and the wire shapes it writes and reads.
 
 `kube.KubeClient` implements the protocol against a real API server; tests use an in-memory fake.
-Objects read from the server are checked against these shapes in `kube.py` before anyone sees them,
+Objects read from the server are checked against these shapes in `kubeapi/client.py` before anyone sees them,
 so the fields declared required here are present with the declared types.
 """
 

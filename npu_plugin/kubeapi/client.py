@@ -1,7 +1,7 @@
 """The daemon's Kubernetes API client (DRA mode only): plain-dict bodies on the few REST paths below, each
 response checked by `kubebodies` against the shapes of `kubeapi`.
 
-Credentials come from `--kubeconfig` or the pod's service account (`kubeconfig.py`) and requests go through
+Credentials come from `--kubeconfig` or the pod's service account (`kubeapi/kubeconfig.py`) and requests go through
 `kubehttp.Transport`. Only a kubeconfig that needs an exec plugin, an auth-provider or basic auth loads the
 kubernetes package, which this module alone imports (lazily): importing it costs a DRA daemon about 0.5
 CPU-seconds and 30 MiB at start, multiplied by every node of a fleet.
@@ -25,8 +25,7 @@ from typing import Any
 import yaml
 
 from npu_plugin.errors import ConfigError, KubeApiError, clipped, describe_os_error
-from npu_plugin.kubeapi import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice
-from npu_plugin.kubebodies import (
+from npu_plugin.kubeapi.bodies import (
     MalformedError,
     checked,
     decode_object,
@@ -37,7 +36,8 @@ from npu_plugin.kubebodies import (
     parse_slice_list,
     parse_version,
 )
-from npu_plugin.kubeconfig import (
+from npu_plugin.kubeapi.connection import Authorization, Transport, TransportError, authorization_of, path_of
+from npu_plugin.kubeapi.kubeconfig import (
     SERVICE_ACCOUNT_DIR,
     Delegated,
     Endpoint,
@@ -45,7 +45,7 @@ from npu_plugin.kubeconfig import (
     endpoint_of,
     in_cluster_endpoint,
 )
-from npu_plugin.kubehttp import Authorization, Transport, TransportError, authorization_of, path_of
+from npu_plugin.kubeapi.protocol import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 10.0

@@ -11,8 +11,8 @@ import yaml
 
 from npu_plugin.device import DEVICE_TYPES, Device, Health, device_type_for_chip
 from npu_plugin.errors import InventoryFileError
+from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
 from npu_plugin.profiles import Inventory
-from npu_plugin.quantity import format_bytes, parse_bytes
 from npu_plugin.topology import derive_topology_group
 from npu_plugin.vnpu import (
     AICORE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from npu_plugin.sim._kubeapi.kinds import JSON, Kind
+from npu_plugin.sim._fakeapi.kinds import JSON, Kind
 
 _REASONS = {
     400: "BadRequest",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from npu_plugin.sim._kubeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.kinds import JSON
 
 SUPPORTED_MINORS = (34, 35, 36)
 PARTITIONABLE_ON_BY_DEFAULT_FROM = 36  # alpha in 1.33-1.35, beta and on by default in 1.36

@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._kubeapi.cluster import Cluster
-from npu_plugin.sim._kubeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
-from npu_plugin.sim._kubeapi.status import ApiError, bad_request, conflict, internal_error
-from npu_plugin.sim._kubeapi.store import Store, key_of, now
+from npu_plugin.sim._fakeapi.cluster import Cluster
+from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
+from npu_plugin.sim._fakeapi.status import ApiError, bad_request, conflict, internal_error
+from npu_plugin.sim._fakeapi.store import Store, key_of, now
 
 # names.SimpleNameGenerator: 5 characters from an alphabet without vowels, after at most 58 of the prefix.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"

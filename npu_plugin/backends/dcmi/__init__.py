@@ -1,0 +1,1 @@
+"""The DCMI backend: Huawei's libdcmi through ctypes."""

@@ -1,0 +1,1 @@
+"""The npu-smi backend: the `npu-smi` command's output, parsed."""
