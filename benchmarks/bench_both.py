@@ -41,7 +41,7 @@ from benchmarks.common import (
     write_inventory,
 )
 from benchmarks.report import Row, at_most
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator

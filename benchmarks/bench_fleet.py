@@ -58,7 +58,7 @@ from benchmarks.common import (
     write_inventory,
 )
 from benchmarks.report import Row, at_most
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {

@@ -43,10 +43,10 @@ from benchmarks.common import (
     write_inventory,
 )
 from benchmarks.report import Row, at_most
-from npu_plugin.device import Device, Health
+from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.vnpu import ChipVnpu, default_id_range
 from npu_plugin.profiles import Inventory, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
-from npu_plugin.vnpu import ChipVnpu, default_id_range
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"published_s": 1.0, "republished_s": 1.0, "prepare_p99_ratio": 3.0, "slice_writes_per_minute": 2.0}

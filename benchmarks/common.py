@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
-from npu_plugin.device import Device
-from npu_plugin.edits import COMMON_NODES
+from npu_plugin.ascend.container_edits import COMMON_NODES
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import ChipVnpu
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
-from npu_plugin.vnpu import ChipVnpu
 from tests.fakeapi import RecordedRequest
 
 NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"

@@ -17,10 +17,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from npu_plugin.ascend.container_edits import Injection
+from npu_plugin.ascend.vnpu import TEMPLATE_NAME, VnpuMode
 from npu_plugin.backends.options import BackendOptions
-from npu_plugin.edits import Injection
 from npu_plugin.errors import ConfigError
-from npu_plugin.vnpu import TEMPLATE_NAME, VnpuMode
 
 E = TypeVar("E", bound=StrEnum)
 

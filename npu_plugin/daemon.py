@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from npu_plugin import __version__
 from npu_plugin.aio.tasks import until_closed
+from npu_plugin.ascend.container_edits import HostLayout, probe_host
+from npu_plugin.ascend.device import Device, resource_name_for
+from npu_plugin.ascend.vnpu import Vnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
-from npu_plugin.device import Device, resource_name_for
-from npu_plugin.edits import HostLayout, probe_host
 from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Partition
 from npu_plugin.telemetry import Telemetry
-from npu_plugin.vnpu import Vnpu, VnpuMode
 
 # What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported where it is
 # built: every module loaded stays in memory and costs each daemon's start CPU time, multiplied by a fleet.

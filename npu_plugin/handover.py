@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from npu_plugin.device import device_key
+from npu_plugin.ascend.device import device_key
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners

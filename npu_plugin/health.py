@@ -8,8 +8,8 @@ import logging
 import re
 from pathlib import Path
 
+from npu_plugin.ascend.device import device_key
 from npu_plugin.backends.base import Backend, ChangeSource
-from npu_plugin.device import device_key
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory import Inventory
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from npu_plugin.device import Device, Health, device_key
+from npu_plugin.ascend.device import Device, Health, device_key
 from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)

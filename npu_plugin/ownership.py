@@ -13,8 +13,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from npu_plugin.ascend.device import Device
 from npu_plugin.config import Mode
-from npu_plugin.device import Device
 from npu_plugin.errors import ConfigError
 
 _RANGE = re.compile(r"^(\d+)-(\d+)$")

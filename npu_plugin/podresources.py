@@ -9,8 +9,8 @@ import grpc
 
 from npu_plugin._proto import podresources_v1_pb2 as pb
 from npu_plugin._proto import podresources_v1_pb2_grpc as pb_grpc
-from npu_plugin.device import parse_dp_id, parse_dra_name
-from npu_plugin.vnpu import parse_dp_vnpu_id, parse_vnpu_name
+from npu_plugin.ascend.device import parse_dp_id, parse_dra_name
+from npu_plugin.ascend.vnpu import parse_dp_vnpu_id, parse_vnpu_name
 
 log = logging.getLogger(__name__)
 TIMEOUT = 5.0

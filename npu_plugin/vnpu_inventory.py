@@ -12,10 +12,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 
-from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.device import Device
-from npu_plugin.errors import ConfigError
-from npu_plugin.vnpu import (
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import (
     AICORE,
     TEMPLATE_NAME,
     ChipMode,
@@ -27,6 +25,8 @@ from npu_plugin.vnpu import (
     VnpuTemplate,
     static_only_reason,
 )
+from npu_plugin.backends.base import VnpuBackend
+from npu_plugin.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

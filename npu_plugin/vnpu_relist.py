@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory import Inventory
-from npu_plugin.vnpu import Vnpu
 
 log = logging.getLogger(__name__)
 # The chips that hold vNPUs now, with their vNPUs; read from the backend in a worker thread.

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from npu_plugin.device import Device
-from npu_plugin.edits import COMMON_NODES
+from npu_plugin.ascend.container_edits import COMMON_NODES
+from npu_plugin.ascend.device import Device
 from npu_plugin.inventory_file import inventory_document
 from tests.leaks import LeakWatch
 

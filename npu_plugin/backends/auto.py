@@ -6,11 +6,11 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.topology import derive_topology_group, groups_from_peers
 from npu_plugin.backends.base import Backend
 from npu_plugin.backends.options import BackendKind, BackendOptions
-from npu_plugin.device import Device
 from npu_plugin.errors import BackendError
-from npu_plugin.topology import derive_topology_group, groups_from_peers
 
 log = logging.getLogger(__name__)
 

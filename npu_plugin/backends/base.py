@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from npu_plugin.device import Device, Health
+from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
 from npu_plugin.host.fswatch import DirectoryWatch
-from npu_plugin.vnpu import ChipVnpu, Vnpu
 
 
 class Backend(Protocol):

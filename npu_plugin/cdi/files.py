@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from npu_plugin.ascend.container_edits import HostLayout
+from npu_plugin.ascend.device import Device
 from npu_plugin.cdi.spec import claim_spec, spec_bytes, static_spec
-from npu_plugin.device import Device
-from npu_plugin.edits import HostLayout
 from npu_plugin.errors import CdiError, describe_os_error
 from npu_plugin.host.atomic import make_directories, remove_file, remove_leftovers, write_atomic
 

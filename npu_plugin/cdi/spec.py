@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
-from npu_plugin.device import Device, dra_name
-from npu_plugin.edits import ContainerEdits, HostLayout, container_edits, split_edits
+from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, container_edits, split_edits
+from npu_plugin.ascend.device import Device, dra_name
 
 CDI_CLASS = "npu"
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from npu_plugin.device import Device, id_prefix
+from npu_plugin.ascend.device import Device, id_prefix
+from npu_plugin.ascend.vnpu import Vnpu, dp_suffix, dp_vnpu_id
 from npu_plugin.inventory import DeviceView, Inventory, Snapshot
 from npu_plugin.ownership import Owner
-from npu_plugin.vnpu import Vnpu, dp_suffix, dp_vnpu_id
 
 if TYPE_CHECKING:
     from npu_plugin.vnpu_relist import VnpuRelist

@@ -16,14 +16,14 @@ import grpc
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.aio.tasks import until_closed
+from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, container_edits
+from npu_plugin.ascend.device import device_key, id_prefix, parse_dp_id
+from npu_plugin.ascend.topology import preferred_allocation
 from npu_plugin.cdi.spec import static_cdi_id
-from npu_plugin.device import device_key, id_prefix, parse_dp_id
 from npu_plugin.deviceplugin.listing import DeviceListing, Listing
-from npu_plugin.edits import ContainerEdits, HostLayout, container_edits
 from npu_plugin.errors import AllocationError, quoted
 from npu_plugin.inventory import DeviceView, Snapshot
 from npu_plugin.ownership import Owner
-from npu_plugin.topology import preferred_allocation
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
+from npu_plugin.ascend.container_edits import HostLayout, container_edits
 from npu_plugin.cdi.spec import static_vnpu_cdi_id
 from npu_plugin.deviceplugin.listing import DeviceListing, Listing
 from npu_plugin.deviceplugin.service import (
@@ -18,7 +19,6 @@ from npu_plugin.deviceplugin.service import (
     container_response,
     list_entry,
 )
-from npu_plugin.edits import HostLayout, container_edits
 from npu_plugin.errors import AllocationError, quoted
 
 log = logging.getLogger(__name__)

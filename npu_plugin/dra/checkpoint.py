@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
-from npu_plugin.device import parse_dra_name
+from npu_plugin.ascend.device import parse_dra_name
+from npu_plugin.ascend.vnpu import VnpuOrigin
 from npu_plugin.errors import CheckpointError, describe_os_error, quoted
 from npu_plugin.host.atomic import write_atomic
-from npu_plugin.vnpu import VnpuOrigin
 
 log = logging.getLogger(__name__)
 VERSION = 1

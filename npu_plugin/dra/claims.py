@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from npu_plugin.device import parse_dra_name
+from npu_plugin.ascend.device import parse_dra_name
+from npu_plugin.ascend.vnpu import ChipVnpu, StaticName, VnpuChips, VnpuOrigin, fits, parse_vnpu_name, resolve_candidate
 from npu_plugin.errors import ClaimError, clipped, quoted
-from npu_plugin.vnpu import ChipVnpu, StaticName, VnpuChips, VnpuOrigin, fits, parse_vnpu_name, resolve_candidate
 
 # `request` or `request/subrequest`, each a DNS label as the API server validates them: the base name
 # becomes part of a CDI device name, which allows no other characters.

@@ -16,6 +16,8 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import supervised
+from npu_plugin.ascend.container_edits import HostLayout
+from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.checkpoint import CheckpointStore
@@ -23,14 +25,12 @@ from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
 from npu_plugin.dra.vnpus import VnpuHands
-from npu_plugin.edits import HostLayout
 from npu_plugin.host.atomic import make_directories
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.dirwait import wait_for_directory, wait_until_gone
 from npu_plugin.host.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
 from npu_plugin.inventory import Inventory
 from npu_plugin.kubeapi.protocol import KubeApi
-from npu_plugin.vnpu import VnpuChips
 from npu_plugin.vnpu_inventory import served_chips
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from npu_plugin.ascend.container_edits import HostLayout
 from npu_plugin.cdi.files import claim_spec_path, remove_claim_spec, write_claim_spec
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
@@ -26,7 +27,6 @@ from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepared import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import VnpuHands
-from npu_plugin.edits import HostLayout
 from npu_plugin.errors import CheckpointError, ClaimError, NpuPluginError, describe_os_error
 from npu_plugin.inventory import Snapshot
 from npu_plugin.ownership import Owner

@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 from npu_plugin.aio.backoff import BackoffPolicy, retry_forever
 from npu_plugin.aio.tasks import until_closed
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.device import Device
 from npu_plugin.dra.informer import SliceInformer
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters, probe_pool
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
@@ -30,7 +31,6 @@ from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory, Snapshot
 from npu_plugin.kubeapi.protocol import CounterSet, KubeApi, SliceDevice, StoredSlice
 from npu_plugin.ownership import Owner
-from npu_plugin.vnpu import VnpuChips
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

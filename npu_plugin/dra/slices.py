@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from npu_plugin.ascend.device import Device
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.device import Device
 from npu_plugin.kubeapi.protocol import (
     CounterSet,
     DeviceAttribute,

@@ -20,7 +20,19 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from enum import StrEnum
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import (
+    Candidate,
+    ChipVnpu,
+    Vnpu,
+    VnpuChips,
+    VnpuTemplate,
+    candidates,
+    consumption,
+    counter_totals,
+    format_counter,
+    static_name,
+)
 from npu_plugin.dra.slices import (
     MAX_DEVICES,
     MAX_DEVICES_WITH_TAINTS,
@@ -38,18 +50,6 @@ from npu_plugin.kubeapi.protocol import (
     SliceDevice,
 )
 from npu_plugin.kubeapi.quantity import format_bytes
-from npu_plugin.vnpu import (
-    Candidate,
-    ChipVnpu,
-    Vnpu,
-    VnpuChips,
-    VnpuTemplate,
-    candidates,
-    consumption,
-    counter_totals,
-    format_counter,
-    static_name,
-)
 
 MAX_COUNTER_SETS = 8  # per slice, Kubernetes 1.35+
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"  # a vNPU's own function is unknown until it exists

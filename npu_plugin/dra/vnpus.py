@@ -17,10 +17,10 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.device import Device
 from npu_plugin.errors import BackendError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import Vnpu
 from npu_plugin.vnpu_inventory import ChipPlan, VnpuReader
 
 if TYPE_CHECKING:

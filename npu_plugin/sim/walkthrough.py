@@ -23,6 +23,9 @@ from typing import Any, TypeVar
 import grpc
 import yaml
 
+from npu_plugin.ascend.container_edits import COMMON_NODES
+from npu_plugin.ascend.device import Device, Health, resource_name_for
+from npu_plugin.ascend.vnpu import ChipVnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake_vnpu import parse_state
@@ -30,8 +33,6 @@ from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.cdi.files import claim_spec_path
 from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
-from npu_plugin.device import Device, Health, resource_name_for
-from npu_plugin.edits import COMMON_NODES
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory_command import render_table, vnpu_facts
 from npu_plugin.inventory_file import inventory_document
@@ -48,7 +49,6 @@ from npu_plugin.sim.scheduler import (
     allocate_claim,
     published_devices,
 )
-from npu_plugin.vnpu import ChipVnpu, VnpuMode
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from npu_plugin.device import Device, Health
+from npu_plugin.ascend.container_edits import COMMON_NODES
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.dra.checkpoint import Checkpoint
-from npu_plugin.edits import COMMON_NODES
 from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.rest import RestClient

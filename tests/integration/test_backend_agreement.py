@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.dcmi import DcmiBackend
 from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.cli import main
-from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError
 from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
 

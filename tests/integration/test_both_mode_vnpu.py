@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import yaml
 
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.podresources import dra_chip
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim
-from npu_plugin.vnpu import Vnpu
 from tests.conftest import Launcher
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import both_args, node, registered

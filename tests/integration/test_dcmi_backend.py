@@ -13,9 +13,9 @@ from typing import Protocol
 
 import pytest
 
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.dcmi import DcmiBackend
-from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, DcmiError
 from tests.integration.fake_hardware import FakeDie, FakeHost
 

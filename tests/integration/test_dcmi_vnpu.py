@@ -14,12 +14,12 @@ from typing import Protocol
 
 import pytest
 
+from npu_plugin.ascend.device import Health
+from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.dcmi import DcmiBackend
-from npu_plugin.device import Health
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
 
 D = Decimal

@@ -20,10 +20,10 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.kubelet import KubeletSimulator, PluginConnection
-from npu_plugin.vnpu import Vnpu
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import DaemonProcess, Launcher
 from tests.integration import test_device_plugin

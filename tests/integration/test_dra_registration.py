@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
+from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.plugin import DraPaths, DraPlugin
-from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.inventory import Inventory
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.ownership import Owner

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
 from npu_plugin.inventory_file import inventory_document
 from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator

@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from npu_plugin.profiles import profile_devices
 from tests.conftest import DaemonProcess, Launcher, write_inventory
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend.device import Health
 from npu_plugin.backends.npusmi import NpuSmiBackend
-from npu_plugin.device import Health
 from npu_plugin.errors import BackendError, NpuSmiParseError
 from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
 from tests.integration.fake_hardware import fake_npu_smi, script

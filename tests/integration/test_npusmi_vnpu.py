@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.npusmi import NpuSmiBackend
 from npu_plugin.backends.npusmi_vnpu_parse import GIB
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
 from tests.integration.fake_hardware import fake_npu_smi, script
 

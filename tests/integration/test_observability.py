@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from npu_plugin import __version__
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from npu_plugin.logs import CONTEXT_KEYS, STARTUP_KEYS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator, remove_sockets

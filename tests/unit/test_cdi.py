@@ -8,6 +8,15 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.container_edits import (
+    DRIVER_MOUNTS,
+    ContainerEdits,
+    DeviceNode,
+    HostLayout,
+    Injection,
+    Mount,
+    container_edits,
+)
 from npu_plugin.cdi.files import claim_spec_path, static_spec_path
 from npu_plugin.cdi.spec import (
     CdiDevice,
@@ -24,7 +33,6 @@ from npu_plugin.cdi.spec import (
     static_spec,
     static_vnpu_cdi_id,
 )
-from npu_plugin.edits import DRIVER_MOUNTS, ContainerEdits, DeviceNode, HostLayout, Injection, Mount, container_edits
 from npu_plugin.profiles import profile_devices
 from tests.cdi_validation import assert_valid_cdi, cdi_problems
 

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
+from npu_plugin.ascend.container_edits import COMMON_NODES, DRIVER_MOUNTS, HostLayout, Injection, container_edits
 from npu_plugin.cdi.spec import claim_spec
 from npu_plugin.deviceplugin.service import container_response
-from npu_plugin.edits import COMMON_NODES, DRIVER_MOUNTS, HostLayout, Injection, container_edits
 
 Edits = tuple[frozenset[tuple[str, str]], tuple[tuple[str, str, str], ...], tuple[tuple[str, str, bool], ...]]
 

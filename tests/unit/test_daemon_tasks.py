@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend.device import Health
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.config import Config, Mode
 from npu_plugin.daemon import Daemon
-from npu_plugin.device import Health
 
 
 class BrokenSample(FakeBackend):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from npu_plugin.ascend.device import Health
 from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.device import Health
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import Inventory

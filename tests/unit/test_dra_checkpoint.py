@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.vnpu import VnpuOrigin
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -19,7 +20,6 @@ from npu_plugin.dra.checkpoint import (
 )
 from npu_plugin.errors import CheckpointError
 from npu_plugin.host.boot import read_boot_id
-from npu_plugin.vnpu import VnpuOrigin
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoint"
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuChips, VnpuOrigin, VnpuTemplate
 from npu_plugin.dra.claims import ClaimDevice, Holding, WantedVnpu, base_request, claim_devices, overlap_problem
 from npu_plugin.errors import ClaimError
-from npu_plugin.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuChips, VnpuOrigin, VnpuTemplate
 
 UID, DRIVER, POOL = "9a0b", "npu.huawei.com", "node-a"
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.prepared import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
-from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.container_edits import HostLayout, Injection
+from npu_plugin.ascend.vnpu import Vnpu, VnpuMode, VnpuOrigin
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.dra.checkpoint import (
@@ -24,11 +26,9 @@ from npu_plugin.dra.checkpoint import (
 from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.vnpus import VnpuHands
-from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import BackendError, VnpuError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner
-from npu_plugin.vnpu import Vnpu, VnpuMode, VnpuOrigin
 from npu_plugin.vnpu_inventory import VnpuReader
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import wait_until

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.device import Device
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.device import Device
 from npu_plugin.dra.publisher import slices_match
 from npu_plugin.dra.slices import SliceContent, SliceSettings, build_slices, device_entry, slice_specs
 from npu_plugin.kubeapi.protocol import SliceDevice

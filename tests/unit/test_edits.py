@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.edits import (
+from npu_plugin.ascend.container_edits import (
     DRIVER_MOUNTS,
     ContainerEdits,
     DeviceNode,

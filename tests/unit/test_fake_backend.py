@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.device import Device, Health
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory_file import MAX_INVENTORY_BYTES

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake import FakeBackend
 from npu_plugin.backends.fake_vnpu import HardwareState, parse_state, render_state
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.fswatch import DirectoryWatch
-from npu_plugin.vnpu import Vnpu
 from tests.conftest import REPO, wait_until
 
 INVENTORY = """devices:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from npu_plugin.device import Health
+from npu_plugin.ascend.device import Health
 from npu_plugin.inventory import HealthTracker, Inventory, Snapshot
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices

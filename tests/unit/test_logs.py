@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.device import Health, device_key
+from npu_plugin.ascend.device import Health, device_key
 from npu_plugin.inventory import Inventory
 from npu_plugin.logs import JsonFormatter, TextFormatter, one_line, setup_logging
 from npu_plugin.profiles import profile_devices

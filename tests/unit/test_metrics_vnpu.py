@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
 from npu_plugin.metrics import Metrics
-from npu_plugin.vnpu import Vnpu, VnpuOrigin
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:

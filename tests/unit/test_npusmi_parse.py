@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from npu_plugin.ascend.device import Health
 from npu_plugin.backends.npusmi_parse import (
     MIB,
     InfoRow,
@@ -20,7 +21,6 @@ from npu_plugin.backends.npusmi_parse import (
     parse_mapping,
     parse_topology,
 )
-from npu_plugin.device import Health
 from npu_plugin.errors import NpuSmiParseError
 from tests.unit.test_npusmi_vnpu_parse import VNPU_FIXTURES
 

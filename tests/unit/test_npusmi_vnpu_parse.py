@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.npusmi_vnpu_parse import (
     GIB,
@@ -22,7 +23,6 @@ from npu_plugin.backends.npusmi_vnpu_parse import (
     parse_vnpu_mode,
 )
 from npu_plugin.errors import NpuSmiParseError
-from npu_plugin.vnpu import ChipMode, VnpuTemplate
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
 D = Decimal

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from npu_plugin._proto import podresources_v1_pb2 as podresources
+from npu_plugin.ascend.container_edits import HostLayout, Injection
+from npu_plugin.ascend.device import Health
+from npu_plugin.ascend.vnpu import Vnpu, VnpuChips, parse_dp_vnpu_id
 from npu_plugin.config import Mode, UnhealthyPolicy
-from npu_plugin.device import Health
 from npu_plugin.deviceplugin.listing import Listing, virtual_devices
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.deviceplugin.vnpu_service import allocatable_vnpu, vnpu_list_response
@@ -29,13 +31,11 @@ from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
-from npu_plugin.edits import HostLayout, Injection
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Holders, Owner, Partition, initial_owners, next_owners
 from npu_plugin.podresources import dra_chip, held_devices
 from npu_plugin.profiles import profile_inventory
-from npu_plugin.vnpu import Vnpu, VnpuChips, parse_dp_vnpu_id
 
 PROFILE = profile_inventory("atlas-800t-a2")
 DEVICES = PROFILE.devices

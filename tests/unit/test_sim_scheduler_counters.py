@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices
@@ -21,7 +22,6 @@ from npu_plugin.sim.scheduler import (
     published,
     remaining_counters,
 )
-from npu_plugin.vnpu import VnpuMode
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.topology import derive_topology_group, preferred_allocation
 from npu_plugin.profiles import profile_devices
-from npu_plugin.topology import derive_topology_group, preferred_allocation
 
 A2 = profile_devices("atlas-800t-a2")  # 8 x 910B, one full-mesh group, NUMA pairs
 A9000 = profile_devices("atlas-800-9000")  # 8 x 910A, rings 0-3 and 4-7

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from npu_plugin.vnpu import (
+from npu_plugin.ascend.vnpu import (
     CandidateName,
     ChipMode,
     ChipVnpu,

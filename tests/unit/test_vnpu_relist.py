@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.errors import BackendError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner
 from npu_plugin.profiles import profile_devices
-from npu_plugin.vnpu import Vnpu
 from npu_plugin.vnpu_relist import VnpuRelist
 
 A, B = Vnpu(1, 117, "vir05_1c_16g"), Vnpu(1, 116, "vir05_1c_16g")

@@ -11,7 +11,7 @@ import ctypes
 from collections.abc import Mapping
 from decimal import Decimal
 
-from npu_plugin.device import Health, device_type_for_chip
+from npu_plugin.ascend.device import Health, device_type_for_chip
 
 MAX_CHIP_NAME_LEN = 32
 MAX_CARD_NUM = 64

@@ -13,13 +13,21 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
+from npu_plugin.ascend.device import Device, Health, device_key
+from npu_plugin.ascend.vnpu import (
+    DESTROY_ALL_ID,
+    ChipMode,
+    ChipVnpu,
+    Vnpu,
+    VnpuTemplate,
+    default_id_range,
+    static_only_reason,
+)
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends import dcmi_vnpu
 from npu_plugin.backends.driver_version import DRIVER_VERSION_FILE, read_driver_version
 from npu_plugin.backends.npusmi import NpuSmiBackend
-from npu_plugin.device import Device, Health, device_key
 from npu_plugin.errors import BackendError, DcmiError, VnpuError
-from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, VnpuTemplate, default_id_range, static_only_reason
 
 DEFAULT_LIBRARY = "libdcmi.so"
 # How long a caller waits for the library while another call runs in it. Longer than any DCMI call of a healthy

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import ChipMode, VnpuTemplate
 
 Call = Callable[..., int]
 

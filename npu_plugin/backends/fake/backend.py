@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from npu_plugin.device import Device, Health
+from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
 from npu_plugin.errors import BackendError, InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.profiles import Inventory, profile_inventory
-from npu_plugin.vnpu import ChipVnpu, Vnpu
 
 # The simulated vNPU hardware loads with the first vNPU call and the file format (with PyYAML) with the first file
 # read: a daemon serving a profile with --vnpu off holds neither.

@@ -9,12 +9,9 @@ from typing import Any, NoReturn
 
 import yaml
 
-from npu_plugin.device import DEVICE_TYPES, Device, Health, device_type_for_chip
-from npu_plugin.errors import InventoryFileError
-from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
-from npu_plugin.profiles import Inventory
-from npu_plugin.topology import derive_topology_group
-from npu_plugin.vnpu import (
+from npu_plugin.ascend.device import DEVICE_TYPES, Device, Health, device_type_for_chip
+from npu_plugin.ascend.topology import derive_topology_group
+from npu_plugin.ascend.vnpu import (
     AICORE,
     DESTROY_ALL_ID,
     TEMPLATE_RESOURCES,
@@ -25,6 +22,9 @@ from npu_plugin.vnpu import (
     default_id_range,
     static_only_reason,
 )
+from npu_plugin.errors import InventoryFileError
+from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
+from npu_plugin.profiles import Inventory
 
 # Far above any real node (a device entry is ~300 bytes), far below what would strain the daemon's memory.
 MAX_INVENTORY_BYTES = 4 * 2**20

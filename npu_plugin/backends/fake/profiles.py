@@ -14,8 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from npu_plugin.device import Device, Health
-from npu_plugin.vnpu import TEMPLATE_RESOURCES, ChipMode, ChipVnpu, VnpuTemplate, default_id_range, static_only_reason
+from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.vnpu import (
+    TEMPLATE_RESOURCES,
+    ChipMode,
+    ChipVnpu,
+    VnpuTemplate,
+    default_id_range,
+    static_only_reason,
+)
 
 GiB = 2**30
 MiB = 2**20

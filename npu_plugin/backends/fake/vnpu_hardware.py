@@ -23,9 +23,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from npu_plugin.ascend.vnpu import AICORE, DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.host.atomic import make_directories, write_atomic
-from npu_plugin.vnpu import AICORE, DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,16 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.vnpu import (
+    DESTROY_ALL_ID,
+    ChipMode,
+    ChipVnpu,
+    Vnpu,
+    VnpuTemplate,
+    default_id_range,
+    static_only_reason,
+)
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.npusmi_parse import (
     MappingRow,
@@ -32,9 +42,7 @@ from npu_plugin.backends.npusmi_vnpu_parse import (
     parse_template_info,
     parse_vnpu_mode,
 )
-from npu_plugin.device import Device, Health
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu import DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu, VnpuTemplate, default_id_range, static_only_reason
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from npu_plugin.device import Device, Health, device_type_for_chip
+from npu_plugin.ascend.device import Device, Health, device_type_for_chip
 from npu_plugin.errors import NpuSmiParseError
 
 MIB = 1024 * 1024

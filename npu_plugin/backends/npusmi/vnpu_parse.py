@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
 from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.npusmi_parse import line_at, output_opening, parse_error, quoted_line, table_cells
 from npu_plugin.errors import NpuSmiParseError
-from npu_plugin.vnpu import ChipMode, VnpuTemplate
 
 GIB = 1 << 30
 TEMPLATE_INFO = "info -t template-info"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import groupby
 
-from npu_plugin.device import Device
+from npu_plugin.ascend.device import Device
 
 # Devices per HCCS group by family. 910A boxes: two rings of four; 910B: full-mesh groups
 # of eight; 910C (A3): sixteen dies, two per card. The 310 family has no HCCS: a card is its group.
