@@ -23,9 +23,9 @@ from typing import Any
 from benchmarks.common import FULL, Budget, fake_devices, percentile, write_inventory
 from benchmarks.report import Row, at_most
 from npu_plugin.backends.base import Backend
-from npu_plugin.backends.dcmi import DcmiBackend
-from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.backends.dcmi.backend import DcmiBackend
+from npu_plugin.backends.fake.backend import FakeBackend
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 
 TARGETS = {"npu_smi_runs_per_pass": 1}
 DEFAULT_INTERVAL = 5.0

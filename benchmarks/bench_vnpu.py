@@ -45,7 +45,7 @@ from benchmarks.common import (
 from benchmarks.report import Row, at_most
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, default_id_range
-from npu_plugin.profiles import Inventory, profile_inventory
+from npu_plugin.backends.fake.profiles import Inventory, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 

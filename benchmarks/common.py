@@ -20,7 +20,7 @@ import yaml
 from npu_plugin.ascend.container_edits import COMMON_NODES
 from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import ChipVnpu
-from npu_plugin.inventory_file import inventory_document
+from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
 from tests.fakeapi import RecordedRequest

@@ -15,6 +15,7 @@ from pathlib import Path
 from npu_plugin import __version__
 from npu_plugin.ascend.container_edits import Injection
 from npu_plugin.ascend.vnpu import VnpuMode
+from npu_plugin.backends.fake.profiles import PROFILES
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.config import (
     DEFAULT_DRIVER,
@@ -40,7 +41,6 @@ from npu_plugin.config import (
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
 from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
 from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES, STDIO
-from npu_plugin.profiles import PROFILES
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
+from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.errors import ConfigError
-from npu_plugin.inventory_file import inventory_document
 from npu_plugin.kubeapi.quantity import format_bytes
 from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 

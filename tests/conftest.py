@@ -18,7 +18,7 @@ import yaml
 
 from npu_plugin.ascend.container_edits import COMMON_NODES
 from npu_plugin.ascend.device import Device
-from npu_plugin.inventory_file import inventory_document
+from npu_plugin.backends.fake.inventory_file import inventory_document
 from tests.leaks import LeakWatch
 
 REPO = Path(__file__).resolve().parents[1]

@@ -49,7 +49,7 @@ def _working(backend: Backend) -> Backend:
 
 
 def _fake(options: BackendOptions) -> Backend:
-    from npu_plugin.backends.fake import FakeBackend
+    from npu_plugin.backends.fake.backend import FakeBackend
 
     return FakeBackend(
         options.fake_inventory, options.fake_profile, vnpu_state=options.fake_vnpu_state, dev_root=options.dev_root
@@ -57,13 +57,13 @@ def _fake(options: BackendOptions) -> Backend:
 
 
 def _dcmi(library: str | None, npu_smi: str) -> Backend:
-    from npu_plugin.backends.dcmi import DcmiBackend
+    from npu_plugin.backends.dcmi.backend import DcmiBackend
 
     return DcmiBackend(library, npu_smi=npu_smi)
 
 
 def _npu_smi(executable: str, dev_root: Path) -> Backend:
-    from npu_plugin.backends.npusmi import NpuSmiBackend
+    from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 
     return NpuSmiBackend(executable, dev_root=dev_root)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from npu_plugin.backends.fake.profiles import PROFILES
 from npu_plugin.errors import ConfigError
-from npu_plugin.profiles import PROFILES
 
 
 class BackendKind(StrEnum):

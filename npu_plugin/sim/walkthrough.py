@@ -28,14 +28,14 @@ from npu_plugin.ascend.device import Device, Health, resource_name_for
 from npu_plugin.ascend.vnpu import ChipVnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.fake_vnpu import parse_state
+from npu_plugin.backends.fake.inventory_file import inventory_document
+from npu_plugin.backends.fake.vnpu_hardware import parse_state
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.cdi.files import claim_spec_path
 from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory_command import render_table, vnpu_facts
-from npu_plugin.inventory_file import inventory_document
 from npu_plugin.ownership import Owner, parse_device_list
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI

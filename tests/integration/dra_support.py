@@ -20,8 +20,8 @@ import pytest
 
 from npu_plugin.ascend.container_edits import COMMON_NODES
 from npu_plugin.ascend.device import Device, Health
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.checkpoint import Checkpoint
-from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.rest import RestClient
 from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError, allocate_claim

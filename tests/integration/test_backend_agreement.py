@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.device import Device, Health
-from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.auto import discover, open_backend
-from npu_plugin.backends.dcmi import DcmiBackend
-from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.dcmi.backend import DcmiBackend
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.cli import main
 from npu_plugin.errors import BackendError

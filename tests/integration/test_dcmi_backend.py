@@ -14,8 +14,8 @@ from typing import Protocol
 import pytest
 
 from npu_plugin.ascend.device import Device, Health
-from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends.dcmi import DcmiBackend
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.errors import BackendError, DcmiError
 from tests.integration.fake_hardware import FakeDie, FakeHost
 
@@ -179,7 +179,7 @@ def test_health_failure_makes_only_that_device_unknown(open_host: Opener, caplog
     backend = open_host(host)
 
     devices = backend.discover()
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi.backend"):
         first, second = backend.sample(), backend.sample()
 
     physical = (0 + 5) % 8
@@ -205,7 +205,7 @@ def test_failing_optional_info_leaves_defaults(open_host: Opener, caplog: pytest
         "dcmi_get_device_chip_info_v2 card 4 dev 0 -8001",
         "dcmi_get_device_chip_info card 4 dev 0 -8001",
     ]
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi.backend"):
         devices = {d.card_id: d for d in open_host(host).discover()}
 
     assert len(devices) == 8

@@ -16,9 +16,9 @@ import pytest
 
 from npu_plugin.ascend.device import Health
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
-from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.dcmi import DcmiBackend
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
 from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
 
@@ -101,7 +101,7 @@ def test_without_npu_smi_only_existing_templates_and_no_dynamic(
 ) -> None:
     backend = open_host(b3_host(), npu_smi=False)
 
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.dcmi.backend"):
         chip = backend.chip_vnpu(4)
         empty = backend.chip_vnpu(5)
 
@@ -127,7 +127,7 @@ def test_mode(
 ) -> None:
     backend = open_host(b3_host(vnpu_mode), variant=variant)
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi.backend"):
         chips = [backend.chip_vnpu(4), backend.chip_vnpu(5)]
 
     assert [chip.mode if chip else None for chip in chips] == [mode, mode]
@@ -279,7 +279,7 @@ def test_a_hung_create_makes_health_unknown_and_reads_fail_naming_it_until_it_re
     backend = open_host(host, lock_timeout=0.2)
     creator, made = _start_create(backend, 5, 180)
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.dcmi.backend"):
         error = _busy_error(backend, 4)
         unknown = _sample_within(backend, 10.0)
         with pytest.raises(

@@ -21,8 +21,8 @@ from watchdog.observers import Observer
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.ascend.vnpu import Vnpu
-from npu_plugin.inventory_file import inventory_document
-from npu_plugin.profiles import profile_inventory
+from npu_plugin.backends.fake.inventory_file import inventory_document
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.sim.kubelet import KubeletSimulator, PluginConnection
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import DaemonProcess, Launcher

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI

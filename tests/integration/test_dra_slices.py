@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.scheduler import published_devices, select
 from tests.conftest import REPO, Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI

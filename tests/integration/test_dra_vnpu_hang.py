@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import yaml
 
 from npu_plugin.ascend.device import Device
-from npu_plugin.inventory_file import inventory_document
-from npu_plugin.profiles import profile_inventory
+from npu_plugin.backends.fake.inventory_file import inventory_document
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher
 from tests.fakeapi import FakeKubeAPI

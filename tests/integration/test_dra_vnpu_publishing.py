@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.ascend.vnpu import VnpuChips, VnpuMode
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra import publisher as publisher_module
 from npu_plugin.dra.publisher import SlicePublisher
@@ -24,7 +25,6 @@ from npu_plugin.inventory import Inventory
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
 from npu_plugin.ownership import Owner
-from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 from tests.conftest import DaemonProcess, Launcher, wait_until

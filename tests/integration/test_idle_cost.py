@@ -10,13 +10,13 @@ from pathlib import Path
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.ascend.container_edits import Injection, probe_host
 from npu_plugin.ascend.device import Device, Health
-from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.backends.fake.backend import FakeBackend
+from npu_plugin.backends.fake.profiles import profile_devices
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.health import HealthMonitor
 from npu_plugin.inventory import Inventory
-from npu_plugin.profiles import profile_devices
 from tests.conftest import populate_dev_root, write_inventory
 from tests.integration.fake_hardware import fake_npu_smi, script
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.profiles import profile_devices
 from tests.conftest import DaemonProcess, Launcher, write_inventory
 
 A2 = profile_devices("atlas-800t-a2")

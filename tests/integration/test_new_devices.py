@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from npu_plugin.ascend.device import Device
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.conftest import Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, NpuSmiParseError
 from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
 from tests.integration.fake_hardware import fake_npu_smi, script
@@ -74,7 +74,7 @@ def test_discovery_without_info_m_or_topology_uses_info_alone(
     unsupported(npu_smi, "topo")
     backend = NpuSmiBackend(str(npu_smi))
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend"):
         first, second = backend.discover(), backend.discover()
 
     assert first == second == with_mapping
@@ -147,7 +147,7 @@ def test_sample_never_raises_and_reads_unknown_when_npu_smi_fails(b3: Path, brea
 
 
 def test_a_failing_sample_is_logged_once_per_outage(b3: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="npu_plugin.backends.npusmi")
+    caplog.set_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend")
     backend = NpuSmiBackend(str(b3))
     backend.discover()
     (b3.parent / "info.status").write_text("1")
@@ -155,7 +155,7 @@ def test_a_failing_sample_is_logged_once_per_outage(b3: Path, caplog: pytest.Log
     backend.sample()
     (b3.parent / "info.status").unlink()
     assert set(backend.sample().values()) == {Health.OK}
-    messages = [r.getMessage() for r in caplog.records if r.name == "npu_plugin.backends.npusmi"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "npu_plugin.backends.npusmi.backend"]
     assert len([m for m in messages if "health sample failed" in m]) == 1
     assert messages[-1] == "npu-smi health samples work again"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
-from npu_plugin.backends import dcmi_abi as abi
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.npusmi import NpuSmiBackend
-from npu_plugin.backends.npusmi_vnpu_parse import GIB
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
+from npu_plugin.backends.npusmi.vnpu_parse import GIB
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
 from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
 from tests.integration.fake_hardware import fake_npu_smi, script
@@ -100,7 +100,7 @@ def test_a_chip_npu_smi_cannot_split_is_none_and_said_once(
 ) -> None:
     answer(host, "info-vnpu-2-0", text="This device does not support querying info-vnpu.\n", status=1)
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend"):
         assert backend.chip_vnpu(2) is None
         assert backend.chip_vnpu(2) is None
 
@@ -113,7 +113,7 @@ def test_without_template_info_the_chip_has_no_templates_said_once(
 ) -> None:
     answer(host, "template-info-4", text="This device does not support querying template-info.\n", status=1)
 
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.npusmi"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.backends.npusmi.backend"):
         chips = [backend.chip_vnpu(4), backend.chip_vnpu(4)]
 
     assert [(chip.templates, len(chip.vnpus)) if chip else None for chip in chips] == [((), 2), ((), 2)]
@@ -141,7 +141,7 @@ def test_without_vnpu_mode_container_mode_is_assumed(
 ) -> None:
     (host.parent / "vnpu-mode.txt").unlink()
 
-    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend"):
         chip = backend.chip_vnpu(4)
 
     assert chip is not None

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.informer import WATCH_BACKOFF
-from npu_plugin.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI, RecordedRequest

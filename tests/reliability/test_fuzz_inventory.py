@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as dp_pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as dp_grpc
-from npu_plugin.inventory_file import inventory_document, parse_inventory
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.inventory_file import inventory_document, parse_inventory
+from npu_plugin.backends.fake.profiles import profile_devices
 from tests.conftest import wait_until, write_inventory
 from tests.integration.dra_support import node_slices, with_health
 from tests.reliability.serving import Served, serving

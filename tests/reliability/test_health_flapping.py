@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from npu_plugin.profiles import profile_devices
+from npu_plugin.backends.fake.profiles import profile_devices
 from tests.conftest import DaemonProcess, Launcher, write_inventory
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, Node, both_args, node, registered

@@ -10,7 +10,7 @@ import pytest
 from benchmarks.bench_vnpu import expected_names, node, p99_ratio, slice_writes, with_health
 from benchmarks.common import complete_pool, write_inventory
 from npu_plugin.ascend.device import Health
-from npu_plugin.inventory_file import parse_inventory_file
+from npu_plugin.backends.fake.inventory_file import parse_inventory_file
 from tests.fakeapi import RecordedRequest
 
 

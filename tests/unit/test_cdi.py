@@ -17,6 +17,7 @@ from npu_plugin.ascend.container_edits import (
     Mount,
     container_edits,
 )
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.cdi.files import claim_spec_path, static_spec_path
 from npu_plugin.cdi.spec import (
     CdiDevice,
@@ -33,7 +34,6 @@ from npu_plugin.cdi.spec import (
     static_spec,
     static_vnpu_cdi_id,
 )
-from npu_plugin.profiles import profile_devices
 from tests.cdi_validation import assert_valid_cdi, cdi_problems
 
 DRIVER = "npu.huawei.com"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.config import Config, Mode
 from npu_plugin.daemon import Daemon

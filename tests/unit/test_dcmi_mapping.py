@@ -1,4 +1,4 @@
-"""The pure DCMI decoders and struct layouts in npu_plugin.backends.dcmi_abi."""
+"""The pure DCMI decoders and struct layouts in npu_plugin.backends.dcmi.abi."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.backends.dcmi import abi
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from npu_plugin.ascend.container_edits import HostLayout, Injection
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.prepared import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Owner
-from npu_plugin.profiles import profile_devices
 from tests.cdi_validation import assert_valid_cdi
 
 DRIVER, POOL = "npu.huawei.com", "node-a"

@@ -14,7 +14,7 @@ import pytest
 from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.ascend.vnpu import Vnpu, VnpuMode, VnpuOrigin
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,

@@ -12,10 +12,10 @@ import pytest
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import Vnpu, VnpuChips, VnpuMode, static_only_reason
+from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices, layout_for
-from npu_plugin.profiles import PROFILES, profile_inventory
 from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 
 DRIVER = "npu.huawei.com"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.device import Device, Health
-from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.backends.fake.backend import FakeBackend
+from npu_plugin.backends.fake.inventory_file import MAX_INVENTORY_BYTES
+from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
-from npu_plugin.inventory_file import MAX_INVENTORY_BYTES
-from npu_plugin.profiles import profile_devices
 from tests.conftest import write_inventory
 
 A2 = profile_devices("atlas-800t-a2")

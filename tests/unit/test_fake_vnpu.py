@@ -18,8 +18,8 @@ import pytest
 
 from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.fake import FakeBackend
-from npu_plugin.backends.fake_vnpu import HardwareState, parse_state, render_state
+from npu_plugin.backends.fake.backend import FakeBackend
+from npu_plugin.backends.fake.vnpu_hardware import HardwareState, parse_state, render_state
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.fswatch import DirectoryWatch
@@ -263,7 +263,7 @@ def test_hang_create_makes_the_vnpu_and_blocks_until_killed(node: Node) -> None:
     node.backend().list_vnpus(0)
     node.edit(faults={"hangCreate": True})
     script = (
-        "import sys; from pathlib import Path; from npu_plugin.backends.fake import FakeBackend\n"
+        "import sys; from pathlib import Path; from npu_plugin.backends.fake.backend import FakeBackend\n"
         "b = FakeBackend(Path(sys.argv[1]), vnpu_state=Path(sys.argv[2]), dev_root=Path(sys.argv[3]))\n"
         "b.create_vnpu(0, 'vir05_1c_16g', 100)\n"
         "print('returned')\n"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from npu_plugin.backends.fake.inventory_file import parse_inventory_file
+from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 from npu_plugin.cli import main
-from npu_plugin.inventory_file import parse_inventory_file
-from npu_plugin.profiles import PROFILES, profile_inventory
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.npusmi_parse import (
+from npu_plugin.backends.npusmi.parse import (
     MIB,
     InfoRow,
     MappingRow,

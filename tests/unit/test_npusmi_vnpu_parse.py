@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
-from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends.npusmi_vnpu_parse import (
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.npusmi.vnpu_parse import (
     GIB,
     ChipVnpuTable,
     VnpuRow,

@@ -22,6 +22,7 @@ from npu_plugin._proto import podresources_v1_pb2 as podresources
 from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.ascend.device import Health
 from npu_plugin.ascend.vnpu import Vnpu, VnpuChips, parse_dp_vnpu_id
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import Mode, UnhealthyPolicy
 from npu_plugin.deviceplugin.listing import Listing, virtual_devices
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
@@ -35,7 +36,6 @@ from npu_plugin.errors import AllocationError
 from npu_plugin.inventory import Inventory
 from npu_plugin.ownership import Holders, Owner, Partition, initial_owners, next_owners
 from npu_plugin.podresources import dra_chip, held_devices
-from npu_plugin.profiles import profile_inventory
 
 PROFILE = profile_inventory("atlas-800t-a2")
 DEVICES = PROFILE.devices

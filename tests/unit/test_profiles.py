@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from npu_plugin.ascend.vnpu import ChipMode, candidate_count, candidates, consumption, counter_totals
-from npu_plugin.profiles import PROFILES, profile_inventory
+from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from npu_plugin.ascend.vnpu import VnpuMode
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices
-from npu_plugin.profiles import profile_inventory
 from npu_plugin.sim.scheduler import (
     DeviceRequest,
     UnschedulableError,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuMode, VnpuOrigin, VnpuTemplate
-from npu_plugin.backends.fake import FakeBackend
+from npu_plugin.backends.fake.backend import FakeBackend
+from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.errors import ConfigError
-from npu_plugin.profiles import profile_inventory
 from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, checked, serving, template_problem
 
 VIR05 = VnpuTemplate("vir05_1c_16g", 5, 16 * 2**30, {"aicpu": Decimal(1), "vpc": Decimal(2)})

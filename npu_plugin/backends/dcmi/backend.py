@@ -23,10 +23,10 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
-from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends import dcmi_vnpu
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.dcmi import vnpu as dcmi_vnpu
 from npu_plugin.backends.driver_version import DRIVER_VERSION_FILE, read_driver_version
-from npu_plugin.backends.npusmi import NpuSmiBackend
+from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, DcmiError, VnpuError
 
 DEFAULT_LIBRARY = "libdcmi.so"

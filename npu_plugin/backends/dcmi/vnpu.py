@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
-from npu_plugin.backends import dcmi_abi as abi
+from npu_plugin.backends.dcmi import abi
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
 
 Call = Callable[..., int]

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
+from npu_plugin.backends.fake.profiles import Inventory, profile_inventory
 from npu_plugin.errors import BackendError, InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
-from npu_plugin.profiles import Inventory, profile_inventory
 
 # The simulated vNPU hardware loads with the first vNPU call and the file format (with PyYAML) with the first file
 # read: a daemon serving a profile with --vnpu off holds neither.
 if TYPE_CHECKING:
-    from npu_plugin.backends.fake_vnpu import FakeChip, FakeVnpuHardware
+    from npu_plugin.backends.fake.vnpu_hardware import FakeChip, FakeVnpuHardware
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +117,14 @@ class FakeBackend:
 
     def _vnpus(self) -> FakeVnpuHardware:
         if self._hardware is None:
-            from npu_plugin.backends.fake_vnpu import FakeVnpuHardware
+            from npu_plugin.backends.fake.vnpu_hardware import FakeVnpuHardware
             from npu_plugin.host.boot import read_boot_id
 
             self._hardware = FakeVnpuHardware(self._vnpu_state, self._dev_root, read_boot_id(), self._chips)
         return self._hardware
 
     def _chips(self) -> Mapping[int, FakeChip]:
-        from npu_plugin.backends.fake_vnpu import FakeChip
+        from npu_plugin.backends.fake.vnpu_hardware import FakeChip
 
         if self._last_good is None:
             self.discover()
@@ -153,7 +153,7 @@ class FakeBackend:
             return False
 
     def _read(self) -> Inventory:
-        from npu_plugin.inventory_file import MAX_INVENTORY_BYTES, parse_inventory_file
+        from npu_plugin.backends.fake.inventory_file import MAX_INVENTORY_BYTES, parse_inventory_file
 
         assert self.inventory_path is not None
         try:

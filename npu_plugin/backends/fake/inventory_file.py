@@ -22,9 +22,9 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
+from npu_plugin.backends.fake.profiles import Inventory
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
-from npu_plugin.profiles import Inventory
 
 # Far above any real node (a device entry is ~300 bytes), far below what would strain the daemon's memory.
 MAX_INVENTORY_BYTES = 4 * 2**20

@@ -21,8 +21,8 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
-from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends.npusmi_parse import (
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.npusmi.parse import (
     MappingRow,
     TopologyMatrix,
     build_devices,
@@ -31,7 +31,7 @@ from npu_plugin.backends.npusmi_parse import (
     parse_mapping,
     parse_topology,
 )
-from npu_plugin.backends.npusmi_vnpu_parse import (
+from npu_plugin.backends.npusmi.vnpu_parse import (
     CREATE_VNPU,
     DESTROY_VNPU,
     SetOutcome,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
-from npu_plugin.backends import dcmi_abi as abi
-from npu_plugin.backends.npusmi_parse import line_at, output_opening, parse_error, quoted_line, table_cells
+from npu_plugin.backends.dcmi import abi
+from npu_plugin.backends.npusmi.parse import line_at, output_opening, parse_error, quoted_line, table_cells
 from npu_plugin.errors import NpuSmiParseError
 
 GIB = 1 << 30
