@@ -39,7 +39,7 @@ from benchmarks.common import (
 from benchmarks.report import Row, at_most
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.deviceplugin.service import list_response
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.rest import RestClient
 
 DEVICES = 1024

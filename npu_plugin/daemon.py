@@ -18,9 +18,9 @@ from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.errors import CdiError, ConfigError
-from npu_plugin.health import HealthMonitor
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Partition
+from npu_plugin.inventory.health_feed import HealthMonitor
+from npu_plugin.inventory.ownership import Partition
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.telemetry import Telemetry
 
 # What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported where it is
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
     from npu_plugin.handover import Handover
-    from npu_plugin.vnpu_relist import VnpuRelist
+    from npu_plugin.inventory.vnpu_refresh import VnpuRelist
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -67,7 +67,7 @@ def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: s
     offers stops the start (exit 2, naming the chip), so does unreadable vNPU state (exit 1); skipped templates
     and chips that cannot split on demand are logged (and added to `said`)."""
     if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
-        from npu_plugin.vnpu_inventory import VnpuReader
+        from npu_plugin.inventory.vnpu_plans import VnpuReader
 
         VnpuReader(backend, config.vnpu, config.vnpu_templates, said=said).read(devices)
 
@@ -226,8 +226,8 @@ class Daemon:
             return None
         # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
         on_read = self.telemetry.vnpus if not self.config.serves_dra else lambda _vnpus: None
-        from npu_plugin.vnpu_inventory import VnpuReader
-        from npu_plugin.vnpu_relist import VnpuRelist
+        from npu_plugin.inventory.vnpu_plans import VnpuReader
+        from npu_plugin.inventory.vnpu_refresh import VnpuRelist
 
         reader = VnpuReader(self.backend, VnpuMode.STATIC, on_read=on_read, said=self.vnpu_said)
 
@@ -286,7 +286,7 @@ class Daemon:
         config = self.config
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
-        from npu_plugin.vnpu_inventory import VnpuReader
+        from npu_plugin.inventory.vnpu_plans import VnpuReader
 
         reader = VnpuReader(
             self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus, said=self.vnpu_said

@@ -1,6 +1,6 @@
 """The handover workflow of dra and both modes: who holds what now, owners at start, draining devices moved.
 
-The rules are the pure functions of `ownership.py`; this component feeds them what the kubelet's
+The rules are the pure functions of `inventory/ownership.py`; this component feeds them what the kubelet's
 PodResources API and the DRA checkpoint say is held, and applies their answers to the inventory.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from npu_plugin.ascend.device import device_key
 from npu_plugin.errors import NpuPluginError
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Holders, Owner, initial_owners, next_owners
+from npu_plugin.inventory.ownership import Holders, Owner, initial_owners, next_owners
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.podresources import list_held
 
 log = logging.getLogger(__name__)

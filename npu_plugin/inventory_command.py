@@ -19,8 +19,8 @@ from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.errors import ConfigError
+from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 from npu_plugin.kubeapi.quantity import format_bytes
-from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 
 _COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE", "NUMA", "PCI", "GROUP", "HEALTH")
 

@@ -10,8 +10,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
-from npu_plugin.inventory import Snapshot
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Snapshot
 
 log = logging.getLogger(__name__)
 # Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request timeout.

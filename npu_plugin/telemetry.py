@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
-from npu_plugin.inventory import Snapshot
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Snapshot
 
 if TYPE_CHECKING:
     from npu_plugin.healthcheck import HealthService

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.ascend.device import Device, id_prefix
 from npu_plugin.ascend.vnpu import Vnpu, dp_suffix, dp_vnpu_id
-from npu_plugin.inventory import DeviceView, Inventory, Snapshot
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import DeviceView, Inventory, Snapshot
 
 if TYPE_CHECKING:
-    from npu_plugin.vnpu_relist import VnpuRelist
+    from npu_plugin.inventory.vnpu_refresh import VnpuRelist
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,8 @@ from npu_plugin.ascend.topology import preferred_allocation
 from npu_plugin.cdi.spec import static_cdi_id
 from npu_plugin.deviceplugin.listing import DeviceListing, Listing
 from npu_plugin.errors import AllocationError, quoted
-from npu_plugin.inventory import DeviceView, Snapshot
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import DeviceView, Snapshot
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -18,8 +18,8 @@ from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import CREATE_TRIES, CreateTimeoutError, VnpuHands, lowest_free_id
 from npu_plugin.errors import BackendError, CheckpointError, ClaimError
-from npu_plugin.inventory import Snapshot
-from npu_plugin.vnpu_inventory import ChipPlan
+from npu_plugin.inventory.state import Snapshot
+from npu_plugin.inventory.vnpu_plans import ChipPlan
 
 log = logging.getLogger(__name__)
 

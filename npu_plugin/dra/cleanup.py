@@ -14,7 +14,7 @@ from npu_plugin.dra.claim_vnpus import ClaimVnpus
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.errors import BackendError, CdiError, describe_os_error
 from npu_plugin.host.atomic import remove_leftovers
-from npu_plugin.inventory import Snapshot
+from npu_plugin.inventory.state import Snapshot
 
 log = logging.getLogger(__name__)
 

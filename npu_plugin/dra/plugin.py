@@ -29,9 +29,9 @@ from npu_plugin.host.atomic import make_directories
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.dirwait import wait_for_directory, wait_until_gone
 from npu_plugin.host.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
+from npu_plugin.inventory.vnpu_plans import served_chips
 from npu_plugin.kubeapi.protocol import KubeApi
-from npu_plugin.vnpu_inventory import served_chips
 
 log = logging.getLogger(__name__)
 

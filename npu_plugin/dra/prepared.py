@@ -12,7 +12,7 @@ from npu_plugin.dra.checkpoint import PreparedDevice, VnpuRecord
 from npu_plugin.dra.claims import ClaimDevice
 from npu_plugin.dra.vnpus import lowest_free_id
 from npu_plugin.errors import ClaimError, clipped, quoted
-from npu_plugin.vnpu_inventory import ChipPlan
+from npu_plugin.inventory.vnpu_plans import ChipPlan
 
 # Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")

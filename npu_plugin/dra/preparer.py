@@ -28,9 +28,9 @@ from npu_plugin.dra.prepared import ClaimRef, PrepareResult, assign_ids, check_r
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.errors import CheckpointError, ClaimError, NpuPluginError, describe_os_error
-from npu_plugin.inventory import Snapshot
-from npu_plugin.ownership import Owner
-from npu_plugin.vnpu_inventory import served_chips
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Snapshot
+from npu_plugin.inventory.vnpu_plans import served_chips
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from npu_plugin.dra.partitionable import PartitionableGate, lost_counters, probe
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
-from npu_plugin.inventory import Inventory, Snapshot
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory, Snapshot
 from npu_plugin.kubeapi.protocol import CounterSet, KubeApi, SliceDevice, StoredSlice
-from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

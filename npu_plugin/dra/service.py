@@ -21,9 +21,9 @@ from npu_plugin.aio.tasks import until_closed
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
-from npu_plugin.inventory import Inventory, Snapshot
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory, Snapshot
 from npu_plugin.logs import printable
-from npu_plugin.ownership import Owner
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]

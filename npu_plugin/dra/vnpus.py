@@ -21,7 +21,7 @@ from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.errors import BackendError, VnpuError, VnpuNotFoundError
-from npu_plugin.vnpu_inventory import ChipPlan, VnpuReader
+from npu_plugin.inventory.vnpu_plans import ChipPlan, VnpuReader
 
 if TYPE_CHECKING:
     from npu_plugin.metrics import VnpuOp, VnpuResult

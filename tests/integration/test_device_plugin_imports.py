@@ -28,7 +28,7 @@ NOT_LOADED = {
     "urllib3": "DRA",
     "npu_plugin.handover": "dra and both modes",
     "npu_plugin.podresources": "dra and both modes",
-    "npu_plugin.vnpu_inventory": "--vnpu static|dynamic",
+    "npu_plugin.inventory.vnpu_plans": "--vnpu static|dynamic",
     "npu_plugin.deviceplugin.vnpu_service": "a vNPU resource (--vnpu static|dynamic)",
     "npu_plugin.backends.fake.vnpu_hardware": "the fake backend's first vNPU call",
     "npu_plugin.backends.fake.inventory_file": "an inventory file (--fake-inventory)",

@@ -13,9 +13,9 @@ from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.plugin import DraPaths, DraPlugin
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.kubeapi.client import KubeClient, connect
-from npu_plugin.ownership import Owner
 from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator
 from tests.conftest import Launcher
 from tests.fakeapi import FakeKubeAPI

@@ -21,12 +21,12 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra import publisher as publisher_module
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.host.boot import read_boot_id
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
+from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
-from npu_plugin.ownership import Owner
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 from tests.conftest import DaemonProcess, Launcher, wait_until
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.dra_support import (

@@ -15,8 +15,8 @@ from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
-from npu_plugin.health import HealthMonitor
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.health_feed import HealthMonitor
+from npu_plugin.inventory.state import Inventory
 from tests.conftest import populate_dev_root, write_inventory
 from tests.integration.fake_hardware import fake_npu_smi, script
 

@@ -16,7 +16,7 @@ from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.host.sockets import start_unix_server, stop_unix_server
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.kubelet import CHECKPOINT, KubeletSimulator, is_extended_resource_name, remove_sockets
 
 

@@ -8,8 +8,8 @@ from npu_plugin.ascend.device import Health
 from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.errors import AllocationError
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
 
 
 def inventory() -> Inventory:

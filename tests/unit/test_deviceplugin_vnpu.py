@@ -14,8 +14,8 @@ from npu_plugin.deviceplugin.listing import Listing, virtual_devices, vnpu_resou
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.deviceplugin.vnpu_service import allocatable_vnpu, vnpu_list_response
 from npu_plugin.errors import AllocationError
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
 
 SMALL = "huawei.com/Ascend910-5c.1cpu.16g"
 VNPUS = {

@@ -16,8 +16,8 @@ from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.prepared import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.errors import KubeApiError
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
 from tests.cdi_validation import assert_valid_cdi
 
 DRIVER, POOL = "npu.huawei.com", "node-a"

@@ -27,9 +27,9 @@ from npu_plugin.dra.prepared import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.errors import BackendError, VnpuError
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner
-from npu_plugin.vnpu_inventory import VnpuReader
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import Inventory
+from npu_plugin.inventory.vnpu_plans import VnpuReader
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import wait_until
 from tests.unit.test_dra_preparer import DRIVER, POOL, Claims, ours

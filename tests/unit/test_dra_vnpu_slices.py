@@ -16,7 +16,7 @@ from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices, layout_for
-from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
+from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
 
 DRIVER = "npu.huawei.com"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

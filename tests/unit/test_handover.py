@@ -11,8 +11,8 @@ import pytest
 from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import Mode
 from npu_plugin.handover import Handover
-from npu_plugin.inventory import Inventory
-from npu_plugin.ownership import Owner, Partition
+from npu_plugin.inventory.ownership import Owner, Partition
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.podresources import PodResourcesSimulator
 
 DEVICES = profile_devices("atlas-800t-a2")

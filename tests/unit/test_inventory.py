@@ -9,8 +9,8 @@ import pytest
 
 from npu_plugin.ascend.device import Health
 from npu_plugin.backends.fake.profiles import profile_devices
-from npu_plugin.inventory import HealthTracker, Inventory, Snapshot
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.state import HealthTracker, Inventory, Snapshot
 
 OK, BAD = True, False
 

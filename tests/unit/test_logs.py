@@ -15,7 +15,7 @@ import pytest
 
 from npu_plugin.ascend.device import Health, device_key
 from npu_plugin.backends.fake.profiles import profile_devices
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
 from npu_plugin.logs import JsonFormatter, TextFormatter, one_line, setup_logging
 
 MULTI_LINE = "first line\nsecond line\r\nthird\u2028fourth\x85fifth"
@@ -156,7 +156,7 @@ def test_a_verdict_flip_is_one_line_with_the_device_key(caplog: pytest.LogCaptur
     devices = profile_devices("atlas-800t-a2")
     inventory = Inventory(devices, failure_threshold=1, recovery_threshold=1)
     levels = {d.physical_id: d.health for d in devices}
-    caplog.set_level(logging.INFO, logger="npu_plugin.inventory")
+    caplog.set_level(logging.INFO, logger="npu_plugin.inventory.state")
     inventory.observe(levels | {5: Health.CRITICAL})
     inventory.observe(levels | {5: Health.CRITICAL})
     inventory.observe(levels)
@@ -203,7 +203,7 @@ def test_setup_logging_json_writes_warnings_as_json_lines_on_stderr(capsys: pyte
 def test_setup_logging_quietens_library_chatter_but_not_our_loggers() -> None:
     setup_logging("debug", "text")
     assert logging.getLogger("watchdog").getEffectiveLevel() == logging.WARNING
-    assert logging.getLogger("npu_plugin.inventory").getEffectiveLevel() == logging.DEBUG
+    assert logging.getLogger("npu_plugin.inventory.state").getEffectiveLevel() == logging.DEBUG
 
 
 @pytest.mark.usefixtures("restore_logging")

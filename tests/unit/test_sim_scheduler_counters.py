@@ -15,6 +15,7 @@ from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices
+from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
 from npu_plugin.sim.scheduler import (
     DeviceRequest,
     UnschedulableError,
@@ -22,7 +23,6 @@ from npu_plugin.sim.scheduler import (
     published,
     remaining_counters,
 )
-from npu_plugin.vnpu_inventory import ChipPlan, checked, served_chips, serving
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = SliceSettings("npu.huawei.com", "n1", None, UnhealthyPolicy.REMOVE)

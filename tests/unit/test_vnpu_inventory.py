@@ -13,7 +13,7 @@ from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuMode, VnpuOrigi
 from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.errors import ConfigError
-from npu_plugin.vnpu_inventory import ChipPlan, Serving, VnpuReader, checked, serving, template_problem
+from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader, checked, serving, template_problem
 
 VIR05 = VnpuTemplate("vir05_1c_16g", 5, 16 * 2**30, {"aicpu": Decimal(1), "vpc": Decimal(2)})
 CHIP = ChipVnpu(
@@ -138,7 +138,7 @@ def test_static_only_products_are_explained_once_naming_the_product(
 ) -> None:
     inventory = profile_inventory(profile)
     reader = VnpuReader(Recording(dict(inventory.vnpu)), VnpuMode.DYNAMIC)
-    with caplog.at_level(logging.INFO, logger="npu_plugin.vnpu_inventory"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.inventory.vnpu_plans"):
         reader.read(inventory.devices)
         reader.read(inventory.devices)
     [line] = [r.getMessage() for r in caplog.records]
@@ -148,7 +148,7 @@ def test_static_only_products_are_explained_once_naming_the_product(
 def test_readers_sharing_what_was_said_explain_a_static_only_product_once(caplog: pytest.LogCaptureFixture) -> None:
     inventory = profile_inventory("atlas-300i-duo")
     said: set[str] = set()
-    with caplog.at_level(logging.INFO, logger="npu_plugin.vnpu_inventory"):
+    with caplog.at_level(logging.INFO, logger="npu_plugin.inventory.vnpu_plans"):
         for _reader in range(2):
             VnpuReader(Recording(dict(inventory.vnpu)), VnpuMode.DYNAMIC, said=said).read(inventory.devices)
     assert len(caplog.records) == 1
@@ -160,7 +160,7 @@ def test_a_bad_template_is_logged_once_and_skipped(caplog: pytest.LogCaptureFixt
     bad = VnpuTemplate("vir_bad", 5, 2**30)
     chips = {p: replace(c, templates=(*c.templates, bad)) for p, c in inventory.vnpu.items()}
     reader = VnpuReader(Recording(chips), VnpuMode.DYNAMIC)
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.vnpu_inventory"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.inventory.vnpu_plans"):
         plans = reader.read(inventory.devices)
         reader.read(inventory.devices)
     assert all(bad not in plan.chip.templates for plan in plans.values())

@@ -11,7 +11,7 @@ from pathlib import Path
 from npu_plugin.ascend.device import device_key
 from npu_plugin.backends.base import Backend, ChangeSource
 from npu_plugin.host.fswatch import DirectoryWatch
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
 
 log = logging.getLogger(__name__)
 _DEVICE_NODE = re.compile(r"^davinci(\d+)$")

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.errors import NpuPluginError
-from npu_plugin.inventory import Inventory
+from npu_plugin.inventory.state import Inventory
 
 log = logging.getLogger(__name__)
 # The chips that hold vNPUs now, with their vNPUs; read from the backend in a worker thread.

@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from npu_plugin.ascend.device import Device, Health, device_key
-from npu_plugin.ownership import Owner
+from npu_plugin.inventory.ownership import Owner
 
 log = logging.getLogger(__name__)
 
