@@ -278,7 +278,7 @@ def results(
 
 def record_cost_us(rounds: int = 100_000) -> float:
     """What metrics add to one Allocate, free of the noise between two processes: one record_allocate."""
-    from npu_plugin.metrics import Metrics
+    from npu_plugin.observability.metrics import Metrics
 
     metrics = Metrics()
     return timeit.timeit(lambda: metrics.record_allocate(0.0003, 1), number=rounds) / rounds * 1e6

@@ -21,7 +21,7 @@ from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.ownership import Partition
 from npu_plugin.inventory.state import Inventory
-from npu_plugin.telemetry import Telemetry
+from npu_plugin.observability.telemetry import Telemetry
 
 # What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported where it is
 # built: every module loaded stays in memory and costs each daemon's start CPU time, multiplied by a fleet.

@@ -24,7 +24,7 @@ from npu_plugin.errors import BackendError, VnpuError, VnpuNotFoundError
 from npu_plugin.inventory.vnpu_plans import ChipPlan, VnpuReader
 
 if TYPE_CHECKING:
-    from npu_plugin.metrics import VnpuOp, VnpuResult
+    from npu_plugin.observability.metrics import VnpuOp, VnpuResult
 
     OperationHook = Callable[[VnpuOp, VnpuResult, float | None], None]
 

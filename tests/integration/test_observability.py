@@ -328,8 +328,13 @@ def test_telemetry_modules_load_only_when_their_port_is_set(node: Node, launch_d
 
     imported = {line.rsplit("|", 1)[-1].strip() for line in run(scenario()).log().splitlines() if "|" in line}
     # grpc itself imports the empty top-level grpc_health package; the service lives in grpc_health.v1.
-    telemetry = {"prometheus_client", "grpc_health.v1.health", "npu_plugin.metrics", "npu_plugin.healthcheck"}
-    assert "npu_plugin.telemetry" in imported
+    telemetry = {
+        "prometheus_client",
+        "grpc_health.v1.health",
+        "npu_plugin.observability.metrics",
+        "npu_plugin.observability.healthcheck",
+    }
+    assert "npu_plugin.observability.telemetry" in imported
     assert (telemetry & imported) == (telemetry if enabled else set())
 
 

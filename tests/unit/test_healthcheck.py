@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from npu_plugin.healthcheck import FRESHNESS_INTERVALS, HealthService, is_serving, unmet
+from npu_plugin.observability.healthcheck import FRESHNESS_INTERVALS, HealthService, is_serving, unmet
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

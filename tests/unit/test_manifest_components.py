@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from npu_plugin.metrics import APIS, Metrics
+from npu_plugin.observability.metrics import APIS, Metrics
 from tests.unit.test_manifests import MANIFESTS, MODES, Obj, _docs, _one, _validate, build
 
 NAMESPACE = "npu-plugin"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
-from npu_plugin.metrics import Metrics
+from npu_plugin.observability.metrics import Metrics
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:

@@ -16,8 +16,8 @@ from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
 
 if TYPE_CHECKING:
-    from npu_plugin.healthcheck import HealthService
-    from npu_plugin.metrics import Metrics, VnpuOp, VnpuResult
+    from npu_plugin.observability.healthcheck import HealthService
+    from npu_plugin.observability.metrics import Metrics, VnpuOp, VnpuResult
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Telemetry:
         self.metrics: Metrics | None = None
         self.health: HealthService | None = None
         if metrics_port >= 0:
-            from npu_plugin.metrics import Metrics
+            from npu_plugin.observability.metrics import Metrics
 
             self.metrics = Metrics()
 
@@ -39,7 +39,7 @@ class Telemetry:
             self.metrics.serving(apis)
             self._metrics_server = self.metrics.serve(self._metrics_port, self._address)
         if self._health_port >= 0:
-            from npu_plugin.healthcheck import HealthService
+            from npu_plugin.observability.healthcheck import HealthService
 
             self.health = HealthService(apis, last_sample, interval)
             await self.health.start(self._address, self._health_port)
