@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from npu_plugin.deviceplugin.plugins import DevicePlugins
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
-    from npu_plugin.handover import Handover
+    from npu_plugin.handover.workflow import Handover
     from npu_plugin.inventory.vnpu_refresh import VnpuRelist
 
 log = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ class Daemon:
         )
 
     def _handover(self, dra: DraPlugin) -> Handover:
-        from npu_plugin.handover import Handover
+        from npu_plugin.handover.workflow import Handover
 
         return Handover(
             inventory=self.inventory,

@@ -13,7 +13,7 @@ import yaml
 from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.profiles import profile_inventory
-from npu_plugin.podresources import dra_chip
+from npu_plugin.handover.podresources import dra_chip
 from npu_plugin.sim.dra_kubelet import Claim
 from tests.conftest import Launcher
 from tests.fakeapi import FakeKubeAPI

@@ -10,7 +10,7 @@ import pytest
 
 from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import Mode
-from npu_plugin.handover import Handover
+from npu_plugin.handover.workflow import Handover
 from npu_plugin.inventory.ownership import Owner, Partition
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.podresources import PodResourcesSimulator
@@ -74,7 +74,7 @@ def test_an_unreadable_podresources_warns_once_and_picks_the_safe_side(
         await handover.take_ownership()
         await handover.holders()
 
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.handover"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.handover.workflow"):
         asyncio.run(scenario())
     assert sum("cannot read the kubelet PodResources API" in r.getMessage() for r in caplog.records) == 1
     snapshot = inventory.snapshot()

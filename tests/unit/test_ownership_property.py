@@ -33,9 +33,9 @@ from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import AllocationError
+from npu_plugin.handover.podresources import dra_chip, held_devices
 from npu_plugin.inventory.ownership import Holders, Owner, Partition, initial_owners, next_owners
 from npu_plugin.inventory.state import Inventory
-from npu_plugin.podresources import dra_chip, held_devices
 
 PROFILE = profile_inventory("atlas-800t-a2")
 DEVICES = PROFILE.devices

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from npu_plugin._proto import podresources_v1_pb2 as pb
-from npu_plugin.podresources import dra_chip, held_devices
+from npu_plugin.handover.podresources import dra_chip, held_devices
 
 RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from npu_plugin.ascend.device import device_key
 from npu_plugin.errors import NpuPluginError
+from npu_plugin.handover.podresources import list_held
 from npu_plugin.inventory.ownership import Holders, Owner, initial_owners, next_owners
 from npu_plugin.inventory.state import Inventory
-from npu_plugin.podresources import list_held
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0

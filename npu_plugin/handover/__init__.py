@@ -1,0 +1,1 @@
+"""Both mode's handover: which API holds a device, from PodResources and the DRA checkpoint."""
