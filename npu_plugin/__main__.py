@@ -2,6 +2,6 @@
 
 import sys
 
-from npu_plugin.cli import main
+from npu_plugin.cli.main import main
 
 sys.exit(main())

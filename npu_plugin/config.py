@@ -1,7 +1,7 @@
 """The daemon's configuration as values: the enums, `Config` and the checks on them (`BackendOptions`, where
 devices come from, lives beside the backends in `backends/options.py`).
 
-Flags are declared in `cli.py`; this module knows nothing about argparse beyond the value checkers,
+Flags are declared in `cli/main.py`; this module knows nothing about argparse beyond the value checkers,
 which raise `argparse.ArgumentTypeError` saying what is allowed.
 """
 

@@ -20,7 +20,7 @@ from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.options import BackendOptions
-from npu_plugin.cli import main
+from npu_plugin.cli.main import main
 from npu_plugin.errors import BackendError
 from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
 

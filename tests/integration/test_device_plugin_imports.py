@@ -35,9 +35,9 @@ NOT_LOADED = {
     "npu_plugin.cdi.files": "--cdi-enabled",
     "npu_plugin.observability.metrics": "--metrics-port",
     "npu_plugin.observability.healthcheck": "--healthcheck-port",
-    "npu_plugin.migrate.command": "npu-plugin migrate",
+    "npu_plugin.cli.migrate": "npu-plugin migrate",
     "npu_plugin.migrate.transform": "npu-plugin migrate",
-    "npu_plugin.inventory_command": "npu-plugin inventory",
+    "npu_plugin.cli.inventory": "npu-plugin inventory",
     "npu_plugin.sim": "npu-plugin simulate",
 }
 

@@ -153,7 +153,7 @@ def test_vnpu_dynamic_with_the_device_plugin_alone_is_a_usage_error() -> None:
 
 def test_vnpu_without_cel_python_is_named_before_anything_starts() -> None:
     # An installation without the dev extras: celpy cannot be imported.
-    code = "import sys; sys.modules['celpy'] = None; from npu_plugin.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; sys.modules['celpy'] = None; from npu_plugin.cli.main import main; sys.exit(main(sys.argv[1:]))"
     run = subprocess.run(
         [sys.executable, "-c", code, "simulate", "--mode", "dra", "--vnpu", "dynamic"],
         capture_output=True,

@@ -127,7 +127,7 @@ def test_wheel_contents(wheel: Path) -> None:
     test_only = ("validation", "schema", "patch", "selectors", "faults", "fielderrors", "names")
     assert not [n for n in names if n.startswith("npu_plugin/sim/") and Path(n).stem in test_only]
     assert "npu_plugin/sim/fakeapi.py" in names, "simulate needs the small fake API server"
-    assert re.search(r"^npu-plugin\s*=\s*npu_plugin\.cli:main$", scripts, re.MULTILINE), scripts
+    assert re.search(r"^npu-plugin\s*=\s*npu_plugin\.cli\.main:main$", scripts, re.MULTILINE), scripts
     assert f"Version: {_version_from_pyproject()}" in metadata
     assert "Requires-Python: >=3.11" in metadata
 

@@ -13,10 +13,10 @@ import pytest
 from npu_plugin.ascend.container_edits import Injection
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.options import BackendKind, BackendOptions
-from npu_plugin.cli import config_from_args, parse_args
+from npu_plugin.cli.flagparser import env_name
+from npu_plugin.cli.main import config_from_args, parse_args
 from npu_plugin.config import Config, Mode, UnhealthyPolicy, check_paths
 from npu_plugin.errors import ConfigError
-from npu_plugin.flagparser import env_name
 
 BASE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
 

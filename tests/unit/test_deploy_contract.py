@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.cli import config_from_args, parse_args
+from npu_plugin.cli.main import config_from_args, parse_args
 from npu_plugin.kubeapi import client as kube
 from tests.unit.test_manifests import MODES, build, overlay_args
 

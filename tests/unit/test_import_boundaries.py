@@ -8,7 +8,7 @@ import textwrap
 
 BUILD_DP_DAEMON = textwrap.dedent("""
     import sys
-    from npu_plugin.cli import config_from_args, parse_args
+    from npu_plugin.cli.main import config_from_args, parse_args
     from npu_plugin.backends.auto import discover, open_backend
     from npu_plugin.daemon import Daemon
 

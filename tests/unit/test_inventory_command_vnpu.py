@@ -10,7 +10,7 @@ import yaml
 
 from npu_plugin.backends.fake.inventory_file import parse_inventory_file
 from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
-from npu_plugin.cli import main
+from npu_plugin.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

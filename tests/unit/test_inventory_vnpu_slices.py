@@ -11,7 +11,7 @@ import pytest
 import yaml
 from celpy.adapter import json_to_cel
 
-from npu_plugin.cli import main
+from npu_plugin.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.cli import parse_args
-from npu_plugin.migrate.command import run
+from npu_plugin.cli.main import parse_args
+from npu_plugin.cli.migrate import run
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
 REPO = Path(__file__).resolve().parents[2]

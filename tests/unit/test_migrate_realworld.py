@@ -18,9 +18,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from npu_plugin.cli import parse_args
+from npu_plugin.cli.main import parse_args
+from npu_plugin.cli.migrate import run
 from npu_plugin.migrate import migrate_text
-from npu_plugin.migrate.command import run
 from npu_plugin.migrate.workloads import BUILT_IN_GROUPS, group_kind, objects, workloads
 from npu_plugin.migrate.yamlstream import load, split_documents
 

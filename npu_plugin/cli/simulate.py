@@ -32,11 +32,11 @@ from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.vnpu_hardware import parse_state
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.cdi.files import claim_spec_path
+from npu_plugin.cli.inventory import render_table, vnpu_facts
 from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory.ownership import Owner, parse_device_list
-from npu_plugin.inventory_command import render_table, vnpu_facts
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator

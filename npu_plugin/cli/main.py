@@ -17,6 +17,7 @@ from npu_plugin.ascend.container_edits import Injection
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.fake.profiles import PROFILES
 from npu_plugin.backends.options import BackendKind, BackendOptions
+from npu_plugin.cli.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
 from npu_plugin.config import (
     DEFAULT_DRIVER,
     DNS_SUBDOMAIN,
@@ -39,7 +40,6 @@ from npu_plugin.config import (
     threshold,
 )
 from npu_plugin.errors import ConfigError, NpuPluginError, describe_os_error
-from npu_plugin.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
 from npu_plugin.migrate.options import KNOWN_RESOURCE_NAMES, RESOURCE_DEVICE_CLASSES, STDIO
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -554,7 +554,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _inventory(args: argparse.Namespace) -> int:
-    from npu_plugin.inventory_command import Output, run_inventory
+    from npu_plugin.cli.inventory import Output, run_inventory
 
     output = Output(
         args.output,
@@ -569,13 +569,13 @@ def _inventory(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from npu_plugin.migrate.command import run
+    from npu_plugin.cli.migrate import run
 
     return run(args)
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from npu_plugin.sim.walkthrough import DEMO_PROFILE, run_simulation
+    from npu_plugin.cli.simulate import DEMO_PROFILE, run_simulation
 
     kind, inventory, profile = args.backend, args.fake_inventory, args.fake_profile
     if kind is BackendKind.FAKE and inventory is None and profile is None:

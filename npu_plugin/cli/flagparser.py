@@ -1,6 +1,6 @@
 """argparse with environment twins: every long flag declared through `FlagParser` (or one of its groups)
 reads its default from the environment, says its default and variable in --help, and records whether it
-was given, so that `cli.py` can declare flags and nothing else.
+was given, so that `cli/main.py` can declare flags and nothing else.
 
 A flag's twin is `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed manifests' `NODE_NAME` and
 `POD_UID` for --node-name and --pod-uid). A few flags also read the names other Ascend DRA manifests and
