@@ -27,7 +27,7 @@ from npu_plugin.observability.telemetry import Telemetry
 # built: every module loaded stays in memory and costs each daemon's start CPU time, multiplied by a fleet.
 if TYPE_CHECKING:
     from npu_plugin.deviceplugin.listing import DeviceListing
-    from npu_plugin.deviceplugin.plugins import DevicePlugins
+    from npu_plugin.deviceplugin.resources import DevicePlugins
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuHands
     from npu_plugin.handover.workflow import Handover
@@ -175,7 +175,7 @@ class Daemon:
                 self.telemetry.devices(snapshot)
 
     def _device_plugin(self) -> DevicePlugins:
-        from npu_plugin.deviceplugin.plugins import DevicePlugins
+        from npu_plugin.deviceplugin.resources import DevicePlugins
         from npu_plugin.deviceplugin.service import DevicePluginService
 
         config, device_type = self.config, self.devices[0].device_type

@@ -14,7 +14,7 @@ from functools import partial
 
 from npu_plugin.dra.checkpoint import PREPARE_STARTED, Checkpoint, ClaimEntry, PreparedDevice
 from npu_plugin.dra.deadline import wait_left
-from npu_plugin.dra.prepared import ClaimRef
+from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import CREATE_TRIES, CreateTimeoutError, VnpuHands, lowest_free_id
 from npu_plugin.errors import BackendError, CheckpointError, ClaimError

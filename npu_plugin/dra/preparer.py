@@ -24,7 +24,7 @@ from npu_plugin.dra.claim_vnpus import ClaimVnpus
 from npu_plugin.dra.claims import Holding, claim_devices, overlap_problem
 from npu_plugin.dra.cleanup import collect_garbage
 from npu_plugin.dra.deadline import answer_by
-from npu_plugin.dra.prepared import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
+from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.errors import CheckpointError, ClaimError, NpuPluginError, describe_os_error

@@ -19,7 +19,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import until_closed
 from npu_plugin.dra.deadline import answer_by
-from npu_plugin.dra.prepared import ClaimRef
+from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory, Snapshot

@@ -13,7 +13,7 @@ import pytest
 from npu_plugin.ascend.container_edits import HostLayout, Injection
 from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.checkpoint import CheckpointStore
-from npu_plugin.dra.prepared import ClaimRef, PrepareResult
+from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.ownership import Owner

@@ -23,7 +23,7 @@ from npu_plugin.dra.checkpoint import (
     PreparedDevice,
     VnpuRecord,
 )
-from npu_plugin.dra.prepared import ClaimRef
+from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.vnpus import VnpuHands
 from npu_plugin.errors import BackendError, VnpuError

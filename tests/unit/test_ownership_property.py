@@ -28,7 +28,7 @@ from npu_plugin.deviceplugin.listing import Listing, virtual_devices
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.deviceplugin.vnpu_service import allocatable_vnpu, vnpu_list_response
 from npu_plugin.dra.checkpoint import CheckpointStore
-from npu_plugin.dra.prepared import ClaimRef
+from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents

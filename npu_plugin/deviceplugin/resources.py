@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from npu_plugin.aio.tasks import until_closed
+from npu_plugin.deviceplugin.lifecycle import DevicePlugin
 from npu_plugin.deviceplugin.listing import DeviceListing
-from npu_plugin.deviceplugin.plugin import DevicePlugin
 from npu_plugin.deviceplugin.service import DevicePluginService
 
 log = logging.getLogger(__name__)
