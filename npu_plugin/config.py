@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from npu_plugin.ascend.container_edits import Injection
+from npu_plugin.ascend.device import DEFAULT_DRIVER
 from npu_plugin.ascend.vnpu import TEMPLATE_NAME, VnpuMode
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.errors import ConfigError
@@ -51,7 +52,6 @@ class UnhealthyPolicy(StrEnum):
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$")
-DEFAULT_DRIVER = "npu.huawei.com"
 
 
 # Value checkers: raise argparse.ArgumentTypeError with what is allowed.

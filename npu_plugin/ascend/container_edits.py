@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from npu_plugin.ascend.device import device_node, vnpu_node
+
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 # Ascend's runtime reads ASCEND_VISIBLE_DEVICES as vNPU ids, not physical ones, with this option.
 RUNTIME_OPTIONS_ENV = "ASCEND_RUNTIME_OPTIONS"
@@ -100,7 +102,7 @@ def split_edits(
 
 def _own_node(device_id: int, virtual: bool) -> tuple[str, str]:
     """A device's node as (host name, container name) under /dev."""
-    return (f"vdavinci{device_id}", f"davinci{device_id}") if virtual else (f"davinci{device_id}",) * 2
+    return (vnpu_node(device_id), device_node(device_id)) if virtual else (device_node(device_id),) * 2
 
 
 def _device_nodes(layout: HostLayout, names: list[tuple[str, str]]) -> tuple[DeviceNode, ...]:

@@ -7,6 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+# The DRA driver name (`--driver-name`): the ResourceSlices' driver, the CDI vendor, the plugin directory.
+DEFAULT_DRIVER = "npu.huawei.com"
+
 
 class Health(StrEnum):
     """Backend health levels (DCMI 0, 1, 2, 3, 0xFFFFFFFF; npu-smi prints the same words)."""
@@ -98,7 +101,7 @@ class Device:
 
     @property
     def device_node(self) -> str:
-        return f"davinci{self.physical_id}"
+        return device_node(self.physical_id)
 
 
 # Only the exact form we print: `\d` and `$` would also take `npu-03`, `npu-٣` or `npu-3\n`, other names for
@@ -106,6 +109,23 @@ class Device:
 _ID = "(0|[1-9][0-9]{0,5})"
 _DP_ID = re.compile(f"(Ascend910|Ascend310P|Ascend310)-{_ID}")
 _DRA_NAME = re.compile(f"npu-{_ID}")
+_DEVICE_NODE = re.compile("davinci([0-9]{1,6})")
+
+
+def device_node(physical_id: int) -> str:
+    """A whole NPU's node under /dev: `davinci3`, in the host and in the container."""
+    return f"davinci{physical_id}"
+
+
+def vnpu_node(vnpu_id: int) -> str:
+    """A vNPU's node under the host's /dev: `vdavinci<id>`; the container sees it as `device_node(id)`."""
+    return f"vdavinci{vnpu_id}"
+
+
+def parse_device_node(name: str) -> int | None:
+    """`davinci3` → 3; None for any other name under /dev (`davinci_manager`, `vdavinci100`)."""
+    match = _DEVICE_NODE.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def parse_dp_id(device_id: str) -> tuple[str, int] | None:

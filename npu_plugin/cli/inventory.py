@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.device import DEFAULT_DRIVER, Device
 from npu_plugin.ascend.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
@@ -113,7 +113,7 @@ class Output:
 
     form: str
     node_name: str | None = None
-    driver: str = "npu.huawei.com"
+    driver: str = DEFAULT_DRIVER
     unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.REMOVE
     vnpu: VnpuMode = VnpuMode.OFF
     vnpu_templates: frozenset[str] | None = None

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from npu_plugin import __version__
 from npu_plugin.ascend.container_edits import Injection
+from npu_plugin.ascend.device import DEFAULT_DRIVER
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.fake.profiles import PROFILES
 from npu_plugin.backends.options import BackendKind, BackendOptions
 from npu_plugin.cli.flagparser import EXIT_USAGE, BadEnvironment, FlagGroup, FlagParser, parser_class_for
 from npu_plugin.config import (
-    DEFAULT_DRIVER,
     DNS_SUBDOMAIN,
     RESOURCE_NAME,
     Config,

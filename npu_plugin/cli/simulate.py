@@ -24,7 +24,7 @@ import grpc
 import yaml
 
 from npu_plugin.ascend.container_edits import COMMON_NODES
-from npu_plugin.ascend.device import Device, Health, resource_name_for
+from npu_plugin.ascend.device import DEFAULT_DRIVER, Device, Health, resource_name_for, vnpu_node
 from npu_plugin.ascend.vnpu import ChipVnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
@@ -52,7 +52,7 @@ from npu_plugin.sim.scheduler import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-NODE, DRIVER, NAMESPACE = "sim-node", "npu.huawei.com", "default"
+NODE, DRIVER, NAMESPACE = "sim-node", DEFAULT_DRIVER, "default"
 DEMO_PROFILE = "atlas-800t-a2"
 STEP_TIMEOUT = 10.0
 VNPU_CLASS = f"vnpu.{DRIVER}"
@@ -391,7 +391,7 @@ class Walkthrough:
             await self._prepare(ref)
             state = parse_state(self.paths.fake_vnpu_state.read_text())
             for vnpu in state.all_vnpus():
-                node = self.paths.dev / f"vdavinci{vnpu.vnpu_id}"
+                node = self.paths.dev / vnpu_node(vnpu.vnpu_id)
                 self.report.show(
                     f"vNPU {vnpu.vnpu_id} ({vnpu.template}) on npu-{vnpu.physical_id}: {node} exists: {node.exists()}"
                 )

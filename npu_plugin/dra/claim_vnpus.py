@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
+from npu_plugin.ascend.device import vnpu_node
 from npu_plugin.dra.checkpoint import PREPARE_STARTED, Checkpoint, ClaimEntry, PreparedDevice
 from npu_plugin.dra.deadline import wait_left
 from npu_plugin.dra.prepare_results import ClaimRef
@@ -130,7 +131,7 @@ class ClaimVnpus:
         if not hands.node_appears(record.vnpu_id):
             raise ClaimError(
                 f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) was created but "
-                f"{hands.dev_root}/vdavinci{record.vnpu_id} did not appear"
+                f"{hands.dev_root / vnpu_node(record.vnpu_id)} did not appear"
             )
 
     def still_creating(self, entry: ClaimEntry) -> str | None:

@@ -17,7 +17,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from npu_plugin.ascend.device import Device
+from npu_plugin.ascend import driver_codes
+from npu_plugin.ascend.device import Device, vnpu_node
 from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.errors import BackendError, VnpuError, VnpuNotFoundError
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
     OperationHook = Callable[[VnpuOp, VnpuResult, float | None], None]
 
 log = logging.getLogger(__name__)
-DEVICE_NOT_EXIST = -8008  # the driver's code for a chip or vNPU that is not there
-# The driver's code when a create finds too little of a resource left (`check aicore num failed`).
-RESOURCES_EXHAUSTED = -8005
 CREATE_TRIES = 3
 DESTROY_TRIES = 3
 RETRY_SECONDS = 1.0
@@ -89,7 +87,7 @@ class VnpuHands:
     def id_range(self, physical_id: int) -> tuple[int, int]:
         chip = self.backend.chip_vnpu(physical_id)
         if chip is None:
-            raise VnpuError(DEVICE_NOT_EXIST, f"npu-{physical_id} reports no vNPU facts")
+            raise VnpuError(driver_codes.DEVICE_NOT_EXIST, f"npu-{physical_id} reports no vNPU facts")
         return chip.id_range
 
     def create(
@@ -149,7 +147,7 @@ class VnpuHands:
         except VnpuError as error:
             # Called only once the overlap check found room, so a lack of resources is a hardware rule the
             # counters do not model (the 310P's vGroups, say).
-            refused = error.code == RESOURCES_EXHAUSTED
+            refused = error.code == driver_codes.INNER_ERR
             log.warning(
                 "create vNPU %s on npu-%d (id %d) failed%s: %s",
                 template,
@@ -208,7 +206,7 @@ class VnpuHands:
 
     def node_appears(self, vnpu_id: int) -> bool:
         """Whether `<dev-root>/vdavinci<id>` exists within the wait (the driver may make it after returning)."""
-        node = self.dev_root / f"vdavinci{vnpu_id}"
+        node = self.dev_root / vnpu_node(vnpu_id)
         deadline = time.monotonic() + self._node_wait_seconds
         while not node.exists():
             if time.monotonic() >= deadline:

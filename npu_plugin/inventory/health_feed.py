@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from pathlib import Path
 
-from npu_plugin.ascend.device import device_key
+from npu_plugin.ascend.device import device_key, parse_device_node
 from npu_plugin.backends.base import Backend, ChangeSource
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory.state import Inventory
 
 log = logging.getLogger(__name__)
-_DEVICE_NODE = re.compile(r"^davinci(\d+)$")
 
 
 class HealthMonitor:
@@ -66,10 +64,9 @@ class HealthMonitor:
             self._watch = None
 
     def _on_dev_event(self, path: str, _kind: str) -> None:
-        match = _DEVICE_NODE.match(Path(path).name)
-        if match is None or int(match.group(1)) not in self._watched_nodes:
+        physical_id = parse_device_node(Path(path).name)
+        if physical_id is None or physical_id not in self._watched_nodes:
             return
-        physical_id = int(match.group(1))
         present = Path(path).exists()
         if not present:
             log.warning("device node %s vanished", path, extra={"device": device_key([physical_id])})

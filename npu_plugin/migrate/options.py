@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npu_plugin.ascend.device import DEFAULT_DRIVER
+
 # Each device-plugin resource name and the shipped DeviceClass selecting what that name could get.
 RESOURCE_DEVICE_CLASSES = {
     "huawei.com/Ascend910": "ascend910.npu.huawei.com",
@@ -15,7 +17,6 @@ KNOWN_RESOURCE_NAMES = tuple(RESOURCE_DEVICE_CLASSES)
 # whole NPUs is.
 VNPU_DEVICE_CLASS = "vnpu.npu.huawei.com"
 # The DRA driver publishes topologyGroup under its own name, whatever the class is called.
-DEFAULT_DRIVER_NAME = "npu.huawei.com"
 STDIO = "-"  # --filename/--output: stdin or stdout
 
 
@@ -24,7 +25,7 @@ class Options:
     resource_names: tuple[str, ...] = KNOWN_RESOURCE_NAMES
     device_class: str | None = None  # one class for every resource instead of each one's own
     same_topology_group: bool = False
-    driver_name: str = DEFAULT_DRIVER_NAME
+    driver_name: str = DEFAULT_DRIVER
 
     def classless(self) -> list[str]:
         """Resource names with no shipped DeviceClass (they need an explicit device_class)."""

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from npu_plugin.ascend.device import DEFAULT_DRIVER
 from npu_plugin.kubeapi.quantity import parse_bytes
 from npu_plugin.sim.rest import CLAIMS_PATH, SLICES_PATH, RestClient, claims_path
 
-DEFAULT_CLASS = "npu.huawei.com"
-DEFAULT_DRIVER = "npu.huawei.com"  # the DeviceClass's own selector, applied without CEL
+DEFAULT_CLASS = DEFAULT_DRIVER  # the whole-NPU DeviceClass is named after the driver; its selector, without CEL
 
 
 class UnschedulableError(Exception):

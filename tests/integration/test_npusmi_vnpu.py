@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from npu_plugin.backends.base import VnpuBackend
-from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.npusmi.vnpu_parse import GIB
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
@@ -200,9 +200,9 @@ def test_create_with_the_any_id_that_lists_nothing_new_is_an_error(host: Path, b
 @pytest.mark.parametrize(
     ("fixture", "status", "expected"),
     [
-        ("create-vnpu.no-aicore.txt", 217, (abi.DCMI_ERR_CODE_INNER_ERR, "Insufficient number of cores available")),
-        ("create-vnpu.failed.txt", 203, (abi.DCMI_ERR_CODE_INNER_ERR, "create vnpu failed. (exit status 203)")),
-        ("create-vnpu.vm-mode.txt", 0, (abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED, "is not in docker mode")),
+        ("create-vnpu.no-aicore.txt", 217, (driver_codes.INNER_ERR, "Insufficient number of cores available")),
+        ("create-vnpu.failed.txt", 203, (driver_codes.INNER_ERR, "create vnpu failed. (exit status 203)")),
+        ("create-vnpu.vm-mode.txt", 0, (driver_codes.OPER_NOT_PERMITTED, "is not in docker mode")),
     ],
 )
 def test_a_refused_create_is_a_vnpu_error_with_the_code(
@@ -234,7 +234,7 @@ def test_destroying_a_missing_vnpu_is_not_found(host: Path, backend: NpuSmiBacke
 
     with pytest.raises(VnpuNotFoundError, match="npu-4 has no vNPU 164") as raised:
         backend.destroy_vnpu(4, 164)
-    assert raised.value.code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST
+    assert raised.value.code == driver_codes.DEVICE_NOT_EXIST
 
 
 def test_a_refused_destroy_is_a_vnpu_error(host: Path, backend: NpuSmiBackend) -> None:
@@ -263,7 +263,7 @@ def test_a_hung_create_is_killed_at_the_timeout(host: Path, tmp_path: Path) -> N
 
     with pytest.raises(VnpuError, match=r"did not finish within 0\.5 s and was killed") as raised:
         backend.create_vnpu(4, "vir05_1c_16g", 166)
-    assert raised.value.code == abi.DCMI_ERR_CODE_INNER_ERR
+    assert raised.value.code == driver_codes.INNER_ERR
 
 
 def test_a_missing_executable_is_a_vnpu_error_on_create(backend: NpuSmiBackend, tmp_path: Path) -> None:

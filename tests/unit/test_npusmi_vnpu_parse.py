@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
-from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.npusmi.vnpu_parse import (
     GIB,
     ChipVnpuTable,
@@ -113,18 +113,18 @@ INFO_VNPU = {
 
 CREATE_OUTCOMES = [
     ("create-vnpu.ok.txt", 0, True, 0, "Create vnpu success"),
-    ("create-vnpu.no-aicore.txt", 217, False, abi.DCMI_ERR_CODE_INNER_ERR, "Insufficient number of cores"),
-    ("create-vnpu.no-dvpp.txt", 217, False, abi.DCMI_ERR_CODE_INNER_ERR, "VPC:1.000000"),
-    ("create-vnpu.failed.txt", 203, False, abi.DCMI_ERR_CODE_INNER_ERR, "create vnpu failed. (exit status 203)"),
+    ("create-vnpu.no-aicore.txt", 217, False, driver_codes.INNER_ERR, "Insufficient number of cores"),
+    ("create-vnpu.no-dvpp.txt", 217, False, driver_codes.INNER_ERR, "VPC:1.000000"),
+    ("create-vnpu.failed.txt", 203, False, driver_codes.INNER_ERR, "create vnpu failed. (exit status 203)"),
     # npu-smi refuses in VM mode with exit status 0
-    ("create-vnpu.vm-mode.txt", 0, False, abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED, "not in docker mode"),
+    ("create-vnpu.vm-mode.txt", 0, False, driver_codes.OPER_NOT_PERMITTED, "not in docker mode"),
     # a success text but a failing exit status is a failure
-    ("create-vnpu.ok.txt", 1, False, abi.DCMI_ERR_CODE_INNER_ERR, "(exit status 1)"),
+    ("create-vnpu.ok.txt", 1, False, driver_codes.INNER_ERR, "(exit status 1)"),
 ]
 DESTROY_OUTCOMES = [
     ("destroy-vnpu.ok.txt", 0, True, 0),
-    ("destroy-vnpu.missing.txt", 215, False, abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST),
-    ("destroy-vnpu.failed.txt", 196, False, abi.DCMI_ERR_CODE_INNER_ERR),
+    ("destroy-vnpu.missing.txt", 215, False, driver_codes.DEVICE_NOT_EXIST),
+    ("destroy-vnpu.failed.txt", 196, False, driver_codes.INNER_ERR),
 ]
 MODES = [("vnpu-mode.docker.txt", ChipMode.CONTAINER), ("vnpu-mode.vm.txt", ChipMode.VM)]
 REFUSALS = [("info-vnpu.vm-mode.txt", ChipMode.VM), ("910b3.info-vnpu.txt", None)]
@@ -180,10 +180,10 @@ def test_create_outcomes(name: str, status: int, ok: bool, code: int, words: str
 
 
 def test_create_refusals_without_a_fixture() -> None:
-    assert parse_create_vnpu("Error parameter of -v.\n", 215).code == abi.DCMI_ERR_CODE_INVALID_PARAMETER
+    assert parse_create_vnpu("Error parameter of -v.\n", 215).code == driver_codes.INVALID_PARAMETER
     assert parse_create_vnpu("", 0).message == "no output"
     smp = "NPU is working in SMP mode, does not support vnpu creation.\n"
-    assert parse_create_vnpu(smp, 217).code == abi.DCMI_ERR_CODE_NOT_SUPPORT
+    assert parse_create_vnpu(smp, 217).code == driver_codes.NOT_SUPPORT
 
 
 @pytest.mark.parametrize(("name", "status", "ok", "code"), DESTROY_OUTCOMES)

@@ -17,13 +17,6 @@ MAX_CHIP_NAME_LEN = 32
 MAX_CARD_NUM = 64
 VERSION_BUFFER_LEN = 64
 
-DCMI_OK = 0
-DCMI_ERR_CODE_INVALID_PARAMETER = -8001
-DCMI_ERR_CODE_OPER_NOT_PERMITTED = -8002
-DCMI_ERR_CODE_INNER_ERR = -8005
-DCMI_ERR_CODE_DEVICE_NOT_EXIST = -8008
-DCMI_ERR_CODE_RESOURCE_OCCUPIED = -8020
-DCMI_ERR_CODE_NOT_SUPPORT = -8255
 
 # Values of the anonymous topology enum in dcmi_interface_api.h (DCMI_TOPO_TYPE_SELF = 0, ...).
 TOPO_SELF = 0
@@ -134,7 +127,6 @@ VDEV_NAME_LEN = 16
 VDEV_RESERVE = 32
 SOC_SPLIT_MAX = 32
 VFG_ID_ANY = 0xFFFFFFFF  # "the driver picks the vGroup", as mind-cluster creates
-VDEV_ID_ANY = 0xFFFFFFFF  # "the driver picks the vNPU id"
 VDEVICE_MODE_CONTAINER = 0
 VDEVICE_MODE_VM = 1
 # "Not available" sentinels (npu-smi prints NA for them): AICPU 0xFFFF, media and AI cores -1.0.
@@ -261,7 +253,7 @@ _INT_P = ctypes.POINTER(ctypes.c_int)
 _UINT_P = ctypes.POINTER(ctypes.c_uint)
 _INT = ctypes.c_int
 
-# Every entry point returns int (DCMI_OK or a negative DCMI_ERR_CODE_*).
+# Every entry point returns int (`driver_codes.OK` or a negative driver code).
 SIGNATURES: dict[str, list[type]] = {
     "dcmi_init": [],
     "dcmi_get_card_list": [_INT_P, _INT_P, _INT],

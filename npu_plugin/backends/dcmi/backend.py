@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
+from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.device import Device, Health, device_key
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
@@ -209,7 +210,7 @@ class DcmiBackend:
         """dcmi_set_destroy_vdevice; the driver's destroy-all id is refused before any call."""
         if vnpu_id == DESTROY_ALL_ID:
             raise VnpuError(
-                abi.DCMI_ERR_CODE_INVALID_PARAMETER,
+                driver_codes.INVALID_PARAMETER,
                 f"refusing to destroy vNPU {vnpu_id} on npu-{physical_id}: "
                 "the driver reads that id as every vNPU of the chip",
             )
@@ -292,7 +293,7 @@ class DcmiBackend:
             raise BackendError(f"DCMI backend for {self._library} is closed")
         func = self._funcs.get(call)
         if func is None:
-            return abi.DCMI_ERR_CODE_NOT_SUPPORT
+            return driver_codes.NOT_SUPPORT
         running = _Running(call, args, time.monotonic())
         self._running = running
         try:
@@ -319,7 +320,7 @@ class DcmiBackend:
 
     def _check(self, call: str, *args: object) -> None:
         code = self._call(call, *args)
-        if code != abi.DCMI_OK:
+        if code != driver_codes.OK:
             raise DcmiError(call, code)
 
     # ---- enumeration: card → device index → logic id → physical id ----
@@ -389,7 +390,7 @@ class DcmiBackend:
             return None
         info = abi.ChipInfoV2()
         code = self._call("dcmi_get_device_chip_info_v2", slot.card_id, slot.device_index, ctypes.byref(info))
-        if code != abi.DCMI_OK:
+        if code != driver_codes.OK:
             log.debug("DCMI dcmi_get_device_chip_info_v2 failed for %s with error code %d; trying v1", slot, code)
             return None
         name = abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name))
@@ -398,7 +399,7 @@ class DcmiBackend:
     def _chip_info_v1(self, slot: _Slot) -> tuple[str, str, int] | None:
         info = abi.ChipInfo()
         code = self._call("dcmi_get_device_chip_info", slot.card_id, slot.device_index, ctypes.byref(info))
-        if code != abi.DCMI_OK:
+        if code != driver_codes.OK:
             _warn_optional("dcmi_get_device_chip_info", slot, code)
             return None
         return abi.chip_name_from(bytes(info.chip_type), bytes(info.chip_name)), "", info.aicore_cnt
@@ -406,7 +407,7 @@ class DcmiBackend:
     def _board_id(self, slot: _Slot) -> int | None:
         info = abi.BoardInfo()
         code = self._call("dcmi_get_device_board_info", slot.card_id, slot.device_index, ctypes.byref(info))
-        if code != abi.DCMI_OK:
+        if code != driver_codes.OK:
             log.debug("DCMI dcmi_get_device_board_info failed for %s with error code %d", slot, code)
             return None
         return int(info.board_id)
@@ -414,12 +415,12 @@ class DcmiBackend:
     def _memory(self, slot: _Slot) -> int:
         hbm = abi.HbmInfo()
         code = self._call("dcmi_get_device_hbm_info", slot.card_id, slot.device_index, ctypes.byref(hbm))
-        if code == abi.DCMI_OK and hbm.memory_size > 0:
+        if code == driver_codes.OK and hbm.memory_size > 0:
             return abi.megabytes_to_bytes(hbm.memory_size)
         # Cards without HBM (310P) report their DDR through the v3 memory call instead.
         ddr = abi.MemoryInfoV3()
         ddr_code = self._call("dcmi_get_device_memory_info_v3", slot.card_id, slot.device_index, ctypes.byref(ddr))
-        if ddr_code == abi.DCMI_OK and ddr.memory_size > 0:
+        if ddr_code == driver_codes.OK and ddr.memory_size > 0:
             return abi.megabytes_to_bytes(ddr.memory_size)
         _warn_optional("dcmi_get_device_hbm_info and dcmi_get_device_memory_info_v3", slot, ddr_code)
         return 0
@@ -427,7 +428,7 @@ class DcmiBackend:
     def _bus_id(self, slot: _Slot) -> str | None:
         info = abi.PcieInfoAll()
         code = self._call("dcmi_get_device_pcie_info_v2", slot.card_id, slot.device_index, ctypes.byref(info))
-        if code != abi.DCMI_OK:
+        if code != driver_codes.OK:
             _warn_optional("dcmi_get_device_pcie_info_v2", slot, code)
             return None
         try:
@@ -439,12 +440,12 @@ class DcmiBackend:
     def _health(self, slot: _Slot) -> tuple[int, Health]:
         word = ctypes.c_uint()
         code = self._call("dcmi_get_device_health", slot.card_id, slot.device_index, ctypes.byref(word))
-        return code, abi.health_from_code(word.value) if code == abi.DCMI_OK else Health.UNKNOWN
+        return code, abi.health_from_code(word.value) if code == driver_codes.OK else Health.UNKNOWN
 
     def _sampled_health(self, slot: _Slot) -> Health:
         code, health = self._health(slot)
-        previous = self._failing.pop(slot.physical_id, abi.DCMI_OK)
-        if code != abi.DCMI_OK:
+        previous = self._failing.pop(slot.physical_id, driver_codes.OK)
+        if code != driver_codes.OK:
             self._failing[slot.physical_id] = code
             if code != previous:  # once per failure, not once per poll
                 log.warning(
@@ -453,7 +454,7 @@ class DcmiBackend:
                     code,
                     extra=_about(slot, f"error code {code}"),
                 )
-        elif previous != abi.DCMI_OK:
+        elif previous != driver_codes.OK:
             log.info("DCMI dcmi_get_device_health answers again for %s", slot, extra=_about(slot))
         return health
 
@@ -461,9 +462,9 @@ class DcmiBackend:
         """dcmi_get_driver_version, else the driver's version file; never the DCMI library's own version."""
         buffer = ctypes.create_string_buffer(abi.VERSION_BUFFER_LEN)
         code = self._call("dcmi_get_driver_version", buffer, abi.VERSION_BUFFER_LEN)
-        if code == abi.DCMI_OK and (version := abi.decode_c_string(buffer.raw)):
+        if code == driver_codes.OK and (version := abi.decode_c_string(buffer.raw)):
             return version
-        if code not in (abi.DCMI_OK, abi.DCMI_ERR_CODE_NOT_SUPPORT):
+        if code not in (driver_codes.OK, driver_codes.NOT_SUPPORT):
             log.warning(
                 "DCMI dcmi_get_driver_version failed with error code %d; reading %s",
                 code,
@@ -479,9 +480,9 @@ class DcmiBackend:
         peers: dict[int, set[int]] = {slot.physical_id: set() for slot in slots}
         for first, second in combinations(slots, 2):
             code, topo = self._topo(first, second)
-            if code == abi.DCMI_ERR_CODE_NOT_SUPPORT:
+            if code == driver_codes.NOT_SUPPORT:
                 return {}
-            if code != abi.DCMI_OK:
+            if code != driver_codes.OK:
                 log.debug("DCMI topology of %s and %s failed with error code %d", first, second, code)
                 continue
             answered |= {first.physical_id, second.physical_id}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
 from npu_plugin.backends.dcmi import abi
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
@@ -41,9 +42,9 @@ def read_chip(call: Call, card: int, device: int) -> ChipFacts | None:
     """Totals and vNPUs of a chip; None when the driver cannot split it (NOT_SUPPORT)."""
     total = abi.SocTotalResource()
     code = _device_info(call, card, device, abi.VDEV_SUB_CMD_TOTAL, total)
-    if code == abi.DCMI_ERR_CODE_NOT_SUPPORT:
+    if code == driver_codes.NOT_SUPPORT:
         return None
-    if code != abi.DCMI_OK:
+    if code != driver_codes.OK:
         raise DcmiError(f"dcmi_get_device_info(card {card}, device {device}, 52, 1)", code)
     try:
         ids = abi.vdev_ids(total)
@@ -57,9 +58,9 @@ def read_vnpu(call: Call, card: int, device: int, vnpu_id: int) -> ExistingVnpu 
     """One vNPU through sub-command 0; None when it was destroyed since the chip listed it."""
     query = abi.VdevQuery(vdev_id=vnpu_id)
     code = _device_info(call, card, device, abi.VDEV_SUB_CMD_ONE, query)
-    if code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST:
+    if code == driver_codes.DEVICE_NOT_EXIST:
         return None
-    if code != abi.DCMI_OK:
+    if code != driver_codes.OK:
         raise DcmiError(f"dcmi_get_device_info(card {card}, device {device}, 52, 0) of vNPU {vnpu_id}", code)
     info = query.query_info
     found = abi.resources(info.computing, info.media)
@@ -75,7 +76,7 @@ def read_vnpu(call: Call, card: int, device: int, vnpu_id: int) -> ExistingVnpu 
 def read_mode(call: Call) -> ChipMode | None:
     """The host's vNPU mode from dcmi_get_vdevice_mode; None when the library does not export or answer it."""
     mode = ctypes.c_int()
-    if call("dcmi_get_vdevice_mode", ctypes.byref(mode)) != abi.DCMI_OK:
+    if call("dcmi_get_vdevice_mode", ctypes.byref(mode)) != driver_codes.OK:
         return None
     return {abi.VDEVICE_MODE_CONTAINER: ChipMode.CONTAINER, abi.VDEVICE_MODE_VM: ChipMode.VM}.get(
         mode.value, ChipMode.UNSUPPORTED
@@ -87,11 +88,11 @@ def create(call: Call, card: int, device: int, template: str, vnpu_id: int) -> i
     name = template.encode()
     where = f"{template} (id {vnpu_id}) on card {card} device {device}"
     if len(name) > _TEMPLATE_NAME_MAX:
-        raise VnpuError(abi.DCMI_ERR_CODE_INVALID_PARAMETER, f"template name of {where} is too long for DCMI")
+        raise VnpuError(driver_codes.INVALID_PARAMETER, f"template name of {where} is too long for DCMI")
     request = abi.CreateVdevRes(vdev_id=vnpu_id, vfg_id=abi.VFG_ID_ANY, template_name=name)
     made = abi.CreateVdevOut()
     code = call("dcmi_create_vdevice", card, device, ctypes.byref(request), ctypes.byref(made))
-    if code != abi.DCMI_OK:
+    if code != driver_codes.OK:
         raise VnpuError(code, f"DCMI dcmi_create_vdevice of {where} failed")
     return int(made.vdev_id)
 
@@ -100,9 +101,9 @@ def destroy(call: Call, card: int, device: int, vnpu_id: int) -> None:
     """dcmi_set_destroy_vdevice; VnpuNotFoundError when the chip has no such vNPU. The caller refuses 0xffff."""
     code = call("dcmi_set_destroy_vdevice", card, device, vnpu_id)
     where = f"vNPU {vnpu_id} on card {card} device {device}"
-    if code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST:
+    if code == driver_codes.DEVICE_NOT_EXIST:
         raise VnpuNotFoundError(code, f"DCMI dcmi_set_destroy_vdevice: there is no {where}")
-    if code != abi.DCMI_OK:
+    if code != driver_codes.OK:
         raise VnpuError(code, f"DCMI dcmi_set_destroy_vdevice of {where} failed")
 
 

@@ -23,20 +23,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from npu_plugin.ascend import driver_codes
+from npu_plugin.ascend.device import vnpu_node
 from npu_plugin.ascend.vnpu import AICORE, DESTROY_ALL_ID, ChipMode, ChipVnpu, Vnpu
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.host.atomic import make_directories, write_atomic
 
 log = logging.getLogger(__name__)
 
-# The driver's error codes (DCMI public header).
-INVALID_PARAMETER = -8001
-OPER_NOT_PERMITTED = -8002
-INNER_ERR = -8005
-DEVICE_NOT_EXIST = -8008
-RESOURCE_OCCUPIED = -8020
-# The id that asks the driver to choose.
-ANY_ID = 0xFFFFFFFF
 MAX_VNPUS_PER_CHIP = 32  # DCMI_SOC_SPLIT_MAX
 # The media units the driver checks before a create, on 310P and 910B only.
 _MEDIA = ("vpc", "venc", "vdec", "jpegd", "jpege")
@@ -217,18 +211,22 @@ class FakeVnpuHardware:
         chip = self._chip(physical_id)
         where = f"create vNPU {template} id {vnpu_id} on npu-{physical_id}"
         if chip.vnpu.mode is not ChipMode.CONTAINER:
-            raise VnpuError(OPER_NOT_PERMITTED, f"{where}: the chip is in {chip.vnpu.mode} mode, not container")
+            raise VnpuError(
+                driver_codes.OPER_NOT_PERMITTED, f"{where}: the chip is in {chip.vnpu.mode} mode, not container"
+            )
         if (code := state.faults.get("createError")) is not None:
             self._count_down(state, "createErrorCount", "createError")
             raise VnpuError(code, f"{where}: injected failure (faults.createError)")
         spec = chip.vnpu.template(template)
         if spec is None:
             known = ", ".join(t.name for t in chip.vnpu.templates) or "none"
-            raise VnpuError(INVALID_PARAMETER, f"{where}: unknown template (the chip has: {known})")
+            raise VnpuError(driver_codes.INVALID_PARAMETER, f"{where}: unknown template (the chip has: {known})")
         vnpu_id = self._free_id(state, chip.vnpu, vnpu_id, where)
         held = state.vnpus.get(physical_id, [])
         if len(held) >= MAX_VNPUS_PER_CHIP:
-            raise VnpuError(INVALID_PARAMETER, f"{where}: the chip already holds {MAX_VNPUS_PER_CHIP} vNPUs")
+            raise VnpuError(
+                driver_codes.INVALID_PARAMETER, f"{where}: the chip already holds {MAX_VNPUS_PER_CHIP} vNPUs"
+            )
         self._check_resources(chip, [*(v.template for v in held), template], where)
         delay = state.faults.get("createDelaySeconds", 0)
         if delay:
@@ -257,10 +255,10 @@ class FakeVnpuHardware:
             else:
                 doomed = [v for v in held if v.vnpu_id == vnpu_id]
                 if not doomed:
-                    raise VnpuNotFoundError(DEVICE_NOT_EXIST, f"{where}: no such vNPU")
+                    raise VnpuNotFoundError(driver_codes.DEVICE_NOT_EXIST, f"{where}: no such vNPU")
             if state.faults.get("destroyBusy"):
                 self._count_down(state, "destroyBusy")
-                raise VnpuError(RESOURCE_OCCUPIED, f"{where}: the vNPU is in use (faults.destroyBusy)")
+                raise VnpuError(driver_codes.RESOURCE_OCCUPIED, f"{where}: the vNPU is in use (faults.destroyBusy)")
             state.vnpus[physical_id] = [v for v in held if v not in doomed]
             self._save(state)
             for vnpu in doomed:
@@ -271,21 +269,25 @@ class FakeVnpuHardware:
     def _chip(self, physical_id: int) -> FakeChip:
         chip = self._chips().get(physical_id)
         if chip is None:
-            raise VnpuError(DEVICE_NOT_EXIST, f"npu-{physical_id} has no vNPU support in the fake inventory")
+            raise VnpuError(
+                driver_codes.DEVICE_NOT_EXIST, f"npu-{physical_id} has no vNPU support in the fake inventory"
+            )
         return chip
 
     def _free_id(self, state: HardwareState, chip: ChipVnpu, vnpu_id: int, where: str) -> int:
         first, last = chip.id_range
         used = {v.vnpu_id for v in state.all_vnpus()}
-        if vnpu_id == ANY_ID:
+        if vnpu_id == driver_codes.ANY_VNPU_ID:
             free = [i for i in range(first, last + 1) if i not in used]
             if not free:
-                raise VnpuError(INVALID_PARAMETER, f"{where}: every id {first}-{last} is in use")
+                raise VnpuError(driver_codes.INVALID_PARAMETER, f"{where}: every id {first}-{last} is in use")
             return free[0]
         if vnpu_id == DESTROY_ALL_ID or not first <= vnpu_id <= last:
-            raise VnpuError(INVALID_PARAMETER, f"{where}: the id is outside the chip's range {first}-{last}")
+            raise VnpuError(
+                driver_codes.INVALID_PARAMETER, f"{where}: the id is outside the chip's range {first}-{last}"
+            )
         if vnpu_id in used:
-            raise VnpuError(INVALID_PARAMETER, f"{where}: the id is in use")
+            raise VnpuError(driver_codes.INVALID_PARAMETER, f"{where}: the id is in use")
         return vnpu_id
 
     @staticmethod
@@ -302,7 +304,8 @@ class FakeVnpuHardware:
             total = chip.vnpu.totals[resource]
             if needed > total:
                 raise VnpuError(
-                    INNER_ERR, f"{where}: check {resource} num failed: {needed} needed in all, the chip has {total}"
+                    driver_codes.INNER_ERR,
+                    f"{where}: check {resource} num failed: {needed} needed in all, the chip has {total}",
                 )
 
     def _count_down(self, state: HardwareState, counter: str, *knobs: str) -> None:
@@ -332,13 +335,15 @@ class FakeVnpuHardware:
             self._make_nodes(state)
             return state
         except OSError as error:
-            raise VnpuError(INNER_ERR, f"fake vNPU state {self.path}: cannot read: {error.strerror}") from None
+            raise VnpuError(
+                driver_codes.INNER_ERR, f"fake vNPU state {self.path}: cannot read: {error.strerror}"
+            ) from None
         try:
             if len(data) > MAX_STATE_BYTES:
                 raise ValueError(f"larger than {MAX_STATE_BYTES // 2**20} MiB")
             state = parse_state(data.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as error:
-            raise VnpuError(INNER_ERR, f"fake vNPU state {self.path} is corrupt: {error}") from None
+            raise VnpuError(driver_codes.INNER_ERR, f"fake vNPU state {self.path} is corrupt: {error}") from None
         if state.boot_id != self._boot_id:
             self._reboot(state)
         return state
@@ -370,7 +375,7 @@ class FakeVnpuHardware:
     # ---- device nodes
 
     def _node(self, vnpu_id: int) -> Path:
-        return self._dev_root / f"vdavinci{vnpu_id}"
+        return self._dev_root / vnpu_node(vnpu_id)
 
     def _remove_node(self, vnpu_id: int) -> None:
         if self.path is not None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend import driver_codes
+from npu_plugin.ascend.device import Device, Health, parse_device_node
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
     ChipMode,
@@ -21,7 +21,6 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
-from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.npusmi.parse import (
     MappingRow,
     TopologyMatrix,
@@ -50,7 +49,6 @@ _DESTROY_ALL_REFUSAL = (
     "refusing to destroy vNPU 65535 on npu-{physical_id}: the driver reads that id as every vNPU of the chip"
 )
 
-_DEVICE_NODE = re.compile(r"davinci([0-9]{1,6})")
 _HINTS = (
     ("dcmi module initialize failed", "run as root (or in the HwHiAiUser group) with /dev/davinci_manager"),
     ("error while loading shared libraries", "put /usr/local/Ascend/driver/lib64 on LD_LIBRARY_PATH"),
@@ -189,22 +187,22 @@ class NpuSmiBackend:
         npu-smi does not say which id it gave, so for the any-id (0xffffffff) the id is the one new in the list."""
         device = self._discovered(physical_id)
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
-        before = {v.vnpu_id for v in self.list_vnpus(physical_id)} if vnpu_id == abi.VDEV_ID_ANY else set()
+        before = {v.vnpu_id for v in self.list_vnpus(physical_id)} if vnpu_id == driver_codes.ANY_VNPU_ID else set()
         command, outcome = self._set(parse_create_vnpu, CREATE_VNPU, *where, "-f", template, "-v", str(vnpu_id))
         if not outcome.ok:
             raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
-        if vnpu_id != abi.VDEV_ID_ANY:
+        if vnpu_id != driver_codes.ANY_VNPU_ID:
             return vnpu_id
         made = [v.vnpu_id for v in self.list_vnpus(physical_id) if v.vnpu_id not in before]
         if len(made) != 1:
             found = f"{len(made)} new vNPUs" if made else "no new vNPU"
-            raise VnpuError(abi.DCMI_ERR_CODE_INNER_ERR, f"`{command}` succeeded but info-vnpu lists {found}")
+            raise VnpuError(driver_codes.INNER_ERR, f"`{command}` succeeded but info-vnpu lists {found}")
         return made[0]
 
     def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
         """`set -t destroy-vnpu -i <card> -c <chip> -v <id>`; never with the driver's destroy-all id."""
         if vnpu_id == DESTROY_ALL_ID:
-            raise VnpuError(abi.DCMI_ERR_CODE_INVALID_PARAMETER, _DESTROY_ALL_REFUSAL.format(physical_id=physical_id))
+            raise VnpuError(driver_codes.INVALID_PARAMETER, _DESTROY_ALL_REFUSAL.format(physical_id=physical_id))
         device = self._discovered(physical_id)
         where = ("-i", str(device.card_id), "-c", str(device.chip_id), "-v", str(vnpu_id))
 
@@ -212,7 +210,7 @@ class NpuSmiBackend:
             return parse_destroy_vnpu(text, status, vnpu_id)
 
         command, outcome = self._set(parse, DESTROY_VNPU, *where)
-        if outcome.code == abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST:
+        if outcome.code == driver_codes.DEVICE_NOT_EXIST:
             raise VnpuNotFoundError(outcome.code, f"`{command}`: npu-{physical_id} has no vNPU {vnpu_id}")
         if not outcome.ok:
             raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
@@ -224,7 +222,7 @@ class NpuSmiBackend:
         try:
             status, stdout, stderr = self._execute(*arguments)
         except BackendError as error:  # not started, or killed at the timeout
-            raise VnpuError(abi.DCMI_ERR_CODE_INNER_ERR, str(error)) from None
+            raise VnpuError(driver_codes.INNER_ERR, str(error)) from None
         return command, parse(stdout + stderr, status)
 
     def _vnpu_mode(self) -> ChipMode:
@@ -278,7 +276,7 @@ class NpuSmiBackend:
                 "cannot list %s for davinci nodes: %s", self.dev_root, error.strerror, extra={"error": error.strerror}
             )
             return None
-        return [int(found.group(1)) for name in names if (found := _DEVICE_NODE.fullmatch(name))] or None
+        return [found for name in names if (found := parse_device_node(name)) is not None] or None
 
     def _run(self, *args: str) -> str:
         status, stdout, stderr = self._execute(*args)

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.vnpu import ChipMode, VnpuTemplate
-from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.npusmi.parse import line_at, output_opening, parse_error, quoted_line, table_cells
 from npu_plugin.errors import NpuSmiParseError
 
@@ -288,14 +288,14 @@ def parse_vnpu_mode(text: str) -> ChipMode:
 # npu-smi's refusals, by the words it prints, and the DCMI code the library gives the same refusal. npu-smi's
 # exit status is its own code's low byte, so the words are what tells. Order matters: the first match wins.
 _REFUSALS: tuple[tuple[str, str, int], ...] = (
-    ("both", "is not in docker mode", abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED),
-    ("both", "working in smp mode", abi.DCMI_ERR_CODE_NOT_SUPPORT),
-    ("both", "does not support setting", abi.DCMI_ERR_CODE_NOT_SUPPORT),
-    ("both", "permission denied", abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED),
-    ("both", "operation not permitted", abi.DCMI_ERR_CODE_OPER_NOT_PERMITTED),
-    ("create", "insufficient number of", abi.DCMI_ERR_CODE_INNER_ERR),
-    ("create", "parameter of -", abi.DCMI_ERR_CODE_INVALID_PARAMETER),
-    ("destroy", "error parameter of -v", abi.DCMI_ERR_CODE_DEVICE_NOT_EXIST),
+    ("both", "is not in docker mode", driver_codes.OPER_NOT_PERMITTED),
+    ("both", "working in smp mode", driver_codes.NOT_SUPPORT),
+    ("both", "does not support setting", driver_codes.NOT_SUPPORT),
+    ("both", "permission denied", driver_codes.OPER_NOT_PERMITTED),
+    ("both", "operation not permitted", driver_codes.OPER_NOT_PERMITTED),
+    ("create", "insufficient number of", driver_codes.INNER_ERR),
+    ("create", "parameter of -", driver_codes.INVALID_PARAMETER),
+    ("destroy", "error parameter of -v", driver_codes.DEVICE_NOT_EXIST),
 )
 
 
@@ -327,7 +327,7 @@ def _refusal(command: str, text: str, exit_status: int) -> SetOutcome:
     lowered = said.lower()
     code = next(
         (code for where, words, code in _REFUSALS if where in ("both", command) and words in lowered),
-        abi.DCMI_ERR_CODE_INNER_ERR,
+        driver_codes.INNER_ERR,
     )
     status = f" (exit status {exit_status})" if exit_status else ""
     return SetOutcome(ok=False, code=code, message=f"{said or 'no output'}{status}")
