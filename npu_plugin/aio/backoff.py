@@ -1,17 +1,23 @@
 """The one back-off policy of every retry loop: exponential, capped, with jitter, honouring Retry-After.
 
+Retried calls run on tenacity (`retry_forever` here, the vNPU destroy in `dra/vnpus.py`) with
+`BackoffWait` as the wait strategy and `log_each_step` as `before_sleep`; the long-running loops (the
+slice watch, supervised tasks) keep their own failure count in a `Backoff`.
+
 Jitter matters at fleet scale: 10,000 daemons that lost the API server together must not come back in
 lock-step, so each pause is drawn from the upper half of its exponential step.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+from tenacity.wait import wait_base
 
 T = TypeVar("T")
 # More doublings than any cap needs: 2.0 ** 1024 overflows, which after ~1,000 failures in a row (an hour or
@@ -51,6 +57,38 @@ class Backoff:
         self.failures = 0
 
 
+class BackoffWait(wait_base):
+    """The policy as a tenacity wait strategy: the pause after the attempt's failures in a row, at least the
+    `retry_after` the failure carries (a KubeApiError of a 429 or 503)."""
+
+    def __init__(self, policy: BackoffPolicy, draw: Callable[[], float] = random.random) -> None:
+        self.policy = policy
+        self._draw = draw
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        return self.policy.delay(retry_state.attempt_number, getattr(error, "retry_after", None), self._draw)
+
+
+def log_each_step(what: str, log: logging.Logger) -> Callable[[RetryCallState], None]:
+    """A tenacity `before_sleep`: one warning line per back-off step, naming the attempt, pause and error."""
+
+    def before_sleep(retry_state: RetryCallState) -> None:
+        outcome, action = retry_state.outcome, retry_state.next_action
+        error = outcome.exception() if outcome is not None else None
+        log.warning(
+            "%s failed (attempt %d), retrying in %.1fs: %s",
+            what,
+            retry_state.attempt_number,
+            action.sleep if action is not None else 0.0,
+            error,
+            extra={"error": str(error)},
+        )
+
+    return before_sleep
+
+
 async def retry_forever(
     attempt: Callable[[], Awaitable[T]],
     *,
@@ -64,18 +102,14 @@ async def retry_forever(
     A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least that long.
     The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at once.
     """
-    backoff = Backoff(policy)
-    while True:
-        try:
-            return await attempt()
-        except retry_on as error:
-            pause = backoff.failed(getattr(error, "retry_after", None))
-            log.warning(
-                "%s failed (attempt %d), retrying in %.1fs: %s",
-                what,
-                backoff.failures,
-                pause,
-                error,
-                extra={"error": str(error)},
-            )
-        await asyncio.sleep(pause)
+    retrying = AsyncRetrying(
+        wait=BackoffWait(policy),
+        retry=retry_if_exception_type(retry_on),
+        before_sleep=log_each_step(what, log),
+        reraise=True,
+    )
+
+    async def call() -> T:  # tenacity awaits only what a coroutine function returns, not a lambda's awaitable
+        return await attempt()
+
+    return await retrying(call)

@@ -17,6 +17,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from npu_plugin.aio.backoff import BackoffPolicy, BackoffWait
 from npu_plugin.ascend import driver_codes
 from npu_plugin.ascend.device import Device, vnpu_node
 from npu_plugin.ascend.vnpu import Vnpu
@@ -32,7 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CREATE_TRIES = 3
 DESTROY_TRIES = 3
-RETRY_SECONDS = 1.0
+# The pause between destroys of a vNPU still in use: about a second, jittered, as the one policy draws it.
+DESTROY_BACKOFF = BackoffPolicy(initial=1.0, maximum=1.0)
 NODE_WAIT_SECONDS = 5.0
 NODE_POLL_SECONDS = 0.05
 
@@ -66,14 +70,14 @@ class VnpuHands:
         dev_root: Path,
         *,
         offered: frozenset[str] | None = None,
-        retry_seconds: float = RETRY_SECONDS,
+        retry_policy: BackoffPolicy = DESTROY_BACKOFF,
         node_wait_seconds: float = NODE_WAIT_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
         on_operation: OperationHook = _ignore,
     ) -> None:
         self.backend, self.reader, self.dev_root, self.offered = backend, reader, dev_root, offered
         self._on_operation = on_operation
-        self._retry_seconds, self._node_wait_seconds, self._sleep = retry_seconds, node_wait_seconds, sleep
+        self._retry_policy, self._node_wait_seconds, self._sleep = retry_policy, node_wait_seconds, sleep
         self._guard = threading.Lock()
         self._creating: dict[int, float] = {}  # vNPU id -> start, of creates that outlived their wait
 
@@ -177,32 +181,39 @@ class VnpuHands:
 
     def destroy(self, physical_id: int, vnpu_id: int) -> None:
         """Destroy with the driver's retries (a vNPU still in use frees up shortly after its container stops);
-        one that does not exist is already what we want. Raises the last VnpuError."""
-        for attempt in range(1, DESTROY_TRIES + 1):
-            try:
-                self.backend.destroy_vnpu(physical_id, vnpu_id)
-            except VnpuNotFoundError:
-                self._on_operation("destroy", "success", None)
-                log.info("vNPU %d on npu-%d is already gone", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
-                return
-            except BackendError as error:
-                self._on_operation("destroy", "refused" if isinstance(error, VnpuError) else "error", None)
-                log.warning(
-                    "destroy vNPU %d on npu-%d failed (try %d of %d): %s",
-                    vnpu_id,
-                    physical_id,
-                    attempt,
-                    DESTROY_TRIES,
-                    error,
-                    extra={"physicalId": physical_id, "vnpuId": vnpu_id, "code": getattr(error, "code", None)},
-                )
-                if attempt == DESTROY_TRIES:
-                    raise
-                self._sleep(self._retry_seconds)
-            else:
-                self._on_operation("destroy", "success", None)
-                log.info("destroyed vNPU %d on npu-%d", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
-                return
+        one that does not exist is already what we want. Raises the last BackendError."""
+        retrying = Retrying(
+            stop=stop_after_attempt(DESTROY_TRIES),
+            wait=BackoffWait(self._retry_policy),
+            retry=retry_if_exception_type(BackendError),
+            sleep=self._sleep,
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self._destroy_once(physical_id, vnpu_id, attempt.retry_state.attempt_number)
+
+    def _destroy_once(self, physical_id: int, vnpu_id: int, attempt: int) -> None:
+        try:
+            self.backend.destroy_vnpu(physical_id, vnpu_id)
+        except VnpuNotFoundError:
+            self._on_operation("destroy", "success", None)
+            log.info("vNPU %d on npu-%d is already gone", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
+            return
+        except BackendError as error:
+            self._on_operation("destroy", "refused" if isinstance(error, VnpuError) else "error", None)
+            log.warning(
+                "destroy vNPU %d on npu-%d failed (try %d of %d): %s",
+                vnpu_id,
+                physical_id,
+                attempt,
+                DESTROY_TRIES,
+                error,
+                extra={"physicalId": physical_id, "vnpuId": vnpu_id, "code": getattr(error, "code", None)},
+            )
+            raise
+        self._on_operation("destroy", "success", None)
+        log.info("destroyed vNPU %d on npu-%d", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
 
     def node_appears(self, vnpu_id: int) -> bool:
         """Whether `<dev-root>/vdavinci<id>` exists within the wait (the driver may make it after returning)."""

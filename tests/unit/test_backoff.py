@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 
 import pytest
 
@@ -109,6 +110,25 @@ def test_retry_forever_pauses_at_least_the_servers_retry_after(caplog: pytest.Lo
             retry_forever(attempt, what="the call", log=log, retry_on=(BusyError,), policy=BackoffPolicy(0.001, 0.002))
         )
     assert [r.args[2] for r in caplog.records if isinstance(r.args, tuple)] == [0.05]
+
+
+def test_retry_forever_awaits_what_a_plain_callable_returns() -> None:
+    calls: list[int] = []
+
+    async def attempt() -> int:
+        calls.append(len(calls))
+        if len(calls) < 2:
+            raise BusyError()
+        return len(calls)
+
+    def start() -> Coroutine[None, None, int]:  # not itself a coroutine function, as the daemon's lambdas
+        return attempt()
+
+    log = logging.getLogger("test.retry")
+    result = asyncio.run(
+        retry_forever(start, what="the call", log=log, retry_on=(BusyError,), policy=BackoffPolicy(0.001, 0.002))
+    )
+    assert (result, calls) == (2, [0, 1])
 
 
 def test_retry_forever_lets_any_other_failure_through_at_once() -> None:

@@ -69,7 +69,6 @@ class Node:
             self.backend,
             reader,
             self.dev,
-            retry_seconds=0,
             node_wait_seconds=0.5,
             sleep=lambda _s: None,
             on_operation=lambda op, result, _seconds: self.operations.append((op, result)),
