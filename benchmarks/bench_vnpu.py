@@ -45,7 +45,7 @@ from benchmarks.common import (
 from benchmarks.report import Row, at_most
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, default_id_range
-from npu_plugin.backends.fake.profiles import Inventory, profile_inventory
+from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.fakeapi import FakeKubeAPI, RecordedRequest
 
@@ -56,7 +56,7 @@ WHOLE, VNPU = "npu-1", "npu-0-vir05-1c-16g-0"
 SLICE_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
-def node(dies: int) -> Inventory:
+def node(dies: int) -> FakeHost:
     """`dies` 910B3 dies shaped as the atlas-800t-a2 profile's: one die per card, its vNPU templates and totals,
     every chip able to create vNPUs on demand."""
     profile = profile_inventory("atlas-800t-a2")
@@ -74,7 +74,7 @@ def node(dies: int) -> Inventory:
         for i in range(dies)
     ]
     chips = {i: replace(chip, physical_id=i, id_range=default_id_range(i, shape.device_type)) for i in range(dies)}
-    return Inventory(devices, chips)
+    return FakeHost(devices, chips)
 
 
 def with_health(devices: Sequence[Device], physical_id: int, health: Health) -> list[Device]:
@@ -82,7 +82,7 @@ def with_health(devices: Sequence[Device], physical_id: int, health: Health) -> 
     return [replace(d, health=health) if d.physical_id == physical_id else d for d in devices]
 
 
-def expected_names(inventory: Inventory) -> set[str]:
+def expected_names(inventory: FakeHost) -> set[str]:
     """The names that show every chip and every template of it published: `npu-N` and the first device of each
     template, `npu-N-<template with dashes>-0`."""
     names = set()

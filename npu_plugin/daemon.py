@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from npu_plugin.deviceplugin.listing import DeviceListing
     from npu_plugin.deviceplugin.resources import DevicePlugins
     from npu_plugin.dra.plugin import DraPlugin
-    from npu_plugin.dra.vnpus import VnpuHands
+    from npu_plugin.dra.vnpus import VnpuOperations
     from npu_plugin.handover.workflow import Handover
     from npu_plugin.inventory.vnpu_refresh import VnpuRelist
 
@@ -279,9 +279,9 @@ class Daemon:
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
 
-    def _vnpu_hands(self) -> VnpuHands | None:
+    def _vnpu_hands(self) -> VnpuOperations | None:
         """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is made."""
-        from npu_plugin.dra.vnpus import VnpuHands
+        from npu_plugin.dra.vnpus import VnpuOperations
 
         config = self.config
         if config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
@@ -291,7 +291,7 @@ class Daemon:
         reader = VnpuReader(
             self.backend, config.vnpu, config.vnpu_templates, on_read=self.telemetry.vnpus, said=self.vnpu_said
         )
-        return VnpuHands(
+        return VnpuOperations(
             self.backend,
             reader,
             config.dev_root,

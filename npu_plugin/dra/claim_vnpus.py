@@ -17,7 +17,7 @@ from npu_plugin.dra.checkpoint import PREPARE_STARTED, Checkpoint, ClaimEntry, P
 from npu_plugin.dra.deadline import wait_left
 from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.statelock import StateLock
-from npu_plugin.dra.vnpus import CREATE_TRIES, CreateTimeoutError, VnpuHands, lowest_free_id
+from npu_plugin.dra.vnpus import CREATE_TRIES, CreateTimeoutError, VnpuOperations, lowest_free_id
 from npu_plugin.errors import BackendError, CheckpointError, ClaimError
 from npu_plugin.inventory.state import Snapshot
 from npu_plugin.inventory.vnpu_plans import ChipPlan
@@ -30,13 +30,15 @@ class _CreateGoesOnError(ClaimError):
 
 
 class ClaimVnpus:
-    """The preparer's vNPU steps; with `hands` None (--vnpu off) there are none to make, and a recorded vNPU we
+    """The preparer's vNPU steps; with `operations` None (--vnpu off) there are none to make, and a recorded vNPU we
     created cannot be destroyed."""
 
-    def __init__(self, hands: VnpuHands | None, state: StateLock, on_vnpus_changed: Callable[[], None]) -> None:
+    def __init__(
+        self, operations: VnpuOperations | None, state: StateLock, on_vnpus_changed: Callable[[], None]
+    ) -> None:
         """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call
         (a late create's vNPU destroyed)."""
-        self.hands, self._state, self._on_vnpus_changed = hands, state, on_vnpus_changed
+        self.operations, self._state, self._on_vnpus_changed = operations, state, on_vnpus_changed
         self._mismatched: set[int] = set()  # recorded vNPU ids whose live vNPU has another template
 
     def disown(self, vnpu_id: int) -> None:
@@ -45,9 +47,9 @@ class ClaimVnpus:
 
     def plans(self, snapshot: Snapshot, checkpoint: Checkpoint) -> dict[int, ChipPlan]:
         """How each chip is served now, the vNPUs the checkpoint records as ours kept ours; {} with --vnpu off."""
-        if self.hands is None:
+        if self.operations is None:
             return {}
-        return self.hands.plans([view.device for view in snapshot.devices], self.own_ids(checkpoint))
+        return self.operations.plans([view.device for view in snapshot.devices], self.own_ids(checkpoint))
 
     def own_ids(self, checkpoint: Checkpoint) -> frozenset[int]:
         """vNPU ids we created, as the checkpoint records them (less those found with another template)."""
@@ -62,7 +64,7 @@ class ClaimVnpus:
         A create the driver has not answered by `deadline` is left running: the entry stays as it is, so its
         vNPUs still count as used and their ids stay reserved, and `_settle_late_create` runs when it returns."""
         entry = checkpoint.claims[ref.uid]
-        if self.hands is None or not any(d.vnpu is not None and d.vnpu.created_by_us for d in entry.devices):
+        if self.operations is None or not any(d.vnpu is not None and d.vnpu.created_by_us for d in entry.devices):
             return
         created: list[PreparedDevice] = []
         try:
@@ -80,12 +82,12 @@ class ClaimVnpus:
     def _make_one(
         self, ref: ClaimRef, checkpoint: Checkpoint, index: int, deadline: float, created: list[PreparedDevice]
     ) -> None:
-        hands = self.hands
-        assert hands is not None
+        operations = self.operations
+        assert operations is not None
         entry = checkpoint.claims[ref.uid]
         record = entry.devices[index].vnpu
         assert record is not None
-        live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
+        live = {v.vnpu_id: v.template for v in operations.live(record.physical_id)}
         if live.get(record.vnpu_id) == record.template:
             return
         new = entry.state == PREPARE_STARTED
@@ -94,7 +96,7 @@ class ClaimVnpus:
                 problem = f"the id holds a {live[record.vnpu_id]} vNPU"
             else:
                 try:
-                    hands.create(
+                    operations.create(
                         record.physical_id,
                         record.template,
                         record.vnpu_id,
@@ -110,11 +112,11 @@ class ClaimVnpus:
                     ) from None
                 except BackendError as error:
                     problem = str(error)
-                live = {v.vnpu_id: v.template for v in hands.live(record.physical_id)}
+                live = {v.vnpu_id: v.template for v in operations.live(record.physical_id)}
             free = None
             if new and record.vnpu_id in live and attempt < CREATE_TRIES:
                 taken = {r.vnpu_id for _uid, r in checkpoint.vnpus()} | live.keys()
-                free = lowest_free_id(hands.id_range(record.physical_id), taken)
+                free = lowest_free_id(operations.id_range(record.physical_id), taken)
             if free is None:
                 raise ClaimError(
                     f"creating vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) "
@@ -128,20 +130,20 @@ class ClaimVnpus:
             entry = checkpoint.claims[ref.uid] = replace(entry, devices=tuple(devices))
             self._state.store.save(checkpoint)
         created.append(entry.devices[index])
-        if not hands.node_appears(record.vnpu_id):
+        if not operations.node_appears(record.vnpu_id):
             raise ClaimError(
                 f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) was created but "
-                f"{hands.dev_root / vnpu_node(record.vnpu_id)} did not appear"
+                f"{operations.dev_root / vnpu_node(record.vnpu_id)} did not appear"
             )
 
     def still_creating(self, entry: ClaimEntry) -> str | None:
         """Why a claim cannot be prepared or unprepared now: a create of one of its vNPUs that outlived its wait
         is still running (a second create, or a destroy racing it, would leak a vNPU); None when none is."""
-        if self.hands is None:
+        if self.operations is None:
             return None
         for device in entry.devices:
             record = device.vnpu
-            if record is None or (since := self.hands.creating_since(record.vnpu_id)) is None:
+            if record is None or (since := self.operations.creating_since(record.vnpu_id)) is None:
                 continue
             return (
                 f"vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) is still being created: "
@@ -182,12 +184,12 @@ class ClaimVnpus:
 
     def undo(self, devices: Sequence[PreparedDevice]) -> None:
         """Destroy the vNPUs a failed Prepare made; one that cannot be destroyed stays, as a foreign vNPU."""
-        if self.hands is None:
+        if self.operations is None:
             return
         for device in devices:
             if device.vnpu is not None and device.vnpu.created_by_us:
                 try:
-                    self.hands.destroy(device.vnpu.physical_id, device.vnpu.vnpu_id)
+                    self.operations.destroy(device.vnpu.physical_id, device.vnpu.vnpu_id)
                 except BackendError as error:
                     log.error(  # noqa: TRY400
                         "cannot destroy vNPU %d on npu-%d after a failed prepare; it stays as a foreign vNPU: %s",
@@ -204,10 +206,10 @@ class ClaimVnpus:
             if record is None or not record.created_by_us:
                 continue
             where = f"vNPU {record.vnpu_id} ({record.template}) on npu-{record.physical_id}"
-            if self.hands is None:
+            if self.operations is None:
                 return f"{where} was created with --vnpu dynamic; serve with it to destroy it"
             try:
-                self.hands.destroy(record.physical_id, record.vnpu_id)
+                self.operations.destroy(record.physical_id, record.vnpu_id)
             except BackendError as error:
                 return f"destroying {where} failed: {error}"
         return None

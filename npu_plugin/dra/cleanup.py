@@ -48,7 +48,7 @@ def _check_live_vnpus(checkpoint: Checkpoint, vnpus: ClaimVnpus, snapshot: Calla
     vNPU that now has another template, and any vNPU no claim records, are foreign (never destroyed; their chip
     serves them as they are). A chip served as it is (a static-only product, --vnpu static) holds the
     administrator's vNPUs, which no checkpoint records: nothing there is foreign."""
-    if vnpus.hands is None:
+    if vnpus.operations is None:
         return
     try:
         plans = vnpus.plans(snapshot(), checkpoint)

@@ -24,7 +24,7 @@ from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
-from npu_plugin.dra.vnpus import VnpuHands
+from npu_plugin.dra.vnpus import VnpuOperations
 from npu_plugin.host.atomic import make_directories
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.dirwait import wait_for_directory, wait_until_gone
@@ -83,7 +83,7 @@ class DraPlugin:
         observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
         on_publish: Callable[[str], None] = lambda _result: None,
         on_registered: Callable[[bool], None] = lambda _registered: None,
-        vnpus: VnpuHands | None = None,
+        vnpus: VnpuOperations | None = None,
         on_vnpu_dynamic_available: Callable[[bool], None] = lambda _available: None,
     ) -> None:
         self.paths, self.driver, self.node_name = paths, driver, node_name
@@ -117,7 +117,7 @@ class DraPlugin:
         self.observe, self._health_timeout = observe, health_timeout_seconds
         self._vnpus = vnpus
 
-    def _vnpu_chips(self, vnpus: VnpuHands) -> VnpuChips:
+    def _vnpu_chips(self, vnpus: VnpuOperations) -> VnpuChips:
         """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the DRA-owned ones
         (whether a 310P is a Duo depends on its card mates), and the vNPUs the checkpoint records as ours keep
         their chip split on demand; any other vNPU is foreign."""

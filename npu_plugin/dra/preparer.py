@@ -26,7 +26,7 @@ from npu_plugin.dra.cleanup import collect_garbage
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
 from npu_plugin.dra.statelock import StateLock
-from npu_plugin.dra.vnpus import VnpuHands
+from npu_plugin.dra.vnpus import VnpuOperations
 from npu_plugin.errors import CheckpointError, ClaimError, NpuPluginError, describe_os_error
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
@@ -52,7 +52,7 @@ class Preparer:
         store: CheckpointStore,
         snapshot: Callable[[], Snapshot],
         fetch_claim: FetchClaim,
-        vnpus: VnpuHands | None = None,
+        vnpus: VnpuOperations | None = None,
         on_vnpus_changed: Callable[[], None] = lambda: None,
     ) -> None:
         """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call

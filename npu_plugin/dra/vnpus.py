@@ -1,4 +1,4 @@
-"""The preparer's hands on vNPUs: the chips' plans, id choice, create and destroy with the driver's retries,
+"""The preparer's operations on vNPUs: the chips' plans, id choice, create and destroy with the driver's retries,
 and the wait for a new vNPU's device node.
 
 Every call blocks; the preparer makes them under the state lock, so the checkpoint records a vNPU before it
@@ -59,7 +59,7 @@ def lowest_free_id(id_range: tuple[int, int], taken: Collection[int]) -> int | N
     return next((i for i in range(first, last + 1) if i not in taken), None)
 
 
-class VnpuHands:
+class VnpuOperations:
     """Create, destroy and look at vNPUs through a VnpuBackend; `sleep` and the timings are injectable so tests
     never wait on the wall clock."""
 

@@ -85,7 +85,7 @@ def template_problem(chip: ChipVnpu, template: VnpuTemplate) -> str | None:
     return None
 
 
-def checked(chip: ChipVnpu) -> tuple[ChipVnpu, list[str]]:
+def with_known_templates(chip: ChipVnpu) -> tuple[ChipVnpu, list[str]]:
     """The chip with only the templates it can offer, and a line for each one left out."""
     kept, problems = [], []
     for template in chip.templates:
@@ -151,7 +151,7 @@ class VnpuReader:
             raw = self._backend.chip_vnpu(device.physical_id)
             if raw is None:
                 continue
-            chip, problems = checked(raw)
+            chip, problems = with_known_templates(raw)
             self._say_once(problems)
             chips_on_card = sum(1 for d in devices if d.card_id == device.card_id)
             static_reason = static_only_reason(device.device_type, chips_on_card)

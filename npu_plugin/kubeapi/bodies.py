@@ -19,7 +19,7 @@ class MalformedError(ValueError):
     """A response body that is not the object asked for; `where` names the offending field."""
 
 
-def checked(action: str, status: int, parse: Callable[[], T]) -> T:
+def checked_response(action: str, status: int, parse: Callable[[], T]) -> T:
     """`parse()`, with a MalformedError body turned into the KubeApiError of `action`."""
     try:
         return parse()

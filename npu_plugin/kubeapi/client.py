@@ -27,7 +27,7 @@ import yaml
 from npu_plugin.errors import ConfigError, KubeApiError, clipped, describe_os_error
 from npu_plugin.kubeapi.bodies import (
     MalformedError,
-    checked,
+    checked_response,
     decode_object,
     parse_claim,
     parse_line,
@@ -171,28 +171,28 @@ class KubeClient:
     def get_node(self, name: str) -> Node:
         action = f"get node {name}"
         status, data = self._json(action, "GET", NODE, params={"name": name})
-        return checked(action, status, lambda: parse_node(data))
+        return checked_response(action, status, lambda: parse_node(data))
 
     def list_slices(self, node: str, driver: str) -> SliceList:
         action = "list resourceslices"
         status, data = self._json(action, "GET", SLICES, query=_selector(node, driver))
-        return checked(action, status, lambda: parse_slice_list(data))
+        return checked_response(action, status, lambda: parse_slice_list(data))
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
         action = "create resourceslice" + (" (dry run)" if dry_run else "")
         query = {"dryRun": "All"} if dry_run else None
         status, data = self._json(action, "POST", SLICES, body=body, query=query)
-        return checked(action, status, lambda: parse_slice(data, "the response", stored=not dry_run))
+        return checked_response(action, status, lambda: parse_slice(data, "the response", stored=not dry_run))
 
     def server_version(self) -> tuple[int, int]:
         action = "get version"
         status, data = self._json(action, "GET", "/version")
-        return checked(action, status, lambda: parse_version(data))
+        return checked_response(action, status, lambda: parse_version(data))
 
     def replace_slice(self, name: str, body: ResourceSlice) -> StoredSlice:
         action = f"update resourceslice {name}"
         status, data = self._json(action, "PUT", SLICE, params={"name": name}, body=body)
-        return checked(action, status, lambda: parse_slice(data, "the response"))
+        return checked_response(action, status, lambda: parse_slice(data, "the response"))
 
     def delete_slice(self, name: str) -> None:
         try:
@@ -217,7 +217,7 @@ class KubeClient:
                     # Only the last piece of a stream cut short lacks its newline: a transport failure.
                     raise KubeApiError(action, 0, "the connection ended in the middle of an event")
                 if line.strip():
-                    yield checked(action, response.status, partial(parse_line, line))
+                    yield checked_response(action, response.status, partial(parse_line, line))
             ended = True
         except TransportError as error:
             raise KubeApiError(action, 0, str(error)) from None
@@ -231,7 +231,7 @@ class KubeClient:
     def get_claim(self, namespace: str, name: str) -> ResourceClaim:
         action = f"get resourceclaim {namespace}/{name}"
         status, data = self._json(action, "GET", CLAIM, params={"namespace": namespace, "name": name})
-        return checked(action, status, lambda: parse_claim(data))
+        return checked_response(action, status, lambda: parse_claim(data))
 
     def close(self) -> None:
         self._transport.close()

@@ -23,7 +23,7 @@ from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
-from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
+from npu_plugin.inventory.vnpu_plans import ChipPlan, served_chips, serving, with_known_templates
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
@@ -262,7 +262,7 @@ def dynamic_chips() -> VnpuChips:
     inventory = profile_inventory("atlas-800t-a2")
     plans = {}
     for device in inventory.devices:
-        chip, _ = checked(inventory.vnpu[device.physical_id])
+        chip, _ = with_known_templates(inventory.vnpu[device.physical_id])
         plans[device.physical_id] = ChipPlan(chip, *serving(chip, VnpuMode.DYNAMIC, None))
     return served_chips(plans)
 

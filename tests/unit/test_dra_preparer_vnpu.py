@@ -25,7 +25,7 @@ from npu_plugin.dra.checkpoint import (
 )
 from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
-from npu_plugin.dra.vnpus import VnpuHands
+from npu_plugin.dra.vnpus import VnpuOperations
 from npu_plugin.errors import BackendError, VnpuError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
@@ -65,7 +65,7 @@ class Node:
         owners = {d.physical_id: Owner.DRA for d in devices}
         inventory = Inventory(devices, failure_threshold=1, recovery_threshold=1, owners=owners)
         reader = VnpuReader(self.backend, self.mode)
-        hands = VnpuHands(
+        operations = VnpuOperations(
             self.backend,
             reader,
             self.dev,
@@ -82,7 +82,7 @@ class Node:
             store=CheckpointStore(self.state, "boot"),
             snapshot=inventory.snapshot,
             fetch_claim=self.claims.fetch,
-            vnpus=hands,
+            vnpus=operations,
             on_vnpus_changed=self._note_change,
         )
 

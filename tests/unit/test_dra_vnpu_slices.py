@@ -16,7 +16,7 @@ from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices, layout_for
-from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
+from npu_plugin.inventory.vnpu_plans import ChipPlan, served_chips, serving, with_known_templates
 
 DRIVER = "npu.huawei.com"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -35,7 +35,7 @@ def plans_for(
     devices, plans = inventory.devices, {}
     ours = frozenset(i for listed in (vnpus or {}).values() for i, _ in listed)
     for device in devices:
-        chip, _ = checked(inventory.vnpu[device.physical_id])
+        chip, _ = with_known_templates(inventory.vnpu[device.physical_id])
         chip = replace(
             chip, vnpus=tuple(Vnpu(device.physical_id, i, t) for i, t in (vnpus or {}).get(chip.physical_id, []))
         )

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubeapi.bodies import MalformedError, checked, decode_object, parse_event, parse_slice, parse_slice_list
+from npu_plugin.kubeapi.bodies import (
+    MalformedError,
+    checked_response,
+    decode_object,
+    parse_event,
+    parse_slice,
+    parse_slice_list,
+)
 
 SLICE: dict[str, Any] = {
     "metadata": {"name": "node-a-npu-x", "resourceVersion": "7", "ownerReferences": [{"uid": "u"}]},
@@ -107,6 +114,6 @@ def test_an_error_event_is_the_api_error_it_carries() -> None:
 
 def test_malformed_becomes_the_error_of_the_call() -> None:
     with pytest.raises(KubeApiError) as caught:
-        checked("list resourceslices", 200, lambda: decode_object(b"<html>"))
+        checked_response("list resourceslices", 200, lambda: decode_object(b"<html>"))
     assert caught.value.status == 200
     assert str(caught.value) == "list resourceslices: HTTP 200: malformed response: not JSON: '<html>'"

@@ -15,7 +15,7 @@ from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, build_vnpu_slices
-from npu_plugin.inventory.vnpu_plans import ChipPlan, checked, served_chips, serving
+from npu_plugin.inventory.vnpu_plans import ChipPlan, served_chips, serving, with_known_templates
 from npu_plugin.sim.scheduler import (
     DeviceRequest,
     UnschedulableError,
@@ -42,7 +42,7 @@ def stored(layout: Layout = Layout.SPLIT) -> list[Any]:
     inventory = profile_inventory("atlas-800t-a2")
     plans = {}
     for device in inventory.devices:
-        chip, _ = checked(inventory.vnpu[device.physical_id])
+        chip, _ = with_known_templates(inventory.vnpu[device.physical_id])
         plans[device.physical_id] = ChipPlan(chip, *serving(chip, VnpuMode.DYNAMIC, None))
     pairs = [(d, True) for d in inventory.devices]
     return [dict(s) for s in build_vnpu_slices(SETTINGS, pairs, served_chips(plans), layout, 1)]

@@ -13,7 +13,14 @@ from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuMode, VnpuOrigi
 from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.errors import ConfigError
-from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader, checked, serving, template_problem
+from npu_plugin.inventory.vnpu_plans import (
+    ChipPlan,
+    Serving,
+    VnpuReader,
+    serving,
+    template_problem,
+    with_known_templates,
+)
 
 VIR05 = VnpuTemplate("vir05_1c_16g", 5, 16 * 2**30, {"aicpu": Decimal(1), "vpc": Decimal(2)})
 CHIP = ChipVnpu(
@@ -47,7 +54,7 @@ def test_template_problems(template: VnpuTemplate, problem: str | None) -> None:
 
 def test_checked_keeps_the_good_templates_and_says_why_the_others_go() -> None:
     bad = replace(VIR05, name="vir99_huge", aicore=40)
-    chip, problems = checked(replace(CHIP, templates=(bad, VIR05)))
+    chip, problems = with_known_templates(replace(CHIP, templates=(bad, VIR05)))
     assert chip.templates == (VIR05,)
     assert problems == ["npu-0: template 'vir99_huge' skipped: it uses more than the chip has: aicore 40 > 20"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
-from npu_plugin.backends.fake.profiles import Inventory, profile_inventory
+from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.errors import BackendError, InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
 
@@ -51,7 +51,7 @@ class FakeBackend:
             raise BackendError("the fake backend needs --fake-inventory PATH or --fake-profile NAME")
         self.inventory_path = inventory_path
         self._profile = profile
-        self._last_good: Inventory | None = None
+        self._last_good: FakeHost | None = None
         self._rejected: str | None = None
         self._read_stamp: tuple[int, int, int] | None = None  # the inventory file as last read
         self._vnpu_state, self._dev_root = vnpu_state, dev_root
@@ -152,7 +152,7 @@ class FakeBackend:
         except OSError:
             return False
 
-    def _read(self) -> Inventory:
+    def _read(self) -> FakeHost:
         from npu_plugin.backends.fake.inventory_file import MAX_INVENTORY_BYTES, parse_inventory_file
 
         assert self.inventory_path is not None

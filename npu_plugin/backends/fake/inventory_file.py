@@ -22,7 +22,7 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
-from npu_plugin.backends.fake.profiles import Inventory
+from npu_plugin.backends.fake.profiles import FakeHost
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
 
@@ -301,7 +301,7 @@ def parse_inventory(text: str, source: str) -> list[Device]:
     return parse_inventory_file(text, source).devices
 
 
-def parse_inventory_file(text: str, source: str) -> Inventory:
+def parse_inventory_file(text: str, source: str) -> FakeHost:
     """Devices and vNPU blocks of an inventory file; InventoryFileError names `source`, the line and the field."""
     try:
         root = _compose(text)
@@ -342,7 +342,7 @@ def parse_inventory_file(text: str, source: str) -> Inventory:
         chips_on_card = sum(1 for d in devices if d.card_id == device.card_id)
         if (chip := _chip_vnpu(entry, device, chips_on_card)) is not None:
             vnpu[device.physical_id] = chip
-    return Inventory(devices, vnpu)
+    return FakeHost(devices, vnpu)
 
 
 def device_record(device: Device) -> dict[str, Any]:

@@ -29,7 +29,7 @@ MiB = 2**20
 
 
 @dataclass(frozen=True, slots=True)
-class Inventory:
+class FakeHost:
     """What the fake backend serves, from a profile or an inventory file: devices and, for chips with vNPU facts
     (an inventory file's `vnpu:` block), those facts."""
 
@@ -80,7 +80,7 @@ _310P_24G = _templates(
 _310P3_TOTALS = {"aicore": 8, "aicpu": 7, "vpc": 12, "venc": 3, "vdec": 12, "jpegd": 16, "jpege": 8}  # PNGD: NA
 
 
-def _with_vnpus(devices: list[Device], templates: tuple[VnpuTemplate, ...], totals: dict[str, int]) -> Inventory:
+def _with_vnpus(devices: list[Device], templates: tuple[VnpuTemplate, ...], totals: dict[str, int]) -> FakeHost:
     """The devices, each chip empty of vNPUs, in container mode, dynamic where the support matrix allows it."""
     vnpu = {}
     for device in devices:
@@ -93,14 +93,14 @@ def _with_vnpus(devices: list[Device], templates: tuple[VnpuTemplate, ...], tota
             id_range=default_id_range(device.physical_id, device.device_type),
             dynamic_supported=static_only_reason(device.device_type, chips_on_card) is None,
         )
-    return Inventory(devices, vnpu)
+    return FakeHost(devices, vnpu)
 
 
 _A2_BUSES = (0xC1, 0x01, 0x41, 0x81, 0xC2, 0x02, 0x42, 0x82)
 _9000_BUSES = (0x1A, 0x3B, 0x5C, 0x7D, 0x9E, 0xBF, 0xD0, 0xE1)
 
 
-def _atlas_800t_a2() -> Inventory:
+def _atlas_800t_a2() -> FakeHost:
     devices = [
         Device(
             physical_id=i,
@@ -121,7 +121,7 @@ def _atlas_800t_a2() -> Inventory:
     return _with_vnpus(devices, _910B_BIN1, _910B3_TOTALS)
 
 
-def _atlas_800_9000() -> Inventory:
+def _atlas_800_9000() -> FakeHost:
     devices = [
         Device(
             physical_id=i,
@@ -163,15 +163,15 @@ def _310p3_cards(chips: int, chips_per_card: int, bus_stride: int) -> list[Devic
     ]
 
 
-def _atlas_300i_duo() -> Inventory:
+def _atlas_300i_duo() -> FakeHost:
     return _with_vnpus(_310p3_cards(4, chips_per_card=2, bus_stride=0x80), _310P_24G, _310P3_TOTALS)
 
 
-def _atlas_300i_pro() -> Inventory:
+def _atlas_300i_pro() -> FakeHost:
     return _with_vnpus(_310p3_cards(4, chips_per_card=1, bus_stride=0x40), _310P_24G, _310P3_TOTALS)
 
 
-PROFILES: dict[str, Callable[[], Inventory]] = {
+PROFILES: dict[str, Callable[[], FakeHost]] = {
     "atlas-800t-a2": _atlas_800t_a2,
     "atlas-800-9000": _atlas_800_9000,
     "atlas-300i-duo": _atlas_300i_duo,
@@ -179,7 +179,7 @@ PROFILES: dict[str, Callable[[], Inventory]] = {
 }
 
 
-def profile_inventory(name: str) -> Inventory:
+def profile_inventory(name: str) -> FakeHost:
     try:
         return PROFILES[name]()
     except KeyError:
