@@ -10,7 +10,8 @@ import pytest
 
 from npu_plugin import __version__
 from npu_plugin.cli.flagparser import env_name
-from npu_plugin.cli.main import build_parser, config_from_args, main, parse_args, unused_dra_flags
+from npu_plugin.cli.flags import build_parser
+from npu_plugin.cli.main import config_from_args, main, parse_args, unused_dra_flags
 
 SERVE = ["serve", "--backend", "fake", "--fake-profile", "atlas-800t-a2"]
 
