@@ -161,15 +161,6 @@ def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuM
     )
 
 
-async def _until(check: Callable[[], T | None], what: str, timeout: float = STEP_TIMEOUT) -> T:
-    deadline = time.monotonic() + timeout
-    while (value := check()) is None or value is False:
-        if time.monotonic() > deadline:
-            raise StepFailedError(f"no {what} within {timeout:.0f}s")
-        await asyncio.sleep(0.05)
-    return value
-
-
 class Walkthrough:
     def __init__(
         self,

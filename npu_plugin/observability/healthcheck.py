@@ -32,11 +32,6 @@ def unmet(registered: Mapping[str, bool], last_sample: float, now: float, interv
     return reasons
 
 
-def is_serving(registered: Mapping[str, bool], last_sample: float, now: float, interval: float) -> bool:
-    """Pure verdict: every enabled API registered, and a health sample within 3 intervals."""
-    return not unmet(registered, last_sample, now, interval)
-
-
 class HealthService:
     """Owns the gRPC health server; `set_registered` is called by the plugins' callbacks."""
 

@@ -20,7 +20,6 @@ import pytest
 
 from npu_plugin.ascend.container_edits import COMMON_NODES
 from npu_plugin.ascend.device import Device, Health
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.rest import RestClient
@@ -28,6 +27,7 @@ from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError, allocate
 from tests.cdi_validation import assert_valid_cdi
 from tests.conftest import write_inventory
 from tests.fakeapi import FakeKubeAPI
+from tests.support.fake_devices import profile_devices
 
 DRIVER = "npu.huawei.com"
 NODE = "node-a"

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI
@@ -22,6 +21,7 @@ from tests.integration.dra_support import (
     run_with_kubelet,
     with_health,
 )
+from tests.support.fake_devices import profile_devices
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")

@@ -10,7 +10,6 @@ from collections.abc import Callable
 import pytest
 
 from npu_plugin.ascend.container_edits import HostLayout, Injection
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.plugin import DraPaths, DraPlugin
 from npu_plugin.inventory.ownership import Owner
@@ -32,6 +31,7 @@ from tests.integration.dra_support import (
     with_health,
     write_inventory,
 )
+from tests.support.fake_devices import profile_devices
 from tests.timerloop import TimerLoop, run_counting_timers
 
 pytest_plugins = ["tests.integration.dra_fixtures"]

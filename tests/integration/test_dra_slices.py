@@ -12,7 +12,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.scheduler import published_devices, select
 from tests.conftest import REPO, Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI
@@ -27,6 +26,7 @@ from tests.integration.dra_support import (
     published_names,
     with_health,
 )
+from tests.support.fake_devices import profile_devices
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")

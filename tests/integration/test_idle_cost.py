@@ -11,7 +11,6 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.ascend.container_edits import Injection, probe_host
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.backends.fake.backend import FakeBackend
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
@@ -19,6 +18,7 @@ from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.state import Inventory
 from tests.conftest import populate_dev_root, write_inventory
 from tests.integration.fake_hardware import fake_npu_smi, script
+from tests.support.fake_devices import profile_devices
 
 DEVICES = profile_devices("atlas-800t-a2")
 PASSES = 20

@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.fake.profiles import profile_devices
 from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.support.fake_devices import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")
 CHUNK = b"#" * (2**20 - 1) + b"\n"

@@ -12,12 +12,12 @@ import pytest
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.ascend.container_edits import HostLayout, Injection
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.host.sockets import start_unix_server, stop_unix_server
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.kubelet import CHECKPOINT, KubeletSimulator, is_extended_resource_name, remove_sockets
+from tests.support.fake_devices import profile_devices
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from npu_plugin.ascend.device import Device
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.conftest import Launcher, wait_until, write_inventory
 from tests.fakeapi import FakeKubeAPI
@@ -21,6 +20,7 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
+from tests.support.fake_devices import profile_devices
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 RINGS = profile_devices("atlas-800-9000")  # ring-0: 0-3, ring-1: 4-7

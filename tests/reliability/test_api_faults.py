@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.informer import WATCH_BACKOFF
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
@@ -37,6 +36,7 @@ from tests.integration.dra_support import (
     run_with_kubelet,
     with_health,
 )
+from tests.support.fake_devices import profile_devices
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")

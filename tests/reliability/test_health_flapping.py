@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from tests.conftest import DaemonProcess, Launcher, write_inventory
 from tests.fakeapi import FakeKubeAPI
 from tests.integration.both_support import RESOURCE, Node, both_args, node, registered
 from tests.integration.dra_support import Workspace, async_wait_until, pool_settled, published_names, with_health
+from tests.support.fake_devices import profile_devices
 
 pytest_plugins = ["tests.integration.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")

@@ -17,7 +17,6 @@ from npu_plugin.ascend.container_edits import (
     Mount,
     container_edits,
 )
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.cdi.files import claim_spec_path, static_spec_path
 from npu_plugin.cdi.spec import (
     CdiDevice,
@@ -35,6 +34,7 @@ from npu_plugin.cdi.spec import (
     static_vnpu_cdi_id,
 )
 from tests.cdi_validation import assert_valid_cdi, cdi_problems
+from tests.support.fake_devices import profile_devices
 
 DRIVER = "npu.huawei.com"
 ENV = (("ASCEND_VISIBLE_DEVICES", "0"),)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
+from tests.support.fake_devices import profile_devices
 
 
 def inventory() -> Inventory:

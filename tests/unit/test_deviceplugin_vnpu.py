@@ -9,13 +9,13 @@ import pytest
 
 from npu_plugin.ascend.device import Health
 from npu_plugin.ascend.vnpu import Vnpu
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.deviceplugin.listing import Listing, virtual_devices, vnpu_resource_name
 from npu_plugin.deviceplugin.service import allocatable_ids, list_response
 from npu_plugin.deviceplugin.vnpu_service import allocatable_vnpu, vnpu_list_response
 from npu_plugin.errors import AllocationError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
+from tests.support.fake_devices import profile_devices
 
 SMALL = "huawei.com/Ascend910-5c.1cpu.16g"
 VNPUS = {

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import pytest
 
 from npu_plugin.aio.backoff import BackoffPolicy
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.informer import WATCH_BACKOFF, SliceInformer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.state import Inventory, Owner
 from npu_plugin.kubeapi.protocol import SliceEvent
+from tests.support.fake_devices import profile_devices
 from tests.support.kube_fake import InMemoryKube
 
 NODE, DRIVER = "node-a", "npu.huawei.com"

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from npu_plugin.ascend.container_edits import HostLayout, Injection
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
@@ -19,6 +18,7 @@ from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
 from tests.cdi_validation import assert_valid_cdi
+from tests.support.fake_devices import profile_devices
 
 DRIVER, POOL = "npu.huawei.com", "node-a"
 DP_OWNED = {6: Owner.DEVICE_PLUGIN, 7: Owner.DEVICE_PLUGIN}

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import Mode
 from npu_plugin.handover.workflow import Handover
 from npu_plugin.inventory.ownership import Owner, Partition
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.podresources import PodResourcesSimulator
+from tests.support.fake_devices import profile_devices
 
 DEVICES = profile_devices("atlas-800t-a2")
 RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"

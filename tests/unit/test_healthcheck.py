@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from npu_plugin.observability.healthcheck import FRESHNESS_INTERVALS, HealthService, is_serving, unmet
+from npu_plugin.observability.healthcheck import FRESHNESS_INTERVALS, HealthService, unmet
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -48,7 +48,6 @@ UP, DOWN = True, False
 def test_verdict(registered: dict[str, bool], age: float, interval: float, reasons: list[str]) -> None:
     now = 1000.0
     assert unmet(registered, now - age, now, interval) == reasons
-    assert is_serving(registered, now - age, now, interval) is (not reasons)
 
 
 def test_freshness_is_three_intervals() -> None:

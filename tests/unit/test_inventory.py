@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from npu_plugin.ascend.device import Health
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import HealthTracker, Inventory, Snapshot
+from tests.support.fake_devices import profile_devices
 
 OK, BAD = True, False
 

@@ -11,10 +11,11 @@ import yaml
 
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
-from npu_plugin.backends.fake.inventory_file import inventory_document, parse_inventory, parse_inventory_file
-from npu_plugin.backends.fake.profiles import PROFILES, profile_devices, profile_inventory
+from npu_plugin.backends.fake.inventory_file import inventory_document, parse_inventory_file
+from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
+from tests.support.fake_devices import parse_inventory, profile_devices
 
 SOURCE = "inv.yaml"
 GOOD = "  - physicalId: 0\n    chipName: 910B3\n"

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from npu_plugin.ascend.device import Health, device_key
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.logs import JsonFormatter, TextFormatter, one_line, setup_logging
+from tests.support.fake_devices import profile_devices
 
 MULTI_LINE = "first line\nsecond line\r\nthird\u2028fourth\x85fifth"
 

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import Mode
 from npu_plugin.errors import ConfigError
 from npu_plugin.inventory.ownership import Holders, Owner, Partition, initial_owners, next_owners, parse_device_list
+from tests.support.fake_devices import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")
 RINGS = profile_devices("atlas-800-9000")

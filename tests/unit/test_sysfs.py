@@ -9,9 +9,9 @@ import pytest
 
 from npu_plugin.backends.auto import discover, numa_from_sysfs, pcie_root_from_sysfs
 from npu_plugin.backends.fake.backend import FakeBackend
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.slices import device_entry
+from tests.support.fake_devices import profile_devices
 
 BUS = "0000:c1:00.0"
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.topology import derive_topology_group, preferred_allocation
-from npu_plugin.backends.fake.profiles import profile_devices
+from tests.support.fake_devices import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")  # 8 x 910B, one full-mesh group, NUMA pairs
 A9000 = profile_devices("atlas-800-9000")  # 8 x 910A, rings 0-3 and 4-7

@@ -9,11 +9,11 @@ import pytest
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import Vnpu
-from npu_plugin.backends.fake.profiles import profile_devices
 from npu_plugin.errors import BackendError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.inventory.vnpu_refresh import VnpuRelist
+from tests.support.fake_devices import profile_devices
 
 A, B = Vnpu(1, 117, "vir05_1c_16g"), Vnpu(1, 116, "vir05_1c_16g")
 

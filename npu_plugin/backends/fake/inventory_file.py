@@ -296,11 +296,6 @@ def _compose(text: str) -> yaml.Node | None:
         loader.dispose()
 
 
-def parse_inventory(text: str, source: str) -> list[Device]:
-    """Devices of an inventory file; InventoryFileError names `source`, the line and the field."""
-    return parse_inventory_file(text, source).devices
-
-
 def parse_inventory_file(text: str, source: str) -> FakeHost:
     """Devices and vNPU blocks of an inventory file; InventoryFileError names `source`, the line and the field."""
     try:

@@ -184,7 +184,3 @@ def profile_inventory(name: str) -> FakeHost:
         return PROFILES[name]()
     except KeyError:
         raise ValueError(f"unknown fake profile {name!r} (allowed: {', '.join(PROFILES)})") from None
-
-
-def profile_devices(name: str) -> list[Device]:
-    return profile_inventory(name).devices

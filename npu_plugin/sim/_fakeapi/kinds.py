@@ -30,10 +30,6 @@ class Kind:
         """`resourceslices.resource.k8s.io`, or just `nodes` for the core group, as in Status messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
-    @property
-    def qualified_kind(self) -> str:
-        return f"{self.kind}.{self.group}" if self.group else self.kind
-
 
 NODES = Kind(
     "nodes",
