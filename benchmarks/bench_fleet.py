@@ -59,7 +59,7 @@ from benchmarks.common import (
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.ascend.device import Health
-from tests.fakeapi import FakeKubeAPI, RecordedRequest
+from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {
     "requests_per_node_hour": 12.0,

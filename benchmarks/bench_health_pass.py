@@ -75,7 +75,7 @@ def passes(name: str, backend: Backend, count: int, calls: Callable[[], int] | N
 
 
 def npu_smi(work: Path, count: int) -> Pass:
-    from tests.integration.fake_hardware import fake_npu_smi, script
+    from tests.support.fake_hardware import fake_npu_smi, script
 
     fake_npu_smi(work / "fixture", "910b3-x8.info.txt", "910b3-x8.mapping.txt", "910b3-x8.topo.txt")
     wrapper = script(work / "npu-smi", COUNTING_NPU_SMI)
@@ -88,8 +88,8 @@ def npu_smi(work: Path, count: int) -> Pass:
 
 
 def dcmi(work: Path, count: int) -> Pass | None:
-    from tests.integration.fake_hardware import CONFIG_ENV, CompilerMissingError, build
     from tests.integration.test_dcmi_backend import atlas_800t_a2
+    from tests.support.fake_hardware import CONFIG_ENV, CompilerMissingError, build
 
     try:
         library = build(work / "dcmi")

@@ -47,7 +47,7 @@ from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
-from tests.fakeapi import FakeKubeAPI, RecordedRequest
+from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"cpu_s_per_hour": 5.0, "lists_at_rest": 0, "writes_at_rest": 0, "messages": 0}
 MODES = ("device-plugin", "dra", "both")

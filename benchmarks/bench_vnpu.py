@@ -47,7 +47,7 @@ from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, default_id_range
 from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
-from tests.fakeapi import FakeKubeAPI, RecordedRequest
+from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"published_s": 1.0, "republished_s": 1.0, "prepare_p99_ratio": 3.0, "slice_writes_per_minute": 2.0}
 DIES = 16

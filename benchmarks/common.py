@@ -23,7 +23,7 @@ from npu_plugin.ascend.vnpu import ChipVnpu
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
-from tests.fakeapi import RecordedRequest
+from tests.support.fakeapi import RecordedRequest
 
 NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
 

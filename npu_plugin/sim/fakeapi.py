@@ -6,7 +6,7 @@ simulators rely on it: resourceVersion preconditions, generateName, generation, 
 selectors, watches with a bounded history (410 Expired past it) and bookmarks, `dryRun=All` creates, and
 the Kubernetes version (1.34 by default, or 1.35, 1.36) with its DRAPartitionableDevices gate: while the
 gate is off, slice writes lose their counters as kube-apiserver's strategy drops them. Validation, schema
-decoding, patches, label selectors, fault injection and a request log are test-only: `tests.fakeapi`
+decoding, patches, label selectors, fault injection and a request log are test-only: `tests.support.fakeapi`
 extends this server with them. Run `python -m npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH` to get
 a standalone server that prints its URL and stops on SIGTERM.
 """

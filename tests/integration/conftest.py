@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.fake_hardware import CONFIG_ENV, build
+from tests.support.fake_hardware import CONFIG_ENV, build
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.cli.main import main
 from npu_plugin.errors import BackendError
-from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
+from tests.support.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
 
 NOT_SUPPORTED = "This command is not supported on this device\n"
 

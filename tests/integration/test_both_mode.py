@@ -14,18 +14,18 @@ import grpc
 import pytest
 
 from npu_plugin.sim.dra_kubelet import Claim
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import RESOURCE, both_args, node, registered
-from tests.integration.dra_support import (
+from tests.support.both import RESOURCE, both_args, node, registered
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     Workspace,
     async_wait_until,
     plant_claim,
     published_names,
     result,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def run(scenario: Callable[[], Awaitable[None]]) -> None:

@@ -15,10 +15,11 @@ from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.handover.podresources import dra_chip
 from npu_plugin.sim.dra_kubelet import Claim
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import both_args, node, registered
-from tests.integration.dra_support import (
+from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
+from tests.integration.test_observability import OBSERVED, endpoints_of, until_metric
+from tests.support.both import both_args, node, registered
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     Workspace,
     async_wait_until,
     node_slices,
@@ -26,10 +27,9 @@ from tests.integration.dra_support import (
     published_names,
     result,
 )
-from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
-from tests.integration.test_observability import OBSERVED, endpoints_of, until_metric
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 LARGE = "huawei.com/Ascend910-10c.3cpu.32g"
 VNPU_180 = "Ascend910-10c.3cpu.32g-180-5"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin import __version__
-from tests.conftest import REPO, DaemonProcess, Launcher
+from tests.support.daemon import REPO, DaemonProcess, Launcher
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 as_nobody = pytest.mark.skipif(

@@ -17,7 +17,7 @@ from npu_plugin.ascend.device import Device, Health
 from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.errors import BackendError, DcmiError
-from tests.integration.fake_hardware import FakeDie, FakeHost
+from tests.support.fake_hardware import FakeDie, FakeHost
 
 GIB = 1 << 30
 

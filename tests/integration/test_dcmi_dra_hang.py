@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.integration.test_dcmi_vnpu import B3_TOTALS, VIR05, VIR10
+from tests.integration.test_dra_vnpu_prepare import vnpu_claim
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     Workspace,
     async_wait_until,
     dra_args,
@@ -22,11 +23,10 @@ from tests.integration.dra_support import (
     retry_prepare,
     run_with_kubelet,
 )
-from tests.integration.fake_hardware import FakeDie, FakeHost, npu_smi_for
-from tests.integration.test_dcmi_vnpu import B3_TOTALS, VIR05, VIR10
-from tests.integration.test_dra_vnpu_prepare import vnpu_claim
+from tests.support.fake_hardware import FakeDie, FakeHost, npu_smi_for
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 # The test client's gRPC deadline, short so the test is quick; the daemon answers 2 s before it.
 DEADLINE_SECONDS = 6.0
 HUNG = "creating vNPU vir05_1c_16g on npu-0 (id 100): the driver did not answer within"

@@ -20,7 +20,7 @@ from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.errors import BackendError, DcmiError, VnpuError, VnpuNotFoundError
-from tests.integration.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
+from tests.support.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for
 
 D = Decimal
 GIB = 1 << 30

@@ -21,8 +21,8 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.sim.kubelet import KubeletSimulator, PluginConnection
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import DaemonProcess, Launcher, write_inventory
 from tests.support.fake_devices import profile_devices
 
 RESOURCE = "huawei.com/Ascend910"

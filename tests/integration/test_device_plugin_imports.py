@@ -11,7 +11,7 @@ from pathlib import Path
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.sim.kubelet import KubeletSimulator
-from tests.conftest import Launcher
+from tests.support.daemon import Launcher
 
 RESOURCE = "huawei.com/Ascend910"
 # What needs each module that device-plugin mode must not load (a package stands for everything under it).

@@ -24,11 +24,11 @@ from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.sim.kubelet import KubeletSimulator, PluginConnection
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import DaemonProcess, Launcher
 from tests.integration import test_device_plugin
 from tests.integration.test_device_plugin import RESOURCE, Node, kubelet_at, registered, rpc_error, run, until
 from tests.integration.test_observability import OBSERVED, Samples, endpoints_of, until_metric, until_samples, value
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import DaemonProcess, Launcher
 
 node = test_device_plugin.node
 SMALL, LARGE = "huawei.com/Ascend910-5c.1cpu.16g", "huawei.com/Ascend910-10c.3cpu.32g"

@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher, wait_until, write_inventory
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import DaemonProcess, Launcher, wait_until, write_inventory
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -22,8 +21,9 @@ from tests.integration.dra_support import (
     with_health,
 )
 from tests.support.fake_devices import profile_devices
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")
 EVERYTHING = [f"npu-{i}" for i in range(8)]
 WITHOUT_3 = [n for n in EVERYTHING if n != "npu-3"]

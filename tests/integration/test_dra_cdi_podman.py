@@ -12,12 +12,12 @@ import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import DRIVER, Workspace, allocate, dra_args, run_with_kubelet
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import Launcher
+from tests.support.dra import DRIVER, Workspace, allocate, dra_args, run_with_kubelet
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 pytestmark = pytest.mark.podman
 BUSYBOX = Path("/bin/busybox")
 PODMAN_OPTIONS = [

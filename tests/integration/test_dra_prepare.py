@@ -12,10 +12,9 @@ import grpc
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PreparedDevice
 from npu_plugin.sim.scheduler import DeviceRequest
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import Launcher, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import Launcher, wait_until
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -25,8 +24,9 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def files_under(root: Path) -> set[Path]:

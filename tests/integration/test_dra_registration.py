@@ -16,9 +16,8 @@ from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, DraKubeletSimulator
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     DRIVER,
     NODE,
     CheckedKubelet,
@@ -32,9 +31,10 @@ from tests.integration.dra_support import (
     write_inventory,
 )
 from tests.support.fake_devices import profile_devices
-from tests.timerloop import TimerLoop, run_counting_timers
+from tests.support.fakeapi import FakeKubeAPI
+from tests.support.timerloop import TimerLoop, run_counting_timers
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def in_process_plugin(workspace: Workspace, on_registered: Callable[[bool], None]) -> DraPlugin:

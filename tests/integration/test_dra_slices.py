@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from npu_plugin.sim.scheduler import published_devices, select
-from tests.conftest import REPO, Launcher, wait_until, write_inventory
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import REPO, Launcher, wait_until, write_inventory
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -27,8 +26,9 @@ from tests.integration.dra_support import (
     with_health,
 )
 from tests.support.fake_devices import profile_devices
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")
 
 

@@ -12,9 +12,8 @@ from typing import Any
 import grpc
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     DRIVER,
     Workspace,
     allocate,
@@ -24,8 +23,9 @@ from tests.integration.dra_support import (
     retry_prepare,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def test_a_corrupt_checkpoint_is_moved_aside_and_the_daemon_starts_empty(

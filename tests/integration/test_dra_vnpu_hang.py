@@ -15,9 +15,9 @@ from npu_plugin.ascend.device import Device
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.integration.test_dra_vnpu_prepare import V05, hardware, hw_path, live, vnpu_claim, write_hardware
+from tests.support.daemon import DaemonProcess, Launcher
+from tests.support.dra import (
     Workspace,
     async_wait_until,
     claims_in_checkpoint,
@@ -29,9 +29,9 @@ from tests.integration.dra_support import (
     run_with_kubelet,
     with_health,
 )
-from tests.integration.test_dra_vnpu_prepare import V05, hardware, hw_path, live, vnpu_claim, write_hardware
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 PROFILE = profile_inventory("atlas-800t-a2")
 # The test client's gRPC deadline, short so the test is quick; the daemon answers MARGIN_SECONDS before it.
 DEADLINE_SECONDS = 6.0

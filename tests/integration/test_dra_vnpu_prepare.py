@@ -18,9 +18,8 @@ import pytest
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest
-from tests.conftest import DaemonProcess, Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import DaemonProcess, Launcher
+from tests.support.dra import (
     DRIVER,
     Workspace,
     allocate,
@@ -34,8 +33,9 @@ from tests.integration.dra_support import (
     retry_prepare,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 V05 = "vir05_1c_16g"
 
 

@@ -27,9 +27,9 @@ from npu_plugin.inventory.vnpu_plans import ChipPlan, served_chips, serving, wit
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
+from tests.support.daemon import DaemonProcess, Launcher, wait_until
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -41,9 +41,9 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
-from tests.integration.test_device_plugin_vnpu import replace_vnpus, state_reads
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 WRITES = ("create", "update", "delete")
 
 

@@ -26,8 +26,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from npu_plugin.sim import fakeapi
-from tests.conftest import wait_until
-from tests.fakeapi import FakeKubeAPI
+from tests.support.daemon import wait_until
+from tests.support.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
 NODE = "node-a"

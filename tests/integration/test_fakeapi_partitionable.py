@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakeapi import FakeKubeAPI
+from tests.support.fakeapi import FakeKubeAPI
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 COUNTERS = [{"name": "npu-0-counters", "counters": {"aicore": {"value": "20"}, "vnpus": {"value": "16"}}}]

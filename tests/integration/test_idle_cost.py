@@ -16,9 +16,9 @@ from npu_plugin.deviceplugin.listing import DeviceListing
 from npu_plugin.deviceplugin.service import DevicePluginService
 from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.state import Inventory
-from tests.conftest import populate_dev_root, write_inventory
-from tests.integration.fake_hardware import fake_npu_smi, script
+from tests.support.daemon import populate_dev_root, write_inventory
 from tests.support.fake_devices import profile_devices
+from tests.support.fake_hardware import fake_npu_smi, script
 
 DEVICES = profile_devices("atlas-800t-a2")
 PASSES = 20

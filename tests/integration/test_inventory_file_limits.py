@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.ascend.device import Health
-from tests.conftest import DaemonProcess, Launcher, write_inventory
+from tests.support.daemon import DaemonProcess, Launcher, write_inventory
 from tests.support.fake_devices import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")

@@ -20,9 +20,9 @@ from npu_plugin.errors import ConfigError, KubeApiError
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.kubeapi.connection import TokenFile, Transport
 from npu_plugin.kubeapi.kubeconfig import in_cluster_endpoint
-from tests.conftest import REPO, Launcher, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import NODE, dra_args, pool_settled, temporary_workspace
+from tests.support.daemon import REPO, Launcher, wait_until
+from tests.support.dra import NODE, dra_args, pool_settled, temporary_workspace
+from tests.support.fakeapi import FakeKubeAPI
 from tests.support.pki import Authority, Pair
 
 SERVER_NAME = "kubernetes.default.svc"

@@ -7,10 +7,9 @@ from dataclasses import replace
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import Launcher, wait_until, write_inventory
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import both_args
-from tests.integration.dra_support import (
+from tests.support.both import both_args
+from tests.support.daemon import Launcher, wait_until, write_inventory
+from tests.support.dra import (
     DRIVER,
     Workspace,
     dra_args,
@@ -21,8 +20,9 @@ from tests.integration.dra_support import (
     run_with_kubelet,
 )
 from tests.support.fake_devices import profile_devices
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 RINGS = profile_devices("atlas-800-9000")  # ring-0: 0-3, ring-1: 4-7
 
 

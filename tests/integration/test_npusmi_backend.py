@@ -12,8 +12,8 @@ import pytest
 from npu_plugin.ascend.device import Health
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, NpuSmiParseError
-from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
-from tests.integration.fake_hardware import fake_npu_smi, script
+from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
+from tests.support.fake_hardware import fake_npu_smi, script
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.npusmi.vnpu_parse import GIB
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
-from tests.integration.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
-from tests.integration.fake_hardware import fake_npu_smi, script
+from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
+from tests.support.fake_hardware import fake_npu_smi, script
 
 D = Decimal
 

@@ -26,10 +26,7 @@ from npu_plugin.logs import CONTEXT_KEYS, STARTUP_KEYS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator, remove_sockets
 from npu_plugin.sim.podresources import PodResourcesSimulator
-from tests.conftest import DaemonProcess, Launcher, write_inventory
-from tests.fakeapi import FakeKubeAPI
 from tests.integration import test_device_plugin
-from tests.integration.dra_support import DRIVER, NODE, Workspace, allocate, dra_args
 from tests.integration.test_device_plugin import (
     A2,
     RESOURCE,
@@ -42,8 +39,11 @@ from tests.integration.test_device_plugin import (
     until,
     with_health,
 )
+from tests.support.daemon import DaemonProcess, Launcher, write_inventory
+from tests.support.dra import DRIVER, NODE, Workspace, allocate, dra_args
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 node = test_device_plugin.node  # the device-plugin tests' fixture: one directory layout for both files
 
 OBSERVED = ("--metrics-port", "0", "--healthcheck-port", "0", "--bind-address", "127.0.0.1")

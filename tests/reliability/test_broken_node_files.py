@@ -22,11 +22,11 @@ import pytest
 
 from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import DRIVER, Workspace, dra_args, plant_claim, result, run_with_kubelet
+from tests.support.daemon import DaemonProcess, Launcher
+from tests.support.dra import DRIVER, Workspace, dra_args, plant_claim, result, run_with_kubelet
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 needs_mounts = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for private mounts"
 )

@@ -11,9 +11,8 @@ import pytest
 
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.scheduler import DeviceRequest
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import Launcher
+from tests.support.dra import (
     DRIVER,
     Workspace,
     allocate,
@@ -23,8 +22,9 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 DEVICE = {"requestNames": ["npu"], "poolName": "node-a", "deviceName": "npu-0", "cdiDeviceIds": []}
 ENTRY = {"namespace": "default", "name": "c", "state": "PrepareCompleted", "devices": [DEVICE]}
 UID = "44444444-2222-4333-8444-555555555555"

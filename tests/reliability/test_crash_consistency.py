@@ -12,9 +12,8 @@ import pytest
 
 from npu_plugin.dra.checkpoint import PREPARE_COMPLETED, Checkpoint
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PreparedDevice, PrepareResult
-from tests.conftest import DaemonProcess, Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import DaemonProcess, Launcher
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -25,8 +24,9 @@ from tests.integration.dra_support import (
     retry_prepare,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 ITERATIONS = 50
 SEED = 9  # the kill points are random, but the same on every run
 CLAIMS = 6

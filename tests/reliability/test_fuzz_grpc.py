@@ -27,8 +27,8 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
-from tests.integration.dra_support import DRIVER, NODE, plant_claim, result
-from tests.reliability.serving import Served, serving
+from tests.support.dra import DRIVER, NODE, plant_claim, result
+from tests.support.serving import Served, serving
 
 FUZZ = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

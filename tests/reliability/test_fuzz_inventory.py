@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as dp_pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 from npu_plugin.backends.fake.inventory_file import inventory_document
-from tests.conftest import wait_until, write_inventory
-from tests.integration.dra_support import node_slices, with_health
-from tests.reliability.serving import Served, serving
+from tests.support.daemon import wait_until, write_inventory
+from tests.support.dra import node_slices, with_health
 from tests.support.fake_devices import parse_inventory, profile_devices
+from tests.support.serving import Served, serving
 
 A2 = profile_devices("atlas-800t-a2")
 GOOD = yaml.safe_dump(inventory_document(A2), sort_keys=False)

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from tests.conftest import DaemonProcess, Launcher, write_inventory
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import RESOURCE, Node, both_args, node, registered
-from tests.integration.dra_support import Workspace, async_wait_until, pool_settled, published_names, with_health
+from tests.support.both import RESOURCE, Node, both_args, node, registered
+from tests.support.daemon import DaemonProcess, Launcher, write_inventory
+from tests.support.dra import Workspace, async_wait_until, pool_settled, published_names, with_health
 from tests.support.fake_devices import profile_devices
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 A2 = profile_devices("atlas-800t-a2")
 DP_DEVICE, DRA_DEVICE = 1, 5  # both mode with --dra-devices 4-7
 FLAP_SECONDS, FLAP_PERIOD = 10.0, 0.1

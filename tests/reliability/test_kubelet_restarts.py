@@ -8,12 +8,12 @@ import asyncio
 import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import Launcher
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import Node, both_args, node, registered
-from tests.integration.dra_support import Workspace, async_wait_until, pool_settled, published_names
+from tests.support.both import Node, both_args, node, registered
+from tests.support.daemon import Launcher
+from tests.support.dra import Workspace, async_wait_until, pool_settled, published_names
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 RESTARTS = 20
 DP_SHARE = {f"Ascend910-{i}": "Healthy" for i in range(4)}
 DRA_SHARE = [f"npu-{i}" for i in range(4, 8)]

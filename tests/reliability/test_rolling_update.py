@@ -15,9 +15,8 @@ from collections.abc import Sequence
 import grpc
 
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PluginConnection
-from tests.conftest import Launcher, write_inventory
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import (
+from tests.support.daemon import Launcher, write_inventory
+from tests.support.dra import (
     DRIVER,
     Workspace,
     checked_state,
@@ -27,8 +26,9 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 DEVICES = 32
 
 

@@ -16,10 +16,9 @@ import pytest
 
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import RESOURCE, both_args, node, registered
-from tests.integration.dra_support import (
+from tests.support.both import RESOURCE, both_args, node, registered
+from tests.support.daemon import DaemonProcess, Launcher, wait_until
+from tests.support.dra import (
     DRIVER,
     NODE,
     Workspace,
@@ -29,9 +28,10 @@ from tests.integration.dra_support import (
     result,
     run_with_kubelet,
 )
-from tests.reliability.serving import DP_SOCKET, pod_resources
+from tests.support.fakeapi import FakeKubeAPI
+from tests.support.serving import DP_SOCKET, pod_resources
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def mode(path: Path) -> int:

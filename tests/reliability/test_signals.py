@@ -10,11 +10,11 @@ import pytest
 
 from npu_plugin.daemon import STOP_SIGNALS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
-from tests.conftest import DaemonProcess, Launcher, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import DRIVER, Workspace, dra_args, plant_claim, result, run_with_kubelet
+from tests.support.daemon import DaemonProcess, Launcher, wait_until
+from tests.support.dra import DRIVER, Workspace, dra_args, plant_claim, result, run_with_kubelet
+from tests.support.fakeapi import FakeKubeAPI
 
-pytest_plugins = ["tests.integration.dra_fixtures"]
+pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def sockets(workspace: Workspace) -> list[Path]:

@@ -14,7 +14,7 @@ import benchmarks.run
 from benchmarks.bench_fleet import peak_per_second
 from benchmarks.common import WatchLives, at_rest_per_node_hour, per_node_hour, pool_devices, watch_lives
 from benchmarks.run import fleet_size
-from tests.fakeapi import RecordedRequest
+from tests.support.fakeapi import RecordedRequest
 
 
 def slice_(generation: int, count: int, *devices: str) -> dict[str, Any]:

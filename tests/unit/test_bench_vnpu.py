@@ -11,7 +11,7 @@ from benchmarks.bench_vnpu import expected_names, node, p99_ratio, slice_writes,
 from benchmarks.common import complete_pool, write_inventory
 from npu_plugin.ascend.device import Health
 from npu_plugin.backends.fake.inventory_file import parse_inventory_file
-from tests.fakeapi import RecordedRequest
+from tests.support.fakeapi import RecordedRequest
 
 
 def test_node_parses_with_every_chip_dynamic_and_its_own_id_range(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from npu_plugin.cdi.spec import (
     static_spec,
     static_vnpu_cdi_id,
 )
-from tests.cdi_validation import assert_valid_cdi, cdi_problems
+from tests.support.cdi_validation import assert_valid_cdi, cdi_problems
 from tests.support.fake_devices import profile_devices
 
 DRIVER = "npu.huawei.com"

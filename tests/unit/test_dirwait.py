@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from npu_plugin.host.dirwait import nearest_existing, wait_for_directory, wait_until_gone
-from tests.timerloop import run_counting_timers
+from tests.support.timerloop import run_counting_timers
 
 
 def test_nearest_existing(tmp_path: Path) -> None:

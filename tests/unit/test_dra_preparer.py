@@ -17,7 +17,7 @@ from npu_plugin.dra.preparer import Preparer
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
-from tests.cdi_validation import assert_valid_cdi
+from tests.support.cdi_validation import assert_valid_cdi
 from tests.support.fake_devices import profile_devices
 
 DRIVER, POOL = "npu.huawei.com", "node-a"

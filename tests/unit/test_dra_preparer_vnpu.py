@@ -30,8 +30,8 @@ from npu_plugin.errors import BackendError, VnpuError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.inventory.vnpu_plans import VnpuReader
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import wait_until
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import wait_until
 from tests.unit.test_dra_preparer import DRIVER, POOL, Claims, ours
 
 V05 = "vir05_1c_16g"

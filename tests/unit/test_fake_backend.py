@@ -14,7 +14,7 @@ from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.fake.inventory_file import MAX_INVENTORY_BYTES
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
-from tests.conftest import write_inventory
+from tests.support.daemon import write_inventory
 from tests.support.fake_devices import profile_devices
 
 A2 = profile_devices("atlas-800t-a2")

@@ -23,7 +23,7 @@ from npu_plugin.backends.fake.vnpu_hardware import HardwareState, parse_state, r
 from npu_plugin.errors import VnpuError, VnpuNotFoundError
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.fswatch import DirectoryWatch
-from tests.conftest import REPO, wait_until
+from tests.support.daemon import REPO, wait_until
 
 INVENTORY = """devices:
   - physicalId: 0

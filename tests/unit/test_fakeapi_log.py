@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakeapi.faults import RecordedRequest, most_at_once
+from tests.support.fakeapi.faults import RecordedRequest, most_at_once
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 

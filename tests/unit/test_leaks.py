@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.leaks import Child, parse_stat
+from tests.support.leaks import Child, parse_stat
 
 REPO = Path(__file__).resolve().parents[2]
 
 CONFTEST = """
-import tests.leaks
+import tests.support.leaks
 from tests.conftest import no_leaks
 
 # Shorter than the suite's grace, to keep this quick; long enough for a loaded machine.
-tests.leaks.THREAD_GRACE_SECONDS = 2.0
-tests.leaks.GRPC_SETTLE_SECONDS = 2.0
+tests.support.leaks.THREAD_GRACE_SECONDS = 2.0
+tests.support.leaks.GRPC_SETTLE_SECONDS = 2.0
 """
 
 LEAKING_TESTS = """

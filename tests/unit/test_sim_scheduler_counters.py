@@ -121,7 +121,7 @@ def test_a_pool_whose_devices_name_an_unknown_counter_is_unusable() -> None:
 def test_allocate_claim_counts_the_counters_of_every_stored_claim() -> None:
     from npu_plugin.sim.rest import RestClient
     from npu_plugin.sim.scheduler import allocate_claim
-    from tests.fakeapi import FakeKubeAPI
+    from tests.support.fakeapi import FakeKubeAPI
 
     with FakeKubeAPI(kubernetes_minor=35, partitionable_devices=True) as api:
         for body in stored():

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind
-from tests.fakeapi import names
-from tests.fakeapi.counters import slice_counter_errors
-from tests.fakeapi.fielderrors import (
+from tests.support.fakeapi import names
+from tests.support.fakeapi.counters import slice_counter_errors
+from tests.support.fakeapi.fielderrors import (
     FieldError,
     duplicate,
     invalid_value,

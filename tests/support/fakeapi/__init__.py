@@ -16,9 +16,9 @@ from npu_plugin.sim import fakeapi
 from npu_plugin.sim._fakeapi.registry import Registry
 from npu_plugin.sim._fakeapi.server import Context, Server
 from npu_plugin.sim._fakeapi.store import Store
-from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, most_at_once
-from tests.fakeapi.registry import FullRegistry
-from tests.fakeapi.server import FullContext, FullHandler
+from tests.support.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, most_at_once
+from tests.support.fakeapi.registry import FullRegistry
+from tests.support.fakeapi.server import FullContext, FullHandler
 
 __all__ = ["FakeKubeAPI", "RecordedRequest"]
 

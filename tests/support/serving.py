@@ -13,10 +13,10 @@ import grpc
 
 from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.sim.podresources import PodResourcesSimulator
-from tests.conftest import DaemonProcess, Daemons, wait_until
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.both_support import RESOURCE, both_args
-from tests.integration.dra_support import Workspace, checked_state, fake_api_with_node, temporary_workspace
+from tests.support.both import RESOURCE, both_args
+from tests.support.daemon import DaemonProcess, Daemons, wait_until
+from tests.support.dra import Workspace, checked_state, fake_api_with_node, temporary_workspace
+from tests.support.fakeapi import FakeKubeAPI
 
 DP_SOCKET = "dp/npu-plugin-Ascend910.sock"
 

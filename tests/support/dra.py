@@ -24,10 +24,10 @@ from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.rest import RestClient
 from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError, allocate_claim
-from tests.cdi_validation import assert_valid_cdi
-from tests.conftest import write_inventory
-from tests.fakeapi import FakeKubeAPI
+from tests.support.cdi_validation import assert_valid_cdi
+from tests.support.daemon import write_inventory
 from tests.support.fake_devices import profile_devices
+from tests.support.fakeapi import FakeKubeAPI
 
 DRIVER = "npu.huawei.com"
 NODE = "node-a"

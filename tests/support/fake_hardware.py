@@ -125,7 +125,7 @@ class FakeHost:
         return next(d for d in self.dies if d.phy == phy)
 
     def render(self) -> str:
-        lines = ["# written by tests/integration/fake_hardware.py", *(d.line() for d in self.dies)]
+        lines = ["# written by tests/support/fake_hardware.py", *(d.line() for d in self.dies)]
         if self.driver is not None:
             lines.append(f"driver {self.driver}")
         lines += [f"topo_group {kind} {' '.join(map(str, phys))}" for kind, phys in self.topo_groups]

@@ -1,4 +1,4 @@
-"""Fixtures of the DRA integration tests, loaded with `pytest_plugins = ["tests.integration.dra_fixtures"]`."""
+"""Fixtures of the DRA integration tests, loaded with `pytest_plugins = ["tests.support.dra_fixtures"]`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import Workspace, fake_api_with_node, temporary_workspace
+from tests.support.dra import Workspace, fake_api_with_node, temporary_workspace
+from tests.support.fakeapi import FakeKubeAPI
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import jsonschema
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-SCHEMA_DIR = Path(__file__).parent / "fixtures" / "cdi"
+SCHEMA_DIR = Path(__file__).parents[1] / "fixtures" / "cdi"
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 _VENDOR = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CLASS = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_-]*[A-Za-z0-9])?$")  # no '.' before 0.6.0

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
-from tests.conftest import DaemonProcess
-from tests.fakeapi import FakeKubeAPI
-from tests.integration.dra_support import DRIVER, NODE, Workspace, async_wait_until, dra_args
+from tests.support.daemon import DaemonProcess
+from tests.support.dra import DRIVER, NODE, Workspace, async_wait_until, dra_args
+from tests.support.fakeapi import FakeKubeAPI
 
 RESOURCE = "huawei.com/Ascend910"
 

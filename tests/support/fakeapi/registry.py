@@ -9,10 +9,10 @@ from npu_plugin.sim._fakeapi.kinds import JSON, Kind, meta
 from npu_plugin.sim._fakeapi.registry import Registry
 from npu_plugin.sim._fakeapi.status import bad_request
 from npu_plugin.sim._fakeapi.store import Store
-from tests.fakeapi import patch as patches
-from tests.fakeapi.fielderrors import invalid, invalid_value
-from tests.fakeapi.schema import decode
-from tests.fakeapi.validation import validate
+from tests.support.fakeapi import patch as patches
+from tests.support.fakeapi.fielderrors import invalid, invalid_value
+from tests.support.fakeapi.schema import decode
+from tests.support.fakeapi.validation import validate
 
 
 class FullRegistry(Registry):

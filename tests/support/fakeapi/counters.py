@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from npu_plugin.sim._fakeapi.kinds import JSON
-from tests.fakeapi import names
-from tests.fakeapi.fielderrors import FieldError, duplicate, invalid_value, not_found, required, too_many
+from tests.support.fakeapi import names
+from tests.support.fakeapi.fielderrors import FieldError, duplicate, invalid_value, not_found, required, too_many
 
 SPLIT_FROM = 35
 MAX_COUNTERS_PER_SLICE_1_34 = 32

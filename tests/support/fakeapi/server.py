@@ -13,11 +13,11 @@ from npu_plugin.sim._fakeapi.kinds import JSON
 from npu_plugin.sim._fakeapi.routes import Route
 from npu_plugin.sim._fakeapi.server import Context, Handler
 from npu_plugin.sim._fakeapi.status import ApiError, conflict, status_object
-from tests.fakeapi import patch as patches
-from tests.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, request_line
-from tests.fakeapi.fielderrors import invalid_of, required
-from tests.fakeapi.registry import FullRegistry
-from tests.fakeapi.selectors import parse
+from tests.support.fakeapi import patch as patches
+from tests.support.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, request_line
+from tests.support.fakeapi.fielderrors import invalid_of, required
+from tests.support.fakeapi.registry import FullRegistry
+from tests.support.fakeapi.selectors import parse
 
 # Why a watch ended (RecordedRequest.end): its client's timeoutSeconds passed; the cap of `limit_watches` passed;
 # the server ended every watch (`end_watches`); the server stopped; it sent an ERROR event; the connection went
