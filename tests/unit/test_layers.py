@@ -1,5 +1,8 @@
 """The layer table in docs/architecture.md is the rule, and this test reads it from the document itself.
 
+Under a second heading, rows of packages that must never import each other (`deviceplugin/` and
+`dra/`, say) are checked the same way.
+
 Every module of `npu_plugin/` belongs to exactly one layer; a module imports only from its own layer and
 the ones listed above it, and no import cycle joins `npu_plugin` modules. Every `import` statement
 counts wherever it stands: at the top, inside a function (a lazy import is still a dependency), or under
@@ -21,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "npu_plugin"
 HEADING = "## Layers"
+INDEPENDENCE_HEADING = "## Independent packages"
 
 
 @dataclass(frozen=True)
@@ -82,20 +86,55 @@ def layer_table(markdown: str) -> list[Layer]:
     """The rows of the table under the "Layers" heading, top row first: the first cell names the layer,
     the second lists its modules as backticked paths under `npu_plugin/` (`a/{b,c}.py` expands to two
     files; `dir/` is everything under it; text in parentheses is a remark)."""
+    rows = table_rows(markdown, HEADING)
+    layers = [Layer(rank, row[0], entries_in(row[1])) for rank, row in enumerate(rows)]
+    if not layers:
+        raise ValueError(f"the {HEADING!r} section of the architecture document has no table rows")
+    return layers
+
+
+def table_rows(markdown: str, heading: str) -> list[list[str]]:
+    """The cells of each row of the first table under `heading`, header and rule left out."""
     lines = markdown.splitlines()
-    starts = [index for index, line in enumerate(lines) if line.startswith(HEADING)]
+    starts = [index for index, line in enumerate(lines) if line.startswith(heading)]
     if not starts:
-        raise ValueError(f"the architecture document has no {HEADING!r} section")
+        raise ValueError(f"the architecture document has no {heading!r} section")
     rows: list[list[str]] = []
     for line in lines[starts[0] + 1 :]:
         if line.startswith("#") or (rows and not line.startswith("|")):
             break
         if line.startswith("|"):
             rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    layers = [Layer(rank, row[0], entries_in(row[1])) for rank, row in enumerate(rows[2:])]
-    if not layers:
-        raise ValueError(f"the {HEADING!r} section of the architecture document has no table rows")
-    return layers
+    return rows[2:]
+
+
+def independence_rows(markdown: str) -> list[tuple[str, ...]]:
+    """The rows under the "Independent packages" heading: each names packages (`dir/`) that never import
+    each other."""
+    return [entries_in(row[0]) for row in table_rows(markdown, INDEPENDENCE_HEADING)]
+
+
+def crossings(root: Path, markdown: str) -> list[str]:
+    """Imports between packages that a row of the independence table keeps apart, and entries naming no
+    package."""
+    modules = package_modules(root)
+    relative = {name: path.relative_to(root / PACKAGE).as_posix() for name, path in modules.items()}
+    problems, rows = [], []
+    for row in independence_rows(markdown):
+        named = tuple(e for e in row if e.endswith("/") and any(covers(e, path) for path in relative.values()))
+        problems += [f"independence row lists `{e}`, which is no package of {PACKAGE}/" for e in row if e not in named]
+        rows.append(named)
+    for name, path in modules.items():
+        for edge in imports_of(name, path, modules):
+            for row in rows:
+                mine = [entry for entry in row if covers(entry, relative[edge.importer])]
+                theirs = [entry for entry in row if covers(entry, relative[edge.imported])]
+                if mine and theirs and set(mine).isdisjoint(theirs):
+                    problems.append(
+                        f"{path.relative_to(root)}:{edge.line}: {edge.importer} ({mine[0]}) imports "
+                        f"{edge.imported} ({theirs[0]}); these packages never import each other"
+                    )
+    return problems
 
 
 def entries_in(cell: str) -> tuple[str, ...]:
@@ -257,6 +296,11 @@ def test_modules_import_only_from_their_own_layer_or_the_ones_above_it() -> None
     assert not upward, "imports reach up the layer table:\n" + "\n".join(upward)
 
 
+def test_independent_packages_never_import_each_other() -> None:
+    problems = crossings(REPO, architecture())
+    assert not problems, "imports between independent packages:\n" + "\n".join(problems)
+
+
 def test_no_import_cycle_joins_modules_of_the_package() -> None:
     cycles = check(REPO, architecture()).cycles
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
@@ -270,11 +314,17 @@ TABLE = """
 | layer | modules | notes |
 |---|---|---|
 | records | `device.py`, `__init__.py` (remarks like `this` are prose) | `not/a/module` is prose here |
-| logic | `a/{one,two}.py` | |
+| logic | `a/{one,two}.py`, `b/` | |
 | top | `cli.py` | |
 
 ## After
 | other | `nothing.py` | a later table is not read |
+
+## Independent packages
+
+| packages | why |
+|---|---|
+| `a/`, `b/` | |
 """
 
 
@@ -288,6 +338,8 @@ def write_package(root: Path, files: Mapping[str, str]) -> Path:
 
 LAYERED = {
     "device.py": "",
+    "b/__init__.py": '"""Another package."""\n',
+    "b/one.py": "from npu_plugin import device\n",
     "a/__init__.py": '"""A package whose __init__ holds only a docstring needs no row."""\n',
     "a/one.py": "from npu_plugin import device\n",
     "a/two.py": "from . import one\nfrom .one import something\n",
@@ -356,3 +408,20 @@ def test_an_import_cycle_inside_one_layer_is_reported_as_a_path(tmp_path: Path) 
 def test_a_document_without_the_layers_table_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="no '## Layers' section"):
         check(write_package(tmp_path, LAYERED), "# Architecture\n")
+
+
+def test_a_package_importing_an_independent_one_is_reported(tmp_path: Path) -> None:
+    write_package(tmp_path, {**LAYERED, "b/one.py": "def later():\n    from npu_plugin.a import one\n"})
+    assert crossings(tmp_path, TABLE) == [
+        "npu_plugin/b/one.py:2: npu_plugin.b.one (b/) imports npu_plugin.a.one (a/); these packages never import "
+        "each other"
+    ]
+    assert crossings(write_package(tmp_path, LAYERED), TABLE) == []
+
+
+def test_an_independence_entry_naming_no_package_is_reported(tmp_path: Path) -> None:
+    table = TABLE.replace("| `a/`, `b/` |", "| `a/`, `c/`, `device.py` |")
+    assert crossings(write_package(tmp_path, LAYERED), table) == [
+        "independence row lists `c/`, which is no package of npu_plugin/",
+        "independence row lists `device.py`, which is no package of npu_plugin/",
+    ]
