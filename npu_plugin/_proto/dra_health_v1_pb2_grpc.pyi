@@ -10,7 +10,7 @@ bare "v1" as upstream, so the kubelet calls
 "v1.DRAResourceHealth" in its registration supported_versions.
 Newer kubelets prefer this version over v1alpha1. Its proto package is the
 bare "v1", shared with podresources_v1.proto; no names overlap, so both
-files load into one descriptor pool (tests/unit/test_protos.py checks).
+files load into one descriptor pool (tests/project/test_protos.py checks).
 """
 
 from collections import abc as _abc

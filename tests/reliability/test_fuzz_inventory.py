@@ -3,7 +3,7 @@ text, truncated YAML, and the real document with a wrong value somewhere. Writes
 careless writer makes them, so the daemon also reads empty and half-written files. It keeps the last good
 inventory, keeps serving, and takes the next good file.
 
-npu-smi output is fuzzed at the parser (tests/unit/test_npusmi_parse.py: random and mutated tables raise
+npu-smi output is fuzzed at the parser (tests/unit/backends/npusmi/test_parse.py: random and mutated tables raise
 nothing but NpuSmiParseError) and the backend reads a failing npu-smi as Unknown (test_npusmi_backend)."""
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import pytest
 from npu_plugin.cli.main import parse_args
 from npu_plugin.cli.migrate import run
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
-REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "migrate"
+REPO = Path(__file__).resolve().parents[3]
 BAD = (
     "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n"
     "      limits: {huawei.com/Ascend910: -1}\n"

@@ -1,7 +1,7 @@
 """`migrate` golden files: exact output, idempotency, lossless edits and Kubernetes 1.34 validity.
 
 tests/fixtures/migrate/<case>.in.yaml is rewritten and compared byte for byte with <case>.out.yaml.
-To accept a deliberate change of output: NPU_PLUGIN_UPDATE_GOLDEN=1 pytest tests/unit/test_migrate_golden.py
+To accept a deliberate change of output: NPU_PLUGIN_UPDATE_GOLDEN=1 pytest tests/unit/migrate/test_golden.py
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import yaml
 
 from npu_plugin.migrate import Options, migrate_text
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "migrate"
+GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "migrate"
 K8S_VERSION = "1.34.0"
 CASES = sorted(p.name.removesuffix(".in.yaml") for p in GOLDEN.glob("*.in.yaml"))
 OPTIONS = {

@@ -10,7 +10,7 @@ import pytest
 
 from npu_plugin.cli.main import config_from_args, parse_args
 from npu_plugin.kubeapi import client as kube
-from tests.unit.test_manifests import MODES, build, overlay_args
+from tests.project.test_manifests import MODES, build, overlay_args
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_MODULE = ROOT / "npu_plugin" / "kubeapi" / "client.py"

@@ -24,7 +24,7 @@ from npu_plugin.backends.npusmi.vnpu_parse import (
 )
 from npu_plugin.errors import NpuSmiParseError
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "npu-smi"
 D = Decimal
 
 

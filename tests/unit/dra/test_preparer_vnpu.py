@@ -32,7 +32,7 @@ from npu_plugin.inventory.state import Inventory
 from npu_plugin.inventory.vnpu_plans import VnpuReader
 from tests.support.cdi_validation import assert_valid_cdi
 from tests.support.daemon import wait_until
-from tests.unit.test_dra_preparer import DRIVER, POOL, Claims, ours
+from tests.unit.dra.test_preparer import DRIVER, POOL, Claims, ours
 
 V05 = "vir05_1c_16g"
 

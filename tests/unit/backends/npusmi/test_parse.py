@@ -22,9 +22,9 @@ from npu_plugin.backends.npusmi.parse import (
     parse_topology,
 )
 from npu_plugin.errors import NpuSmiParseError
-from tests.unit.test_npusmi_vnpu_parse import VNPU_FIXTURES
+from tests.unit.backends.npusmi.test_vnpu_parse import VNPU_FIXTURES
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
+FIXTURES = Path(__file__).parents[3] / "fixtures" / "npu-smi"
 OK, WARNING, ALARM, CRITICAL, UNKNOWN = Health.OK, Health.WARNING, Health.ALARM, Health.CRITICAL, Health.UNKNOWN
 
 

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client import generate_latest
 
 from npu_plugin.observability.metrics import APIS, Metrics
-from tests.unit.test_manifests import MANIFESTS, MODES, Obj, _docs, _one, _validate, build
+from tests.project.test_manifests import MANIFESTS, MODES, Obj, _docs, _one, _validate, build
 
 NAMESPACE = "npu-plugin"
 CLUSTER_SCOPED = {

@@ -21,7 +21,7 @@ from npu_plugin.dra.checkpoint import (
 from npu_plugin.errors import CheckpointError
 from npu_plugin.host.boot import read_boot_id
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoint"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "checkpoint"
 
 
 def device(name: str, physical_id: int, cdi: tuple[str, ...] = (), request: str = "npu") -> PreparedDevice:

@@ -24,7 +24,7 @@ from npu_plugin.sim.scheduler import (
     remaining_counters,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SETTINGS = SliceSettings("npu.huawei.com", "n1", None, UnhealthyPolicy.REMOVE)
 VIR05 = 'device.attributes["npu.huawei.com"].vnpuTemplate == "vir05_1c_16g"'
 VIR10 = 'device.attributes["npu.huawei.com"].vnpuTemplate == "vir10_3c_32g"'
