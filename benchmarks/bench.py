@@ -1,14 +1,14 @@
-"""Device-plugin benchmarks: Allocate latency against a trivial gRPC floor, idle RSS, time to register,
-and what --metrics-port costs Allocate.
+"""Device-plugin benchmarks: Allocate latency against a trivial gRPC floor, idle RSS, time to
+register, and what --metrics-port costs Allocate.
 
-`run(results)` adds a "device_plugin" entry to `results`; scripts/bench prints it with the rest. Nothing
-here asserts on time. There are two floors, each a trivial unary call over a Unix socket in a process of
-its own: an asyncio server like the daemon's and a synchronous grpcio server (thread pool). Targets:
-Allocate p50 <= 1.5x the asyncio floor, p99 <= 2x; p50 <= 1.3x the synchronous floor, p99 <= 1.5x; idle
-RSS <= 45 MiB; registered
-<= 1 s after start; Allocate with --metrics-port 0 within 1.1x (p50) and 1.25x (p99, noisier) of the same
-daemon without it — two daemons served side by side and called interleaved, in the same run — plus the
-noise-free cost of recording one Allocate in the metrics.
+`run(results)` adds a "device_plugin" entry to `results`; scripts/bench prints it with the rest.
+Nothing here asserts on time. There are two floors, each a trivial unary call over a Unix socket in
+a process of its own: an asyncio server like the daemon's and a synchronous grpcio server (thread
+pool). Targets: Allocate p50 <= 1.5x the asyncio floor, p99 <= 2x; p50 <= 1.3x the synchronous
+floor, p99 <= 1.5x; idle RSS <= 45 MiB; registered <= 1 s after start; Allocate with --metrics-port
+0 within 1.1x (p50) and 1.25x (p99, noisier) of the same daemon without it — two daemons served side
+by side and called interleaved, in the same run — plus the noise-free cost of recording one Allocate
+in the metrics.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def serve_sync_echo(socket_path: str) -> None:
 
 
 def serve_echo(socket_path: str) -> None:
-    """The asyncio floor: a unary method that returns its request bytes, on its own process and Unix socket."""
+    """The asyncio floor: a unary method that returns its request bytes, on its own process and Unix
+    socket."""
 
     async def main() -> None:
         async def echo(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
@@ -180,7 +181,8 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def served(work: Path, name: str, *extra: str, source: Sequence[str] = PROFILE) -> AsyncIterator[Served]:
-    """A device-plugin daemon on `source` (fake backend flags) registered with its own kubelet simulator."""
+    """A device-plugin daemon on `source` (fake backend flags) registered with its own kubelet
+    simulator."""
     plugin_dir = work / name
     argv = serve_argv(
         "--mode",
@@ -201,7 +203,8 @@ async def served(work: Path, name: str, *extra: str, source: Sequence[str] = PRO
 
 @contextlib.contextmanager
 def echo_server(work: Path, floor: str = FLOOR) -> Iterator[Path]:
-    """A floor's server (FLOOR or SYNC_FLOOR), in a process of its own like the daemon; its socket."""
+    """A floor's server (FLOOR or SYNC_FLOOR), in a process of its own like the daemon; its
+    socket."""
     name = floor.replace(" ", "-")
     socket_path = work / f"{name}.sock"
     option = "--serve-echo" if floor == FLOOR else "--serve-sync-echo"
@@ -210,7 +213,8 @@ def echo_server(work: Path, floor: str = FLOOR) -> Iterator[Path]:
 
 
 def free_port() -> int:
-    # The daemon logs the port it chose only at info level, and info logging would slow every Allocate.
+    # The daemon logs the port it chose only at info level, and info logging would slow every
+    # Allocate.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -218,7 +222,8 @@ def free_port() -> int:
 
 
 def allocations_counted(port: int) -> int:
-    """npu_plugin_allocations_total of the metrics daemon: proof that its Allocates really recorded."""
+    """npu_plugin_allocations_total of the metrics daemon: proof that its Allocates really
+    recorded."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     match = re.search(r"^npu_plugin_allocations_total (\S+)$", text, re.MULTILINE)
@@ -277,7 +282,8 @@ def results(
 
 
 def record_cost_us(rounds: int = 100_000) -> float:
-    """What metrics add to one Allocate, free of the noise between two processes: one record_allocate."""
+    """What metrics add to one Allocate, free of the noise between two processes: one
+    record_allocate."""
     from npu_plugin.observability.metrics import Metrics
 
     metrics = Metrics()
@@ -357,7 +363,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
-    """Measure device-plugin mode and store the numbers and targets under results["device_plugin"]."""
+    """Measure device-plugin mode and store the numbers and targets under
+    results["device_plugin"]."""
     work = Path(tempfile.mkdtemp(prefix="npu-bench-", dir="/tmp"))
     try:
         measured = asyncio.run(measure(work, budget.calls, budget.warmup, budget.settle))

@@ -1,13 +1,15 @@
-"""Both mode: start to registered (both APIs) and first slice, idle RSS, and health propagation latency.
+"""Both mode: start to registered (both APIs) and first slice, idle RSS, and health propagation
+latency.
 
-One daemon serves devices 0-3 through the device plugin and 4-7 through DRA, with --health-interval 0.2
-and the default thresholds (2 bad samples to fall, 3 good ones to rise). Each round turns device 1 (device
-plugin) and device 5 (DRA) Critical in the inventory file, then OK again, and times the moment the kubelet
-simulator's ListAndWatch shows the new verdict and the moment the ResourceSlice shows it (device 5 leaves
-the slice, then comes back). Last, every slice of the node is deleted (as the kubelet does at its start) and
-the time until the pool is complete again is taken. Nothing here asserts on time. Targets: both APIs
-registered and the first slice published <= 2 s after start; idle RSS <= 75 MiB (what DRA mode may use);
-health propagation <= 1 s; republish after deletion <= 5 s.
+One daemon serves devices 0-3 through the device plugin and 4-7 through DRA, with --health-interval
+0.2 and the default thresholds (2 bad samples to fall, 3 good ones to rise). Each round turns device
+1 (device plugin) and device 5 (DRA) Critical in the inventory file, then OK again, and times the
+moment the kubelet simulator's ListAndWatch shows the new verdict and the moment the ResourceSlice
+shows it (device 5 leaves the slice, then comes back). Last, every slice of the node is deleted (as
+the kubelet does at its start) and the time until the pool is complete again is taken. Nothing here
+asserts on time. Targets: both APIs registered and the first slice published <= 2 s after start;
+idle RSS <= 75 MiB (what DRA mode may use); health propagation <= 1 s; republish after deletion <= 5
+s.
 """
 
 from __future__ import annotations
@@ -181,7 +183,8 @@ async def propagations(node: Node, inventory: Path, rounds: int) -> dict[str, li
 
 def rows(section: dict[str, Any]) -> list[Row]:
     r, t = section["results"], section["targets"]
-    # Two samples fail a device and three restore it (the default thresholds), each poll 0.2 s apart.
+    # Two samples fail a device and three restore it (the default thresholds), each poll 0.2 s
+    # apart.
     settings = f"{r['rounds']} rounds, polls every {r['health_interval_s']:g} s"
     propagation = [
         Row(

@@ -1,9 +1,11 @@
-"""DRA benchmarks: Prepare/Unprepare latency against a floor, start to registered + first slice, idle RSS.
+"""DRA benchmarks: Prepare/Unprepare latency against a floor, start to registered + first slice,
+idle RSS.
 
 `run(results)` adds a "dra" entry to `results`; scripts/bench prints it with the rest. The floor is
 what one Prepare cannot avoid — one GET of the claim from the same API server plus one fsync'd file
 write — measured interleaved with the Prepares, in the same run. Nothing here asserts on time.
-Targets: Prepare p99 <= 50 ms and <= 3x the floor; idle RSS <= 75 MiB; registered and first slice <= 2 s.
+Targets: Prepare p99 <= 50 ms and <= 3x the floor; idle RSS <= 75 MiB; registered and first slice <=
+2 s.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def slices_published(rest: RestClient) -> bool:
 
 
 class Floor:
-    """One GET of the claim over a kept-alive connection, then one small file written and fsync'd."""
+    """One GET of the claim over a kept-alive connection, then one small file written and
+    fsync'd."""
 
     def __init__(self, url: str, claim: Claim, scratch: Path) -> None:
         self._pool = urllib3.PoolManager(maxsize=1)

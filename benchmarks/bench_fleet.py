@@ -1,8 +1,8 @@
 """scripts/bench --fleet N: what a fleet of N DRA nodes costs the API server, and how it comes back.
 
-N daemons in DRA mode (default settings, each on its own fake inventory file, node name and directories)
-share one fake API server, run in this process on 127.0.0.1 so its request log can be read directly.
-Phases, in order:
+N daemons in DRA mode (default settings, each on its own fake inventory file, node name and
+directories) share one fake API server, run in this process on 127.0.0.1 so its request log can be
+read directly. Phases, in order:
 
 1. cold start: every daemon starts at once; the time until every node's pool is published and complete;
 2. rest: over `Budget.watch_cycle` seconds (630 s: past the daemons' longest watch, so every node's watch
@@ -17,10 +17,10 @@ Phases, in order:
    and until every node watches its slices again, and the peak LIST rate (over any one second) meanwhile;
 4. flap: one device of one node turns Critical and back; the writes that causes, and on how many nodes.
 
-The daemons share this machine's cores, so a cold start of many on few cores measures CPU contention as
-much as the daemon. Every process started here is stopped by its pid, on error too.
-Targets: <= 12 requests per node-hour at rest and no write; all pools published <= 10 s after start;
-every node correct <= 30 s after the API returns, with at most N/5 LISTs in any second.
+The daemons share this machine's cores, so a cold start of many on few cores measures CPU contention
+as much as the daemon. Every process started here is stopped by its pid, on error too. Targets: <=
+12 requests per node-hour at rest and no write; all pools published <= 10 s after start; every node
+correct <= 30 s after the API returns, with at most N/5 LISTs in any second.
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def pools(api: FakeKubeAPI) -> dict[str, list[str] | None]:
 def wait_until_correct(
     api: FakeKubeAPI, nodes: list[str], want: Callable[[str], list[str]], on_poll: Callable[[], None] = lambda: None
 ) -> dict[str, float]:
-    """When (time.monotonic()) each node's pool became `want(node)`; TimeoutError after TIMEOUT_S."""
+    """When (time.monotonic()) each node's pool became `want(node)`; TimeoutError after
+    TIMEOUT_S."""
     started, done = time.monotonic(), dict[str, float]()
     while len(done) < len(nodes):
         on_poll()
@@ -153,8 +154,8 @@ def verbs(requests: list[RecordedRequest]) -> Counter[str]:
 
 
 class RequestRate:
-    """The most LISTs, and the most requests of any verb, the API server answered within any one second,
-    from request-log samples."""
+    """The most LISTs, and the most requests of any verb, the API server answered within any one
+    second, from request-log samples."""
 
     def __init__(self, api: FakeKubeAPI) -> None:
         self._api = api
@@ -174,8 +175,8 @@ class RequestRate:
 
 
 def peak_per_second(samples: list[tuple[float, int]]) -> int:
-    """The largest growth of a running count within one second, from (seconds, count so far) samples in
-    time order; a sample less than a second after the first counts from zero."""
+    """The largest growth of a running count within one second, from (seconds, count so far) samples
+    in time order; a sample less than a second after the first counts from zero."""
     best = 0
     for end, count in samples:
         before = [c for t, c in samples if t <= end - 1.0]
@@ -252,7 +253,8 @@ class Recovery:
 
 
 def outage(api: FakeKubeAPI, members: list[Member]) -> Recovery:
-    """A device of every node fails while the API server is away for OUTAGE_S; how the fleet comes back."""
+    """A device of every node fails while the API server is away for OUTAGE_S; how the fleet comes
+    back."""
     for member in members:
         member.set_critical({OUTAGE_DEVICE})
     api.set_down(True)
@@ -339,8 +341,8 @@ def by_verb(rates: dict[str, float]) -> str:
 
 
 def rest_row(r: dict[str, Any], t: dict[str, Any]) -> Row:
-    """Requests at rest: judged on the counted verbs with WATCH from the watches' lifetimes; the counted WATCH
-    rate is shown beside it."""
+    """Requests at rest: judged on the counted verbs with WATCH from the watches' lifetimes; the
+    counted WATCH rate is shown beside it."""
     lives = WatchLives.from_results(r["watch_lives"])
     counted_rates, judged = r["counted_per_node_hour"], r["requests_per_node_hour"]
     window = f"over {r['rest_window_s']:g} s, {counted(r['counted_at_rest'])} ({by_verb(counted_rates)} per node-hour)"

@@ -1,11 +1,12 @@
-"""The cost of one health pass (`Backend.sample()` for every device) on each backend, and what it adds
-to an idle hour at the default --health-interval of 5 s.
+"""The cost of one health pass (`Backend.sample()` for every device) on each backend, and what it
+adds to an idle hour at the default --health-interval of 5 s.
 
-The backends are the real ones against the fakes the tests use: the fake backend on a profile and on an
-inventory file, `npu-smi` as the fixture-driven shell script (behind a wrapper that counts its runs), and
-DCMI through ctypes into the fake libdcmi.so compiled from tests/fakedcmi (skipped without gcc). CPU time
-counts this process and its children (npu-smi runs), so a pass's fork and exec are in it. Target: one
-backend call per pass for all devices (one npu-smi run), never one per device.
+The backends are the real ones against the fakes the tests use: the fake backend on a profile and on
+an inventory file, `npu-smi` as the fixture-driven shell script (behind a wrapper that counts its
+runs), and DCMI through ctypes into the fake libdcmi.so compiled from tests/fakedcmi (skipped
+without gcc). CPU time counts this process and its children (npu-smi runs), so a pass's fork and
+exec are in it. Target: one backend call per pass for all devices (one npu-smi run), never one per
+device.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""Idle cost of each mode: CPU-seconds per hour, wakeups per second, RSS, ListAndWatch messages and API
-requests at rest, of a daemon with default settings (--health-interval 5) on the fake backend.
+"""Idle cost of each mode: CPU-seconds per hour, wakeups per second, RSS, ListAndWatch messages and
+API requests at rest, of a daemon with default settings (--health-interval 5) on the fake backend.
 
-The three daemons run side by side, each with its own kubelet simulators and (dra, both) its own fake API
-server in this process. Once they have registered and published, and settled, their CPU time (every
-thread's, from schedstat), context switches (one per wakeup), ListAndWatch messages and the API requests
-their fake server answered are counted over `Budget.idle_window` seconds (CPU scaled to an hour). A watch lives 5 to
-10 minutes, longer than the window, so no watch ends in it and its WATCH rate is not measured here (the row says
-so, with the lifetimes of any watch that did end); `scripts/bench --fleet` measures it from every node's watch
-lifetime over a full watch cycle. Targets: <= 5 CPU-s/h in every mode; no LIST and no write at rest; no
-ListAndWatch message while nothing changes.
+The three daemons run side by side, each with its own kubelet simulators and (dra, both) its own
+fake API server in this process. Once they have registered and published, and settled, their CPU
+time (every thread's, from schedstat), context switches (one per wakeup), ListAndWatch messages and
+the API requests their fake server answered are counted over `Budget.idle_window` seconds (CPU
+scaled to an hour). A watch lives 5 to 10 minutes, longer than the window, so no watch ends in it
+and its WATCH rate is not measured here (the row says so, with the lifetimes of any watch that did
+end); `scripts/bench --fleet` measures it from every node's watch lifetime over a full watch cycle.
+Targets: <= 5 CPU-s/h in every mode; no LIST and no write at rest; no ListAndWatch message while
+nothing changes.
 """
 
 from __future__ import annotations

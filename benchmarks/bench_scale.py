@@ -1,11 +1,13 @@
-"""A 1,024-device node (fake inventory): slices and their chunking, the ListAndWatch message, Allocate.
+"""A 1,024-device node (fake inventory): slices and their chunking, the ListAndWatch message,
+Allocate.
 
-DRA: time from start to all 1,024 devices published (a complete pool), and how many slices carry them.
-Device plugin: the ListAndWatch message the kubelet receives (bytes) and what building it costs (timed
-in process, against the same for 8 devices), and Allocate on the 1,024-device daemon against an
-8-device one — interleaved, in the same run, both with a 60 s health poll so the fake backend's re-reading
-of a 240 kB inventory file stays out of the numbers. Nothing here asserts on time. Targets: published in
-<= 2 s; 128 devices per slice (8 slices); Allocate p50 within 1.25x of the 8-device daemon's.
+DRA: time from start to all 1,024 devices published (a complete pool), and how many slices carry
+them. Device plugin: the ListAndWatch message the kubelet receives (bytes) and what building it
+costs (timed in process, against the same for 8 devices), and Allocate on the 1,024-device daemon
+against an 8-device one — interleaved, in the same run, both with a 60 s health poll so the fake
+backend's re-reading of a 240 kB inventory file stays out of the numbers. Nothing here asserts on
+time. Targets: published in <= 2 s; 128 devices per slice (8 slices); Allocate p50 within 1.25x of
+the 8-device daemon's.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""vNPU benchmarks: a DRA daemon with `--vnpu dynamic` (fake backend, its simulated hardware in the work dir) on a
-16-die node, against the fake API server and the DRA kubelet simulator.
+"""vNPU benchmarks: a DRA daemon with `--vnpu dynamic` (fake backend, its simulated hardware in the
+work dir) on a 16-die node, against the fake API server and the DRA kubelet simulator.
 
 - start to a complete pool with every chip and every template published (Kubernetes 1.36, partitionable
   devices on), and a health change on one chip re-published, with --health-interval 0.2;
@@ -8,9 +8,9 @@
 - slice writes at rest with the DRAPartitionableDevices gate off (Kubernetes 1.35): no write storm when
   the API server drops the counters the daemon publishes.
 
-`run(results)` adds a "vnpu" entry to `results`. Nothing here asserts on time.
-Targets: published and re-published <= 1 s; vNPU Prepare p99 <= 3x whole-NPU Prepare p99; <= 2 slice writes
-per minute at rest.
+`run(results)` adds a "vnpu" entry to `results`. Nothing here asserts on time. Targets: published
+and re-published <= 1 s; vNPU Prepare p99 <= 3x whole-NPU Prepare p99; <= 2 slice writes per minute
+at rest.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ SLICE_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def node(dies: int) -> FakeHost:
-    """`dies` 910B3 dies shaped as the atlas-800t-a2 profile's: one die per card, its vNPU templates and totals,
-    every chip able to create vNPUs on demand."""
+    """`dies` 910B3 dies shaped as the atlas-800t-a2 profile's: one die per card, its vNPU templates
+    and totals, every chip able to create vNPUs on demand."""
     profile = profile_inventory("atlas-800t-a2")
     shape, chip = profile.devices[0], profile.vnpu[0]
     devices = [
@@ -83,8 +83,8 @@ def with_health(devices: Sequence[Device], physical_id: int, health: Health) -> 
 
 
 def expected_names(inventory: FakeHost) -> set[str]:
-    """The names that show every chip and every template of it published: `npu-N` and the first device of each
-    template, `npu-N-<template with dashes>-0`."""
+    """The names that show every chip and every template of it published: `npu-N` and the first
+    device of each template, `npu-N-<template with dashes>-0`."""
     names = set()
     for device in inventory.devices:
         whole = f"npu-{device.physical_id}"
@@ -121,7 +121,8 @@ def daemon_argv(work: Path, *extra: str) -> list[str]:
 
 @contextlib.contextmanager
 def api_at(work: Path, minor: int, partitionable: bool) -> Iterator[FakeKubeAPI]:
-    """A fake API server of Kubernetes 1.`minor` with this node and its kubeconfig in `work`, stopped at the end."""
+    """A fake API server of Kubernetes 1.`minor` with this node and its kubeconfig in `work`,
+    stopped at the end."""
     api = FakeKubeAPI(kubernetes_minor=minor, partitionable_devices=partitionable)
     with api:  # entered apart: __enter__ is typed as the simulators' smaller server
         api.add_node(NODE)

@@ -1,4 +1,5 @@
-"""What every benchmark needs: child processes stopped by pid, RSS, percentiles, polling, fake devices."""
+"""What every benchmark needs: child processes stopped by pid, RSS, percentiles, polling, fake
+devices."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
 
 @dataclass(frozen=True)
 class Budget:
-    """How long each benchmark measures: `FULL` for numbers worth recording, `QUICK` to try things out."""
+    """How long each benchmark measures: `FULL` for numbers worth recording, `QUICK` to try things
+    out."""
 
     calls: int  # Allocate calls of each kind
     prepares: int  # Prepare/Unprepare cycles
@@ -38,8 +40,9 @@ class Budget:
     settle: float  # seconds between registration and the idle RSS read
     rounds: int  # health faults and recoveries
     idle_window: float  # seconds over which an idle daemon's CPU time and API requests are counted
-    # The least time the fleet stays at rest: past the daemon's longest watch (10 minutes), so that every node's
-    # watch ends once and its lifetime is measured; 0 measures only `idle_window`, where no watch ends.
+    # The least time the fleet stays at rest: past the daemon's longest watch (10 minutes), so that
+    # every node's watch ends once and its lifetime is measured; 0 measures only `idle_window`,
+    # where no watch ends.
     watch_cycle: float
 
 
@@ -61,8 +64,8 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def stop(children: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM to every child still running, all at once; after `grace` seconds, SIGKILL to the group of
-    each one that has not exited. Only these pids (and their groups) are signalled."""
+    """SIGTERM to every child still running, all at once; after `grace` seconds, SIGKILL to the
+    group of each one that has not exited. Only these pids (and their groups) are signalled."""
     running = [child for child in children if child.poll() is None]
     for child in running:
         child.send_signal(signal.SIGTERM)
@@ -157,7 +160,8 @@ def dev_root(work: Path, count: int = 8) -> Path:
 
 
 def fake_devices(count: int) -> list[Device]:
-    """`count` 910B3 dies, eight per NUMA node and per HCCS group (a large node, as far as the fake goes)."""
+    """`count` 910B3 dies, eight per NUMA node and per HCCS group (a large node, as far as the fake
+    goes)."""
     return [
         Device(
             physical_id=i,
@@ -178,8 +182,8 @@ def fake_devices(count: int) -> list[Device]:
 
 
 def write_inventory(path: Path, devices: list[Device], vnpu: Mapping[int, ChipVnpu] | None = None) -> Path:
-    """Replace the inventory file in one rename, so the daemon never reads half of it; `vnpu` adds the chips'
-    vNPU blocks."""
+    """Replace the inventory file in one rename, so the daemon never reads half of it; `vnpu` adds
+    the chips' vNPU blocks."""
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(yaml.safe_dump(inventory_document(devices, vnpu), sort_keys=False), encoding="utf-8")
     os.replace(temp, path)
@@ -187,8 +191,9 @@ def write_inventory(path: Path, devices: list[Device], vnpu: Mapping[int, ChipVn
 
 
 def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> list[str]:
-    """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless given).
-    The kubelet's directories are created here, as the kubelet does: the daemon waits for them."""
+    """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless
+    given). The kubelet's directories are created here, as the kubelet does: the daemon waits for
+    them."""
     for kubelet_dir in ("reg", "plugins"):
         (work / kubelet_dir).mkdir(parents=True, exist_ok=True)
     return [
@@ -208,19 +213,21 @@ def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> li
 
 
 def published(rest: RestClient) -> list[str] | None:
-    """This node's published device names when the pool is complete (one generation, every slice there)."""
+    """This node's published device names when the pool is complete (one generation, every slice
+    there)."""
     return pool_devices(rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"])
 
 
 def pool_devices(items: list[dict[str, Any]]) -> list[str] | None:
-    """The device names of one node's slices when its pool is complete (one generation, every slice there)."""
+    """The device names of one node's slices when its pool is complete (one generation, every slice
+    there)."""
     pool = complete_pool(items)
     return None if pool is None else sorted(pool[1], key=lambda n: int(n.split("-")[1]))
 
 
 def complete_pool(items: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]] | None:
-    """The generation and device names of one node's slices when its pool is complete, else None. A slice may
-    hold only counters (no devices)."""
+    """The generation and device names of one node's slices when its pool is complete, else None. A
+    slice may hold only counters (no devices)."""
     pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
     if len(pools) != 1 or next(iter(pools))[1] != len(items):
         return None
@@ -233,8 +240,9 @@ def slice_count(rest: RestClient) -> int:
 
 @dataclass(frozen=True)
 class CpuReading:
-    """A process's CPU time (every live thread's, from schedstat: nanoseconds, not 10 ms ticks) and its
-    context switches, which count wakeups: a thread that sleeps and wakes switches out once per wakeup."""
+    """A process's CPU time (every live thread's, from schedstat: nanoseconds, not 10 ms ticks) and
+    its context switches, which count wakeups: a thread that sleeps and wakes switches out once per
+    wakeup."""
 
     seconds: float
     switches: int
@@ -256,21 +264,24 @@ def cpu_reading(pid: int) -> CpuReading:
 WRITES = frozenset({"CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"})
 
 HOUR = 3600.0
-# How a watch of a node at rest ends by itself: its timeoutSeconds passes, or its client closes it. The other
-# ends (the server stopping, ending every watch, an injected fault) are not the daemon's doing.
+# How a watch of a node at rest ends by itself: its timeoutSeconds passes, or its client closes it.
+# The other ends (the server stopping, ending every watch, an injected fault) are not the daemon's
+# doing.
 ENDS_AT_REST = ("timeout", "connection lost")
 
 
 def per_node_hour(requests: list[RecordedRequest], seconds: float, nodes: int = 1) -> dict[str, float]:
-    """The requests answered over a window of `seconds`, by verb (upper-case), scaled to one node-hour."""
+    """The requests answered over a window of `seconds`, by verb (upper-case), scaled to one
+    node-hour."""
     counted = Counter(r.verb.upper() for r in requests)
     return {name: round(count * HOUR / seconds / nodes, 1) for name, count in sorted(counted.items())}
 
 
 @dataclass(frozen=True)
 class WatchLives:
-    """The watches that ended within a window, as the API server saw them: how long each one that ended by
-    itself (ENDS_AT_REST) stayed open, every end by why, and how many were still open when the window closed."""
+    """The watches that ended within a window, as the API server saw them: how long each one that
+    ended by itself (ENDS_AT_REST) stayed open, every end by why, and how many were still open when
+    the window closed."""
 
     lifetimes: tuple[float, ...]
     ends: Mapping[str, int]
@@ -283,8 +294,8 @@ class WatchLives:
 
     @property
     def per_hour(self) -> float | None:
-        """One node's WATCH requests in an hour at rest: a watch is re-opened as it ends, so one per lifetime
-        (None when no watch ended by itself in the window)."""
+        """One node's WATCH requests in an hour at rest: a watch is re-opened as it ends, so one per
+        lifetime (None when no watch ended by itself in the window)."""
         if not self.lifetimes:
             return None
         return round(HOUR / (sum(self.lifetimes) / len(self.lifetimes)), 1)
@@ -303,7 +314,8 @@ class WatchLives:
 
 
 def watch_lives(requests: list[RecordedRequest], since: float, until: float) -> WatchLives:
-    """The lives of the watches among `requests` that ended between `since` and `until` (time.monotonic())."""
+    """The lives of the watches among `requests` that ended between `since` and `until`
+    (time.monotonic())."""
     watches = [r for r in requests if r.verb == "watch" and r.started <= until]
     ended = [r for r in watches if r.ended is not None and since <= r.ended <= until]
     return WatchLives(
@@ -314,10 +326,10 @@ def watch_lives(requests: list[RecordedRequest], since: float, until: float) -> 
 
 
 def at_rest_per_node_hour(counted: Mapping[str, float], lives: WatchLives) -> dict[str, float] | None:
-    """What an at-rest target is judged on: every verb as counted over the window, except WATCH, which comes from
-    the watches' lifetimes (a window shorter than a watch cycle counts 0 or a multiple of 3600/window by chance,
-    and one of a single cycle counts the first renewal of nodes started together, not the steady rate). None
-    when no watch ended by itself in the window."""
+    """What an at-rest target is judged on: every verb as counted over the window, except WATCH,
+    which comes from the watches' lifetimes (a window shorter than a watch cycle counts 0 or a
+    multiple of 3600/window by chance, and one of a single cycle counts the first renewal of nodes
+    started together, not the steady rate). None when no watch ended by itself in the window."""
     watches = lives.per_hour
     if watches is None:
         return None

@@ -1,4 +1,5 @@
-"""The benchmark table: one row per number, its context, its target and whether the target is met."""
+"""The benchmark table: one row per number, its context, its target and whether the target is
+met."""
 
 from __future__ import annotations
 

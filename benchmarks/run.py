@@ -1,6 +1,6 @@
-"""scripts/bench: every benchmark, one table, one JSON file. Benchmarks never fail the build: a missed
-target is marked in the table and the JSON, and the exit code stays 0 (it is 1 only when a benchmark
-could not run at all)."""
+"""scripts/bench: every benchmark, one table, one JSON file. Benchmarks never fail the build: a
+missed target is marked in the table and the JSON, and the exit code stays 0 (it is 1 only when a
+benchmark could not run at all)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,11 @@ def environment(budget: Budget) -> dict[str, Any]:
 
 
 def compile_package() -> None:
-    """Every daemon started by the benchmarks runs from bytecode, as one installed from the image's wheel does (pip
-    compiles at install): a source checkout may have none (PYTHONDONTWRITEBYTECODE), and a daemon compiling its
-    modules at each start would be charged CPU time and memory no node pays. The files go where Python looks for
-    them (`__pycache__` beside each module, ignored by git); the rest of the interpreter's modules have theirs."""
+    """Every daemon started by the benchmarks runs from bytecode, as one installed from the image's
+    wheel does (pip compiles at install): a source checkout may have none (PYTHONDONTWRITEBYTECODE),
+    and a daemon compiling its modules at each start would be charged CPU time and memory no node
+    pays. The files go where Python looks for them (`__pycache__` beside each module, ignored by
+    git); the rest of the interpreter's modules have theirs."""
     package = Path(__file__).resolve().parent.parent / "npu_plugin"
     if not compileall.compile_dir(package, quiet=1):
         raise RuntimeError(f"could not compile {package}")

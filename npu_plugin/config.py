@@ -1,8 +1,8 @@
-"""The daemon's configuration as values: the enums, `Config` and the checks on them (`BackendOptions`, where
-devices come from, lives beside the backends in `backends/options.py`).
+"""The daemon's configuration as values: the enums, `Config` and the checks on them
+(`BackendOptions`, where devices come from, lives beside the backends in `backends/options.py`).
 
-Flags are declared in `cli/flags.py` and their values checked by `cli/flagtypes.py`; this module knows
-nothing about argparse.
+Flags are declared in `cli/flags.py` and their values checked by `cli/flagtypes.py`; this module
+knows nothing about argparse.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Mode(StrEnum):
 
 
 class UnhealthyPolicy(StrEnum):
-    """What a ResourceSlice does with an unhealthy device: leave it out, or keep it with a NoSchedule taint."""
+    """What a ResourceSlice does with an unhealthy device: leave it out, or keep it with a
+    NoSchedule taint."""
 
     REMOVE = "remove"
     TAINT = "taint"

@@ -23,8 +23,9 @@ from npu_plugin.inventory.ownership import Partition
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.observability.telemetry import Telemetry
 
-# What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported where it is
-# built: every module loaded stays in memory and costs each daemon's start CPU time, multiplied by a fleet.
+# What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported
+# where it is built: every module loaded stays in memory and costs each daemon's start CPU time,
+# multiplied by a fleet.
 if TYPE_CHECKING:
     from npu_plugin.deviceplugin.listing import DeviceListing
     from npu_plugin.deviceplugin.resources import DevicePlugins
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
-# Every catchable signal whose default action ends the process: each stops the daemon in order instead, so it
-# leaves no socket behind. SIGHUP (a terminal hanging up, or an operator's reload habit) is logged and ignored.
+# Every catchable signal whose default action ends the process: each stops the daemon in order
+# instead, so it leaves no socket behind. SIGHUP (a terminal hanging up, or an operator's reload
+# habit) is logged and ignored.
 STOP_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -63,9 +65,10 @@ def run_daemon(config: Config) -> int:
 
 
 def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: set[str]) -> None:
-    """With --vnpu static|dynamic, read every chip's vNPUs once before serving: a --vnpu-templates name no chip
-    offers stops the start (exit 2, naming the chip), so does unreadable vNPU state (exit 1); skipped templates
-    and chips that cannot split on demand are logged (and added to `said`)."""
+    """With --vnpu static|dynamic, read every chip's vNPUs once before serving: a --vnpu-templates
+    name no chip offers stops the start (exit 2, naming the chip), so does unreadable vNPU state
+    (exit 1); skipped templates and chips that cannot split on demand are logged (and added to
+    `said`)."""
     if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
         from npu_plugin.inventory.vnpu_plans import VnpuReader
 
@@ -86,8 +89,8 @@ class Daemon:
 
     def __init__(self, config: Config, backend: Backend, devices: list[Device]) -> None:
         self.config, self.backend, self.devices = config, backend, devices
-        # Shared by every vNPU reader of the daemon, so each skipped template and each reason a chip is not split
-        # on demand is logged once, at start, however many parts read the chips.
+        # Shared by every vNPU reader of the daemon, so each skipped template and each reason a chip
+        # is not split on demand is logged once, at start, however many parts read the chips.
         self.vnpu_said: set[str] = set()
         check_vnpus(config, backend, devices, self.vnpu_said)
         self.resource_name = resolve_resource_name(config, devices)
@@ -110,8 +113,8 @@ class Daemon:
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
         self.handover = self._handover(self.dra) if self.dra is not None else None
         if self.vnpu_relist is not None and self.dra is not None:
-            # Only the relist hears of vNPUs an administrator makes or destroys; the slices are rebuilt from a read of
-            # their own then, so only a change costs a second read.
+            # Only the relist hears of vNPUs an administrator makes or destroys; the slices are
+            # rebuilt from a read of their own then, so only a change costs a second read.
             publisher = self.dra.publisher
             self.vnpu_relist.on_change(lambda _vnpus: publisher.trigger())
 
@@ -211,8 +214,8 @@ class Daemon:
         )
 
     def _device_listing(self) -> DeviceListing:
-        """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips (the device plugin
-        serves existing vNPUs only: creating them is DRA's)."""
+        """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips (the
+        device plugin serves existing vNPUs only: creating them is DRA's)."""
         from npu_plugin.deviceplugin.listing import DeviceListing
 
         if self.vnpu_relist is None:
@@ -221,7 +224,8 @@ class Daemon:
         return DeviceListing(self.inventory, domain=self.resource_name.split("/", 1)[0], relist=self.vnpu_relist)
 
     def _vnpu_relist(self) -> VnpuRelist | None:
-        """Under --vnpu static|dynamic, the vNPUs re-read every health interval, once for both sides."""
+        """Under --vnpu static|dynamic, the vNPUs re-read every health interval, once for both
+        sides."""
         if self.config.vnpu is VnpuMode.OFF or not isinstance(self.backend, VnpuBackend):
             return None
         # With DRA, DRA's reads set the vNPU metric: only they know which vNPUs npu-plugin made.
@@ -280,7 +284,8 @@ class Daemon:
         return plugin
 
     def _vnpu_hands(self) -> VnpuOperations | None:
-        """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is made."""
+        """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is
+        made."""
         from npu_plugin.dra.vnpus import VnpuOperations
 
         config = self.config
@@ -330,7 +335,8 @@ class Daemon:
     async def _until_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
         stopper = asyncio.create_task(self.stop.wait(), name="stop-signal")
         waiters: list[asyncio.Task[Any]] = [*tasks, stopper]
-        # Tasks that end early and cleanly (the handover once settled) are fine; a failure stops everything.
+        # Tasks that end early and cleanly (the handover once settled) are fine; a failure stops
+        # everything.
         while not self.stop.is_set():
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             waiters = [t for t in waiters if t not in done]
@@ -341,7 +347,8 @@ class Daemon:
         await self._drain(tasks, stopper)
 
     async def _drain(self, tasks: list[asyncio.Task[None]], stopper: asyncio.Task[Any]) -> None:
-        # Servers see `stop` and drain; whatever is still running after the grace period is cancelled.
+        # Servers see `stop` and drain; whatever is still running after the grace period is
+        # cancelled.
         _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE)
         for task in pending:
             log.warning("task %s did not stop within %.0fs, cancelling it", task.get_name(), SHUTDOWN_GRACE)

@@ -23,8 +23,8 @@ ERROR_QUOTE_LIMIT = 100
 
 
 def clipped(text: str) -> str:
-    """`text` for an error message, cut short: what we quote comes from outside (a gRPC string, an API
-    object, a file) and can be megabytes, more than a gRPC status or a log line should carry."""
+    """`text` for an error message, cut short: what we quote comes from outside (a gRPC string, an
+    API object, a file) and can be megabytes, more than a gRPC status or a log line should carry."""
     return text if len(text) <= ERROR_QUOTE_LIMIT else f"{text[:ERROR_QUOTE_LIMIT]}... ({len(text)} characters)"
 
 
@@ -35,8 +35,8 @@ def quoted(value: object) -> str:
 
 def describe_os_error(error: OSError, path: object = None) -> str:
     """An OSError as one line naming the path and what the errno means:
-    `/var/lib/npu/checkpoint.json: Is a directory (EISDIR)`. `path` overrides the error's own file name
-    (which may be a temporary file or missing)."""
+    `/var/lib/npu/checkpoint.json: Is a directory (EISDIR)`. `path` overrides the error's own file
+    name (which may be a temporary file or missing)."""
     where = path if path is not None else error.filename
     if path is None and error.filename2 is not None:
         where = f"{error.filename} -> {error.filename2}"

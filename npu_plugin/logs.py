@@ -30,8 +30,9 @@ def one_line(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    """Escape line breaks as `one_line` does, and every other control character too: for text that leaves the
-    process for another program (a per-claim error the kubelet logs and shows in events)."""
+    """Escape line breaks as `one_line` does, and every other control character too: for text that
+    leaves the process for another program (a per-claim error the kubelet logs and shows in
+    events)."""
     return text.translate(_CONTROL_ESCAPES)
 
 
@@ -67,9 +68,9 @@ class TextFormatter(logging.Formatter):
 
 
 def skip_unused_record_fields() -> None:
-    """Neither format shows the caller's file and line, the thread or the process, so LogRecords need not
-    collect them: the logging HOWTO's "Optimization" settings, which take a third off every logged event
-    (Allocate logs one)."""
+    """Neither format shows the caller's file and line, the thread or the process, so LogRecords
+    need not collect them: the logging HOWTO's "Optimization" settings, which take a third off every
+    logged event (Allocate logs one)."""
     logging._srcfile = None  # documented there; there is no public setter
     logging.logThreads = False
     logging.logProcesses = False

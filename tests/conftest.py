@@ -1,4 +1,5 @@
-"""Shared fixtures only: the leak check, the daemon launcher, a fake /dev; their helpers live in tests/support/."""
+"""Shared fixtures only: the leak check, the daemon launcher, a fake /dev; their helpers live in
+tests/support/."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from tests.support.leaks import LeakWatch
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail any test that leaves asyncio tasks, threads or child processes running (see tests/support/leaks.py).
-    Children it reports are then killed by pid, so one leak does not spill into the next test."""
+    """Fail any test that leaves asyncio tasks, threads or child processes running (see
+    tests/support/leaks.py). Children it reports are then killed by pid, so one leak does not spill
+    into the next test."""
     with LeakWatch() as watch:
         yield
     leaks = watch.leaks()
@@ -39,7 +41,8 @@ def restore_logging() -> Iterator[None]:
 
 @pytest.fixture
 def launch_daemon(tmp_path: Path) -> Iterator[Launcher]:
-    """Start `npu-plugin serve ARGS...`; every daemon still running at teardown is killed by its pid."""
+    """Start `npu-plugin serve ARGS...`; every daemon still running at teardown is killed by its
+    pid."""
     daemons = Daemons(tmp_path)
     yield daemons
     daemons.kill_all()

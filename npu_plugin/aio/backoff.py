@@ -1,11 +1,12 @@
-"""The one back-off policy of every retry loop: exponential, capped, with jitter, honouring Retry-After.
+"""The one back-off policy of every retry loop: exponential, capped, with jitter, honouring
+Retry-After.
 
 Retried calls run on tenacity (`retry_forever` here, the vNPU destroy in `dra/vnpus.py`) with
-`BackoffWait` as the wait strategy and `log_each_step` as `before_sleep`; the long-running loops (the
-slice watch, supervised tasks) keep their own failure count in a `Backoff`.
+`BackoffWait` as the wait strategy and `log_each_step` as `before_sleep`; the long-running loops
+(the slice watch, supervised tasks) keep their own failure count in a `Backoff`.
 
-Jitter matters at fleet scale: 10,000 daemons that lost the API server together must not come back in
-lock-step, so each pause is drawn from the upper half of its exponential step.
+Jitter matters at fleet scale: 10,000 daemons that lost the API server together must not come back
+in lock-step, so each pause is drawn from the upper half of its exponential step.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from tenacity.wait import wait_base
 
 T = TypeVar("T")
-# More doublings than any cap needs: 2.0 ** 1024 overflows, which after ~1,000 failures in a row (an hour or
-# more of an unreachable API server) would end the retrying loop.
+# More doublings than any cap needs: 2.0 ** 1024 overflows, which after ~1,000 failures in a row (an
+# hour or more of an unreachable API server) would end the retrying loop.
 MAX_DOUBLINGS = 64
-# A server asking for a longer pause than this is obeyed only this far: the daemon must come back eventually.
+# A server asking for a longer pause than this is obeyed only this far: the daemon must come back
+# eventually.
 RETRY_AFTER_LIMIT = 300.0
 
 
@@ -35,14 +37,15 @@ class BackoffPolicy:
     def delay(
         self, failures: int, retry_after: float | None = None, draw: Callable[[], float] = random.random
     ) -> float:
-        """The pause after `failures` consecutive failures, at least the server's `retry_after` (capped)."""
+        """The pause after `failures` consecutive failures, at least the server's `retry_after`
+        (capped)."""
         step = min(self.maximum, self.initial * 2.0 ** min(max(0, failures - 1), MAX_DOUBLINGS))
         return max(step * (0.5 + 0.5 * draw()), min(retry_after or 0.0, RETRY_AFTER_LIMIT))
 
 
 class Backoff:
-    """The consecutive-failure count of one loop: `failed` gives the next pause, `succeeded` resets it.
-    `draw` gives the jitter of each pause (uniform in [0, 1))."""
+    """The consecutive-failure count of one loop: `failed` gives the next pause, `succeeded` resets
+    it. `draw` gives the jitter of each pause (uniform in [0, 1))."""
 
     def __init__(self, policy: BackoffPolicy, draw: Callable[[], float] = random.random) -> None:
         self.policy = policy
@@ -58,8 +61,8 @@ class Backoff:
 
 
 class BackoffWait(wait_base):
-    """The policy as a tenacity wait strategy: the pause after the attempt's failures in a row, at least the
-    `retry_after` the failure carries (a KubeApiError of a 429 or 503)."""
+    """The policy as a tenacity wait strategy: the pause after the attempt's failures in a row, at
+    least the `retry_after` the failure carries (a KubeApiError of a 429 or 503)."""
 
     def __init__(self, policy: BackoffPolicy, draw: Callable[[], float] = random.random) -> None:
         self.policy = policy
@@ -72,7 +75,8 @@ class BackoffWait(wait_base):
 
 
 def log_each_step(what: str, log: logging.Logger) -> Callable[[RetryCallState], None]:
-    """A tenacity `before_sleep`: one warning line per back-off step, naming the attempt, pause and error."""
+    """A tenacity `before_sleep`: one warning line per back-off step, naming the attempt, pause and
+    error."""
 
     def before_sleep(retry_state: RetryCallState) -> None:
         outcome, action = retry_state.outcome, retry_state.next_action
@@ -99,8 +103,9 @@ async def retry_forever(
 ) -> T:
     """Call `attempt` until it succeeds; each failure is logged once per back-off step.
 
-    A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least that long.
-    The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at once.
+    A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least
+    that long. The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at
+    once.
     """
     retrying = AsyncRetrying(
         wait=BackoffWait(policy),

@@ -16,8 +16,9 @@ RESTART_BACKOFF = BackoffPolicy(initial=1.0, maximum=60.0)
 async def supervised(
     run: Callable[[], Awaitable[None]], *, what: str, log: logging.Logger, policy: BackoffPolicy = RESTART_BACKOFF
 ) -> None:
-    """Run `run()` until it returns; after an unexpected error, log it with its cause and run it again after a
-    back-off, so a background task can never die unnoticed. Cancellation ends it at once."""
+    """Run `run()` until it returns; after an unexpected error, log it with its cause and run it
+    again after a back-off, so a background task can never die unnoticed. Cancellation ends it at
+    once."""
     backoff = Backoff(policy)
     while True:
         try:
@@ -44,8 +45,9 @@ async def first_of(*awaitables: Awaitable[Any]) -> None:
 
 
 async def until_closed(source: AsyncGenerator[T, None], closing: asyncio.Event) -> AsyncGenerator[T, None]:
-    """Items of `source` until `closing` is set; the pending read is cancelled before the source closes,
-    so a consumer that is cancelled mid-read (a client dropping its stream) leaks nothing."""
+    """Items of `source` until `closing` is set; the pending read is cancelled before the source
+    closes, so a consumer that is cancelled mid-read (a client dropping its stream) leaks
+    nothing."""
     closed = asyncio.ensure_future(closing.wait())
     step: asyncio.Future[T] | None = None
     try:

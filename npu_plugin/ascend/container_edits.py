@@ -69,8 +69,9 @@ def probe_host(dev_root: Path, injection: Injection, mount_driver: bool) -> Host
 
 
 def container_edits(layout: HostLayout, ids: Iterable[int], *, virtual: bool = False) -> ContainerEdits:
-    """Env, device nodes and mounts for these devices (pure): whole NPUs by physical id or, `virtual`, vNPUs by
-    vNPU id. The container sees a vNPU as /dev/davinci<id>, backed by the host's /dev/vdavinci<id>."""
+    """Env, device nodes and mounts for these devices (pure): whole NPUs by physical id or,
+    `virtual`, vNPUs by vNPU id. The container sees a vNPU as /dev/davinci<id>, backed by the host's
+    /dev/vdavinci<id>."""
     ids = sorted(set(ids))
     env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
     if virtual:

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-# The DRA driver name (`--driver-name`): the ResourceSlices' driver, the CDI vendor, the plugin directory.
+# The DRA driver name (`--driver-name`): the ResourceSlices' driver, the CDI vendor, the plugin
+# directory.
 DEFAULT_DRIVER = "npu.huawei.com"
 
 
@@ -55,7 +56,8 @@ def device_type_for_chip(chip_name: str) -> str:
 
 
 def id_prefix(device_type: str) -> str:
-    """Prefix of Device Plugin ids: the whole 910 family shares the official plugin's `Ascend910`."""
+    """Prefix of Device Plugin ids: the whole 910 family shares the official plugin's
+    `Ascend910`."""
     return "Ascend910" if device_type.startswith("Ascend910") else device_type
 
 
@@ -72,7 +74,8 @@ def dra_name(physical_id: int) -> str:
 class Device:
     """One NPU die the kernel exposes as /dev/davinci<physical_id>.
 
-    The four id spaces (physical, logic, card, chip) differ on real hosts; never assume one from another.
+    The four id spaces (physical, logic, card, chip) differ on real hosts; never assume one from
+    another.
     """
 
     physical_id: int
@@ -104,8 +107,9 @@ class Device:
         return device_node(self.physical_id)
 
 
-# Only the exact form we print: `\d` and `$` would also take `npu-03`, `npu-٣` or `npu-3\n`, other names for
-# device 3 that a checkpoint compares as different strings, so one device could go to two claims.
+# Only the exact form we print: `\d` and `$` would also take `npu-03`, `npu-٣` or `npu-3\n`, other
+# names for device 3 that a checkpoint compares as different strings, so one device could go to two
+# claims.
 _ID = "(0|[1-9][0-9]{0,5})"
 _DP_ID = re.compile(f"(Ascend910|Ascend310P|Ascend310)-{_ID}")
 _DRA_NAME = re.compile(f"npu-{_ID}")
@@ -118,7 +122,8 @@ def device_node(physical_id: int) -> str:
 
 
 def vnpu_node(vnpu_id: int) -> str:
-    """A vNPU's node under the host's /dev: `vdavinci<id>`; the container sees it as `device_node(id)`."""
+    """A vNPU's node under the host's /dev: `vdavinci<id>`; the container sees it as
+    `device_node(id)`."""
     return f"vdavinci{vnpu_id}"
 
 
@@ -141,5 +146,6 @@ def parse_dra_name(name: str) -> int | None:
 
 
 def device_key(physical_ids: Iterable[int]) -> str:
-    """The `device` value: DRA device names in both modes, so one query finds a device's every line."""
+    """The `device` value: DRA device names in both modes, so one query finds a device's every
+    line."""
     return ",".join(dra_name(physical_id) for physical_id in sorted(physical_ids))

@@ -7,7 +7,8 @@ codes, and the fake backend raises them too: one vocabulary whatever the backend
 OK = 0
 INVALID_PARAMETER = -8001
 OPER_NOT_PERMITTED = -8002
-# Also what a create gets when the chip has too little of a resource left (`check aicore num failed`).
+# Also what a create gets when the chip has too little of a resource left (`check aicore num
+# failed`).
 INNER_ERR = -8005
 DEVICE_NOT_EXIST = -8008  # a chip or vNPU that is not there
 RESOURCE_OCCUPIED = -8020

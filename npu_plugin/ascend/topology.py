@@ -39,8 +39,8 @@ def groups_from_peers(peers: Mapping[int, frozenset[int]]) -> dict[int, str]:
     return groups
 
 
-# Locality levels, outermost first: one HCCS group, then one NUMA node, then one card (910C die pairs
-# and 310P Duo chips live on one card and should be handed out together).
+# Locality levels, outermost first: one HCCS group, then one NUMA node, then one card (910C die
+# pairs and 310P Duo chips live on one card and should be handed out together).
 _LEVELS: tuple[Callable[[Device], Hashable], ...] = (
     lambda d: d.topology_group,
     lambda d: -1 if d.numa_node is None else d.numa_node,
@@ -53,12 +53,12 @@ def preferred_allocation(
 ) -> list[int]:
     """Choose exactly `size` physical ids from `available`, containing every `must_include` id.
 
-    Pure. At each locality level the request stays inside one bin when one can hold it: of those, the
-    one whose choice touches the fewest inner bins (whole 910C die pairs), then splits the fewest,
-    then the smallest (best fit), so large intact groups stay free for large requests. When no bin
-    fits, bins holding required devices come first, then whole bins largest first, and the remainder
-    goes to the best-fitting bin, so the request spans as few bins as possible.
-    Raises ValueError when the request cannot be satisfied.
+    Pure. At each locality level the request stays inside one bin when one can hold it: of those,
+    the one whose choice touches the fewest inner bins (whole 910C die pairs), then splits the
+    fewest, then the smallest (best fit), so large intact groups stay free for large requests. When
+    no bin fits, bins holding required devices come first, then whole bins largest first, and the
+    remainder goes to the best-fitting bin, so the request spans as few bins as possible. Raises
+    ValueError when the request cannot be satisfied.
     """
     by_id = {d.physical_id: d for d in devices}
     pool = set(available)

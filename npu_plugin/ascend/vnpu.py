@@ -1,9 +1,11 @@
-"""Virtual NPUs: templates, the vNPUs a chip holds, candidate counts, device names and resource suffixes (pure).
+"""Virtual NPUs: templates, the vNPUs a chip holds, candidate counts, device names and resource
+suffixes (pure).
 
-A chip is split by templates (`vir05_1c_16g`: 5 AI cores, 1 AI CPU, 16 GB). The backend tells, per chip, which
-templates exist, the totals of each resource and the vNPUs that already exist; nothing here is a table of the
-hardware. Resources are pooled (the driver checks sums, not placement), so the number of instances of a template
-an empty chip can hold is the smallest `total // use` over the resources the template uses.
+A chip is split by templates (`vir05_1c_16g`: 5 AI cores, 1 AI CPU, 16 GB). The backend tells, per
+chip, which templates exist, the totals of each resource and the vNPUs that already exist; nothing
+here is a table of the hardware. Resources are pooled (the driver checks sums, not placement), so
+the number of instances of a template an empty chip can hold is the smallest `total // use` over the
+resources the template uses.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ TEMPLATE_NAME = re.compile(r"vir[0-9]{2}(_[0-9a-z]+)*")
 
 
 class VnpuMode(StrEnum):
-    """`--vnpu`: off (whole NPUs only), static (serve existing vNPUs), dynamic (also create them on demand)."""
+    """`--vnpu`: off (whole NPUs only), static (serve existing vNPUs), dynamic (also create them on
+    demand)."""
 
     OFF = "off"
     STATIC = "static"
@@ -41,7 +44,8 @@ class ChipMode(StrEnum):
 
 
 class VnpuOrigin(StrEnum):
-    """Who made a vNPU: we (dynamic), the administrator (static, known), or nobody we know of (foreign)."""
+    """Who made a vNPU: we (dynamic), the administrator (static, known), or nobody we know of
+    (foreign)."""
 
     DYNAMIC = "dynamic"
     STATIC = "static"
@@ -92,15 +96,17 @@ class ChipVnpu:
 
 
 def default_id_range(physical_id: int, device_type: str) -> tuple[int, int]:
-    """vNPU ids of a chip: `phy*16+100` to `+107` on inference chips (310P), to `+115` on training ones."""
+    """vNPU ids of a chip: `phy*16+100` to `+107` on inference chips (310P), to `+115` on training
+    ones."""
     first = physical_id * 16 + 100
     return (first, first + (7 if device_type == "Ascend310P" else 15))
 
 
 def static_only_reason(device_type: str, chips_on_card: int) -> str | None:
-    """Why Huawei's support matrix allows only existing (static) vNPUs on a chip; None where the driver may also
-    create and destroy them on demand: the 910B and 910C families, and 310P chips alone on their card (Atlas 300I
-    Pro, 300V, 300V Pro). A 310P card with two dies is an Atlas 300I Duo."""
+    """Why Huawei's support matrix allows only existing (static) vNPUs on a chip; None where the
+    driver may also create and destroy them on demand: the 910B and 910C families, and 310P chips
+    alone on their card (Atlas 300I Pro, 300V, 300V Pro). A 310P card with two dies is an Atlas 300I
+    Duo."""
     if device_type in ("Ascend910B", "Ascend910C") or (device_type == "Ascend310P" and chips_on_card == 1):
         return None
     if device_type == "Ascend310P":
@@ -111,7 +117,8 @@ def static_only_reason(device_type: str, chips_on_card: int) -> str | None:
 
 
 def counter_totals(chip: ChipVnpu) -> dict[str, Decimal]:
-    """The chip's counter set: AI cores, every other reported resource with a total above 0, and vNPU ids.
+    """The chip's counter set: AI cores, every other reported resource with a total above 0, and
+    vNPU ids.
 
     Memory is not a counter: the driver splits it itself, in proportion to the AI cores.
     """
@@ -122,7 +129,8 @@ def counter_totals(chip: ChipVnpu) -> dict[str, Decimal]:
 
 
 def consumption(chip: ChipVnpu, template: VnpuTemplate) -> dict[str, Decimal]:
-    """What one instance of `template` takes from the chip's counter set (only counters the set has)."""
+    """What one instance of `template` takes from the chip's counter set (only counters the set
+    has)."""
     totals = counter_totals(chip)
     used = {AICORE: Decimal(template.aicore)} | {k: v for k, v in template.uses.items() if k in totals and v > 0}
     used[VNPU_IDS] = Decimal(1)
@@ -162,8 +170,9 @@ class Candidate:
 
 
 def candidates(chip: ChipVnpu, offered: frozenset[str] | None = None) -> list[Candidate]:
-    """Every candidate of the chip, smallest first, so the scheduler's first fit packs the lowest chip and
-    hands a claim the smallest template that satisfies it. `offered` limits the templates (`--vnpu-templates`)."""
+    """Every candidate of the chip, smallest first, so the scheduler's first fit packs the lowest
+    chip and hands a claim the smallest template that satisfies it. `offered` limits the templates
+    (`--vnpu-templates`)."""
     chosen = [t for t in chip.templates if offered is None or t.name in offered]
     chosen.sort(key=lambda t: (t.aicore, t.aicpu, t.name))
     return [
@@ -202,8 +211,9 @@ class StaticName:
 
 
 def parse_vnpu_name(name: str) -> CandidateName | StaticName | None:
-    """The vNPU forms of a DRA device name, strictly (no leading zeros); None for anything else, whole NPUs
-    included. Whether the template exists and the index fits is the chip's to say (`resolve_candidate`)."""
+    """The vNPU forms of a DRA device name, strictly (no leading zeros); None for anything else,
+    whole NPUs included. Whether the template exists and the index fits is the chip's to say
+    (`resolve_candidate`)."""
     if match := _STATIC.fullmatch(name):
         return StaticName(int(match.group(1)), int(match.group(2)))
     if match := _CANDIDATE.fullmatch(name):
@@ -236,8 +246,9 @@ _SUFFIX_TOKENS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def dp_suffix(template: str) -> str | None:
-    """The suffix Ascend's device plugin gives a template's resource: `vir10_3c_16g_nm` → `10c.3cpu.16g.ndvpp`,
-    so the resource is `huawei.com/Ascend910-10c.3cpu.16g.ndvpp`. None for a name the rule does not cover."""
+    """The suffix Ascend's device plugin gives a template's resource: `vir10_3c_16g_nm` →
+    `10c.3cpu.16g.ndvpp`, so the resource is `huawei.com/Ascend910-10c.3cpu.16g.ndvpp`. None for a
+    name the rule does not cover."""
     head, *rest = template.split("_")
     if not re.fullmatch(r"vir[0-9]{2}", head):
         return None
@@ -286,8 +297,9 @@ def format_counter(value: Decimal) -> str:
 
 @dataclass(frozen=True, slots=True)
 class VnpuChips:
-    """Each chip's vNPU facts, the chips split on demand (`dynamic`) and the templates offered there (None: all).
-    A chip with vNPUs that is not dynamic serves them as they are; a chip without facts or vNPUs is offered whole."""
+    """Each chip's vNPU facts, the chips split on demand (`dynamic`) and the templates offered there
+    (None: all). A chip with vNPUs that is not dynamic serves them as they are; a chip without facts
+    or vNPUs is offered whole."""
 
     chips: Mapping[int, ChipVnpu]
     dynamic: frozenset[int] = frozenset()

@@ -1,4 +1,5 @@
-"""Choose the discovery backend (`--backend auto`: DCMI if it discovers, else npu-smi, else a clear error)."""
+"""Choose the discovery backend (`--backend auto`: DCMI if it discovers, else npu-smi, else a clear
+error)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def open_backend(options: BackendOptions) -> Backend:
-    """The backend `options` name; `auto` with a fake inventory or profile given means the fake backend."""
+    """The backend `options` name; `auto` with a fake inventory or profile given means the fake
+    backend."""
     if options.uses_fake:
         return _fake(options)
     if options.kind is BackendKind.DCMI:
@@ -38,7 +40,8 @@ def _working(backend: Backend) -> Backend:
     """`backend` once a discovery through it succeeded; closed and the error raised otherwise.
 
     DCMI fails late as often as early: the library loads, then dcmi_init or enumeration answers an
-    error (-8005 in a container without /dev/davinci_manager, -8255 on chips the API does not serve).
+    error (-8005 in a container without /dev/davinci_manager, -8255 on chips the API does not
+    serve).
     """
     try:
         backend.discover()
@@ -103,7 +106,8 @@ def numa_from_sysfs(pci_bus_id: str | None, sys_root: Path | None) -> int | None
 
 
 def pcie_root_from_sysfs(pci_bus_id: str | None, sys_root: Path | None) -> str | None:
-    """The PCIe root complex (`pci0000:00`) a device hangs off, from where its sysfs entry links to."""
+    """The PCIe root complex (`pci0000:00`) a device hangs off, from where its sysfs entry links
+    to."""
     if pci_bus_id is None or sys_root is None:
         return None
     try:

@@ -37,7 +37,8 @@ class ChangeSource(Protocol):
     """A backend that announces when its device list changes (the fake backend's inventory file)."""
 
     def watch_changes(self, watch: DirectoryWatch, on_change: Callable[[list[Device]], None]) -> None:
-        """Register with `watch`; `on_change` runs on the event loop with the devices after each change."""
+        """Register with `watch`; `on_change` runs on the event loop with the devices after each
+        change."""
         ...
 
 
@@ -45,12 +46,14 @@ class ChangeSource(Protocol):
 class VnpuBackend(Protocol):
     """A backend that knows the vNPUs of its chips and can create and destroy them.
 
-    Templates, totals and existing vNPUs come from the hardware at run time, never from a table in the code.
-    Failures raise VnpuError with the driver's code; destroying a vNPU that does not exist raises VnpuNotFoundError.
+    Templates, totals and existing vNPUs come from the hardware at run time, never from a table in
+    the code. Failures raise VnpuError with the driver's code; destroying a vNPU that does not exist
+    raises VnpuNotFoundError.
     """
 
     def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
-        """Templates, totals, id range and existing vNPUs of a chip; None when the chip cannot be split."""
+        """Templates, totals, id range and existing vNPUs of a chip; None when the chip cannot be
+        split."""
         ...
 
     def list_vnpus(self, physical_id: int) -> list[Vnpu]:

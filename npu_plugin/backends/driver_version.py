@@ -20,7 +20,8 @@ def parse_version_info(text: str) -> str | None:
 
 
 def read_driver_version(path: Path) -> str | None:
-    """The driver version `path` names; None (logged) when the file is missing, unreadable or has none."""
+    """The driver version `path` names; None (logged) when the file is missing, unreadable or has
+    none."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as error:

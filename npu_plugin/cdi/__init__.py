@@ -1,1 +1,2 @@
-"""Everything CDI: names and spec rendering (`spec`, pure) and the spec files under --cdi-root (`files`)."""
+"""Everything CDI: names and spec rendering (`spec`, pure) and the spec files under --cdi-root
+(`files`)."""

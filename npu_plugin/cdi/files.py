@@ -16,10 +16,10 @@ from npu_plugin.errors import CdiError, describe_os_error
 from npu_plugin.host.atomic import make_directories, remove_file, remove_leftovers, write_atomic
 
 CDI_DIR_MODE = 0o755  # a --cdi-root we create: every container runtime, rootless ones too, reads it
-# The checkpoint is the durable record (fsync'd); claim specs are derived from it: written atomically but not
-# fsync'd. After a power loss, start-up removes files without a completed entry and the kubelet's next
-# Prepare rewrites the others, so an fsync there would only buy latency. The static spec is rewritten at
-# every start.
+# The checkpoint is the durable record (fsync'd); claim specs are derived from it: written
+# atomically but not fsync'd. After a power loss, start-up removes files without a completed entry
+# and the kubelet's next Prepare rewrites the others, so an fsync there would only buy latency. The
+# static spec is rewritten at every start.
 CDI_DURABLE = False
 _CLAIM_INFIX = "-claim_"
 
@@ -47,7 +47,8 @@ def claim_spec_files(cdi_root: Path, driver: str) -> dict[str, Path]:
 def write_static_spec(
     cdi_root: Path, driver: str, layout: HostLayout, devices: Sequence[Device], vnpu_ids: Sequence[int] = ()
 ) -> Path:
-    """Write the static spec (creating --cdi-root); CdiError naming the path and errno when it cannot."""
+    """Write the static spec (creating --cdi-root); CdiError naming the path and errno when it
+    cannot."""
     path = static_spec_path(cdi_root, driver)
     try:
         make_directories(cdi_root, CDI_DIR_MODE)

@@ -1,9 +1,9 @@
 """CDI names and specs: the static spec of the device plugin and the per-claim specs of DRA (pure).
 
-Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`, and per vNPU the device
-plugin serves, `vnpu-<vnpuId>`; a claim's spec names
-one per request, `<claimUID>-<request>`, exposing exactly that request's NPUs. Each spec carries the
-lowest cdiVersion its content needs.
+Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`, and per vNPU
+the device plugin serves, `vnpu-<vnpuId>`; a claim's spec names one per request,
+`<claimUID>-<request>`, exposing exactly that request's NPUs. Each spec carries the lowest
+cdiVersion its content needs.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def render_edits(edits: ContainerEdits) -> EditsSpec:
 
 
 def render_spec(driver: str, devices: Sequence[CdiDevice], common: ContainerEdits | None = None) -> CdiSpec:
-    """A CDI spec of kind `<driver>/npu`; `common` edits apply once whenever any device is injected."""
+    """A CDI spec of kind `<driver>/npu`; `common` edits apply once whenever any device is
+    injected."""
     spec: CdiSpec = {
         "cdiVersion": "",
         "kind": cdi_kind(driver),
@@ -140,9 +141,9 @@ def minimum_version(spec: CdiSpec) -> str:
 
 
 def static_spec(driver: str, layout: HostLayout, devices: Sequence[Device], vnpu_ids: Sequence[int] = ()) -> CdiSpec:
-    """The device plugin's spec: one CDI device per NPU, and one per vNPU, holding only its own device node;
-    common nodes and mounts are spec-wide. Allocate sets ASCEND_VISIBLE_DEVICES (and, for a vNPU,
-    ASCEND_RUNTIME_OPTIONS) in `envs`."""
+    """The device plugin's spec: one CDI device per NPU, and one per vNPU, holding only its own
+    device node; common nodes and mounts are spec-wide. Allocate sets ASCEND_VISIBLE_DEVICES (and,
+    for a vNPU, ASCEND_RUNTIME_OPTIONS) in `envs`."""
     per_device, common = split_edits(layout, [d.physical_id for d in devices])
     per_vnpu, _ = split_edits(layout, vnpu_ids, virtual=True)
     entries = [CdiDevice(d.dra_name, per_device[d.physical_id]) for d in devices]
@@ -158,8 +159,9 @@ def claim_spec(
     *,
     virtual: Mapping[str, Sequence[int]] | None = None,
 ) -> CdiSpec:
-    """A claim's spec with a device per request whose edits expose exactly that request's NPUs: the whole
-    NPUs in `requests` (physical ids) or the vNPU in `virtual` (vNPU ids; a vNPU is alone in its request)."""
+    """A claim's spec with a device per request whose edits expose exactly that request's NPUs: the
+    whole NPUs in `requests` (physical ids) or the vNPU in `virtual` (vNPU ids; a vNPU is alone in
+    its request)."""
     virtual = virtual or {}
     devices = [
         CdiDevice(

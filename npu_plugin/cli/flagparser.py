@@ -1,12 +1,12 @@
-"""argparse with environment twins: every long flag declared through `FlagParser` (or one of its groups)
-reads its default from the environment, says its default and variable in --help, and records whether it
-was given, so that `cli/main.py` can declare flags and nothing else.
+"""argparse with environment twins: every long flag declared through `FlagParser` (or one of its
+groups) reads its default from the environment, says its default and variable in --help, and records
+whether it was given, so that `cli/main.py` can declare flags and nothing else.
 
-A flag's twin is `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed manifests' `NODE_NAME` and
-`POD_UID` for --node-name and --pod-uid). A few flags also read the names other Ascend DRA manifests and
-kubectl use. Precedence: the command line, then the twin, then the alias, then the built-in default. A
-value the flag's checker refuses is kept as a `BadEnvironment` and reported after parsing, naming the
-variable.
+A flag's twin is `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed manifests'
+`NODE_NAME` and `POD_UID` for --node-name and --pod-uid). A few flags also read the names other
+Ascend DRA manifests and kubectl use. Precedence: the command line, then the twin, then the alias,
+then the built-in default. A value the flag's checker refuses is kept as a `BadEnvironment` and
+reported after parsing, naming the variable.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ EXIT_USAGE = 2
 
 # Twins the seed manifests already name.
 _TWIN_OVERRIDES = {"node-name": "NODE_NAME", "pod-uid": "POD_UID"}
-# Names other Ascend DRA manifests (openFuyao, mind-cluster) and kubectl use; read when the twin is unset.
+# Names other Ascend DRA manifests (openFuyao, mind-cluster) and kubectl use; read when the twin is
+# unset.
 ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "cdi-root": ("CDI_ROOT",),
     "kubelet-registrar-directory-path": ("KUBELET_REGISTRAR_DIRECTORY_PATH",),
@@ -40,7 +41,8 @@ def env_name(flag: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BadEnvironment:
-    """A default taken from the environment that its flag's checker refused; reported after parsing."""
+    """A default taken from the environment that its flag's checker refused; reported after
+    parsing."""
 
     variable: str
     value: str
@@ -74,7 +76,8 @@ class _Switch(argparse.Action):
 
 
 class _Append(argparse.Action):
-    """`append` whose first value on the command line replaces a default taken from the environment."""
+    """`append` whose first value on the command line replaces a default taken from the
+    environment."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
@@ -98,7 +101,8 @@ def _record(namespace: argparse.Namespace, option_strings: Sequence[str]) -> Non
 
 
 class FlagParser(argparse.ArgumentParser):
-    """argparse with environment twins as defaults, help naming default and variable, and one-line errors.
+    """argparse with environment twins as defaults, help naming default and variable, and one-line
+    errors.
 
     Every long flag declared through it (its argument groups included) gets the same treatment, so a
     sub-command declaring its own flags cannot forget its twins.
@@ -177,7 +181,8 @@ def _help(description: str, shown: str, variables: tuple[str, ...]) -> str:
 def _environment_value(
     variable: str, text: str, switch: str | None, convert: Callable[[str], Any] | None
 ) -> Any | BadEnvironment:
-    """The default `variable` gives a flag: converted by the flag's checker, or the reason it is refused."""
+    """The default `variable` gives a flag: converted by the flag's checker, or the reason it is
+    refused."""
     if switch is not None:
         word = text.strip().lower()
         if word not in _TRUE | _FALSE:

@@ -22,7 +22,8 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$")
 
 # Value checkers: raise argparse.ArgumentTypeError with what is allowed.
 def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
-    """An argparse type that accepts values of `pattern` (at most 253 characters), naming `what` otherwise."""
+    """An argparse type that accepts values of `pattern` (at most 253 characters), naming `what`
+    otherwise."""
 
     def check(value: str) -> str:
         if len(value) > 253 or not pattern.match(value):
@@ -49,7 +50,8 @@ def one_of(kind: type[E], normalize: Callable[[str], str] = str) -> Callable[[st
 
 
 def kubernetes_minor(value: str) -> int:
-    """An argparse type for a Kubernetes version `1.Y` this plugin serves (1.34 or later): the minor, Y."""
+    """An argparse type for a Kubernetes version `1.Y` this plugin serves (1.34 or later): the
+    minor, Y."""
     match = re.fullmatch(r"v?1\.([1-9][0-9]*)", value.strip())
     if match is None or int(match.group(1)) < MIN_KUBERNETES_MINOR:
         raise argparse.ArgumentTypeError(

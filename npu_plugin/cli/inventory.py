@@ -57,8 +57,8 @@ _RESOURCES = (AICORE, *TEMPLATE_RESOURCES)
 
 
 def render_vnpu_tables(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> str:
-    """Per chip: how it is served, its totals (- where the chip reports none), id range and vNPUs; then its
-    templates with how many an empty chip holds (candidates, for chips split on demand)."""
+    """Per chip: how it is served, its totals (- where the chip reports none), id range and vNPUs;
+    then its templates with how many an empty chip holds (candidates, for chips split on demand)."""
     if not plans:
         return "no chip reports vNPUs"
     chips = [
@@ -108,8 +108,8 @@ def _dash(value: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """What `inventory` prints: `form` is table, json, yaml, resourceslice or deviceclasses; the rest is for slices
-    and classes."""
+    """What `inventory` prints: `form` is table, json, yaml, resourceslice or deviceclasses; the
+    rest is for slices and classes."""
 
     form: str
     node_name: str | None = None
@@ -188,7 +188,8 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
 
 
 def vnpu_facts(backend: VnpuBackend | None, devices: Sequence[Device]) -> dict[int, ChipVnpu] | None:
-    """What the backend says about each chip's vNPUs, as the inventory file's `vnpu:` blocks; None with --vnpu off."""
+    """What the backend says about each chip's vNPUs, as the inventory file's `vnpu:` blocks; None
+    with --vnpu off."""
     if backend is None:
         return None
     facts = {d.physical_id: backend.chip_vnpu(d.physical_id) for d in devices}

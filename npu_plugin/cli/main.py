@@ -1,5 +1,5 @@
-"""The `npu-plugin` command: its flags (declared in `flags.py`) parsed, validated and dispatched; the only
-place exit codes are decided."""
+"""The `npu-plugin` command: its flags (declared in `flags.py`) parsed, validated and dispatched;
+the only place exit codes are decided."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     parser = build_parser(os.environ if environ is None else environ)
     argv = list(argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
-        # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces it.
+        # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces
+        # it.
         argv.insert(0, "serve")
     args, unknown = parser.parse_known_args(argv)
     sub = parser.subcommands[args.command]
@@ -79,7 +80,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
 
 
 def _unrecognized(unknown: Sequence[str], flags: Sequence[str]) -> str:
-    """The first unknown argument, with the closest flag or what replaces an Ascend device-plugin flag."""
+    """The first unknown argument, with the closest flag or what replaces an Ascend device-plugin
+    flag."""
     first = next((arg for arg in unknown if arg.startswith("-")), unknown[0])
     name = first.split("=", 1)[0]
     if name.startswith("-") and (advice := _ASCEND_FLAGS.get(name.lstrip("-"))):
@@ -220,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception:
-        # A bug, not a user error: the traceback goes through the log format, one line like every event.
+        # A bug, not a user error: the traceback goes through the log format, one line like every
+        # event.
         logging.getLogger(__name__).critical(
             "npu-plugin %s stopped on an unexpected error", args.command, exc_info=True
         )

@@ -1,4 +1,5 @@
-"""The `npu-plugin migrate` sub-command, its flags declared in cli.py: read the input, write the output atomically."""
+"""The `npu-plugin migrate` sub-command, its flags declared in cli.py: read the input, write the
+output atomically."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ class _Job:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Migrate the input; 0 done, 1 error (or something to do, with --check), 2 bad flags, 3 left behind."""
+    """Migrate the input; 0 done, 1 error (or something to do, with --check), 2 bad flags, 3 left
+    behind."""
     from npu_plugin.migrate.transform import migrate_json, migrate_text
 
     try:
@@ -125,7 +127,8 @@ def _single(source: Path | None, output: str | None, check: bool) -> _Job:
 
 
 def _manifests(directory: Path) -> list[Path]:
-    """Every manifest below `directory`, in a stable order; hidden files and directories (.git) excluded."""
+    """Every manifest below `directory`, in a stable order; hidden files and directories (.git)
+    excluded."""
     return sorted(
         path
         for path in directory.rglob("*")

@@ -1,4 +1,5 @@
-"""`npu-plugin simulate`: the real daemon against the kubelet simulators and a fake API, step by step.
+"""`npu-plugin simulate`: the real daemon against the kubelet simulators and a fake API, step by
+step.
 
 Everything runs in a temporary directory on this machine. With a real backend the node's devices are
 discovered read-only and served from a copy, so nothing of the kubelet's is touched.
@@ -139,7 +140,8 @@ def default_dra_devices(devices: list[Device]) -> str:
 
 
 def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF) -> Config:
-    """The configuration of the simulated daemon: everything under `paths`, health decided in one sample."""
+    """The configuration of the simulated daemon: everything under `paths`, health decided in one
+    sample."""
     backend = BackendOptions(kind=BackendKind.FAKE, fake_inventory=paths.inventory_yaml, dev_root=paths.dev)
     if vnpu is not VnpuMode.OFF:
         backend = replace(backend, fake_vnpu_state=paths.fake_vnpu_state)
@@ -184,7 +186,8 @@ class Walkthrough:
     @contextlib.asynccontextmanager
     async def environment(self) -> AsyncIterator[None]:
         self.paths.dev.mkdir()
-        # A real node's /dev: the dies and the driver's common nodes, so the CDI specs are a real node's.
+        # A real node's /dev: the dies and the driver's common nodes, so the CDI specs are a real
+        # node's.
         for name in [device.device_node for device in self.devices] + list(COMMON_NODES):
             (self.paths.dev / name).touch()
         self.paths.plugins.mkdir()  # the kubelet's, like plugins_registry (which its simulator makes)
@@ -316,7 +319,8 @@ class Walkthrough:
             await self._unprepare(ref)
 
     async def _allocate(self, name: str, request: DeviceRequest, device_class: str = DEFAULT_CLASS) -> Claim:
-        """The scheduler stand-in allocates a one-request claim of `device_class` and shows its results."""
+        """The scheduler stand-in allocates a one-request claim of `device_class` and shows its
+        results."""
         # Without vNPUs every device is a whole NPU: no selector, so no need for cel-python.
         selectors = () if self.vnpu is VnpuMode.OFF else (CLASS_SELECTORS[device_class],)
         claim = await asyncio.to_thread(
@@ -487,13 +491,15 @@ def _candidates_by_template(slices: list[dict[str, Any]]) -> dict[str, list[str]
 
 
 def _settled_with_candidates(slices: list[dict[str, Any]]) -> bool:
-    """Whether the scheduler sees the whole pool (every slice of its newest generation) with the demo's template."""
+    """Whether the scheduler sees the whole pool (every slice of its newest generation) with the
+    demo's template."""
     demo = {"string": DEMO_TEMPLATE}
     return any((d.entry.get("attributes") or {}).get("vnpuTemplate") == demo for d in published_devices(slices))
 
 
 def _discover(options: BackendOptions, vnpu: VnpuMode) -> tuple[list[Device], dict[int, ChipVnpu] | None]:
-    """The node's devices and, unless --vnpu off, what its chips say about vNPUs (for the simulated copy)."""
+    """The node's devices and, unless --vnpu off, what its chips say about vNPUs (for the simulated
+    copy)."""
     backend = open_backend(options)
     try:
         devices = discover(backend)

@@ -1,4 +1,5 @@
-"""Device Plugin lifecycle: serve the socket, register with the kubelet, follow kubelet stops and restarts."""
+"""Device Plugin lifecycle: serve the socket, register with the kubelet, follow kubelet stops and
+restarts."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class RegistrationError(Exception):
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:
-    """Which file `path` is now: a re-created kubelet.sock differs even when its inode number is reused."""
+    """Which file `path` is now: a re-created kubelet.sock differs even when its inode number is
+    reused."""
     try:
         stat = path.stat()
     except OSError:
@@ -61,13 +63,14 @@ class DevicePlugin:
         self.registered = False
         self._serving = False
         self._registered_with: tuple[int, int, int] | None = None
-        # The kubelet.sock the current registration attempt dials: an event about that very file is old news.
+        # The kubelet.sock the current registration attempt dials: an event about that very file is
+        # old news.
         self._registering_with: tuple[int, int, int] | None = None
         self._restart = asyncio.Event()
 
     def on_file_event(self, name: str, kind: str) -> None:
-        """Kubelet stop: kubelet.sock goes, and with it our registration. Kubelet start: it deletes every
-        socket here and creates kubelet.sock.
+        """Kubelet stop: kubelet.sock goes, and with it our registration. Kubelet start: it deletes
+        every socket here and creates kubelet.sock.
 
         Events arrive late and out of step with our own unlink/bind, so each one is checked against
         the files as they are now: a stale event changes nothing.
@@ -81,8 +84,9 @@ class DevicePlugin:
             and kubelet is not None
             and kubelet not in (self._registered_with, self._registering_with)
         ):
-            # A kubelet.sock no attempt has dialed yet: a new round registers at once instead of sleeping out its
-            # back-off. One already being dialed is left alone: restarting would register twice with one kubelet.
+            # A kubelet.sock no attempt has dialed yet: a new round registers at once instead of
+            # sleeping out its back-off. One already being dialed is left alone: restarting would
+            # register twice with one kubelet.
             log.info("kubelet.sock (re-)created: registering again")
             self._restart.set()
         elif name == KUBELET_SOCKET and kind == "deleted" and kubelet is None and self._registered_with is not None:
@@ -93,7 +97,8 @@ class DevicePlugin:
             self._restart.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        # The directory is the kubelet's: on a node without a kubelet yet, wait for it rather than make it.
+        # The directory is the kubelet's: on a node without a kubelet yet, wait for it rather than
+        # make it.
         if not await wait_for_directory(self.directory, stop, "the kubelet"):
             return
         watch = DirectoryWatch()

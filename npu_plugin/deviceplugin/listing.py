@@ -1,8 +1,10 @@
-"""What the device plugin lists: the inventory's devices and, under `--vnpu static`, the vNPUs of its chips.
+"""What the device plugin lists: the inventory's devices and, under `--vnpu static`, the vNPUs of
+its chips.
 
-A vNPU is its own extended resource, named as Ascend's device plugin names it so tools that parse Ascend's ids keep
-working: resource `huawei.com/Ascend910-5c.1cpu.16g`, device id `Ascend910-5c.1cpu.16g-164-4` (vNPU 164 of chip 4).
-A chip with any vNPU is never offered whole: the driver cannot mount a split NPU.
+A vNPU is its own extended resource, named as Ascend's device plugin names it so tools that parse
+Ascend's ids keep working: resource `huawei.com/Ascend910-5c.1cpu.16g`, device id
+`Ascend910-5c.1cpu.16g-164-4` (vNPU 164 of chip 4). A chip with any vNPU is never offered whole: the
+driver cannot mount a split NPU.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ class VirtualDevice:
 
 
 def vnpu_resource_name(domain: str, device_type: str, template: str) -> str | None:
-    """`huawei.com/Ascend910-5c.1cpu.16g` for a vir05_1c_16g vNPU of a 910 chip; None where the template's name
-    gives no suffix."""
+    """`huawei.com/Ascend910-5c.1cpu.16g` for a vir05_1c_16g vNPU of a 910 chip; None where the
+    template's name gives no suffix."""
     suffix = dp_suffix(template)
     return None if suffix is None else f"{domain}/{id_prefix(device_type)}-{suffix}"
 
@@ -91,8 +93,8 @@ class Listing:
 
 
 class DeviceListing:
-    """The inventory joined with the chips' vNPUs (from `relist`, None with --vnpu off), kept current: every change
-    of either reaches the watchers."""
+    """The inventory joined with the chips' vNPUs (from `relist`, None with --vnpu off), kept
+    current: every change of either reaches the watchers."""
 
     def __init__(self, inventory: Inventory, domain: str = "huawei.com", relist: VnpuRelist | None = None) -> None:
         self._inventory, self._domain, self._relist = inventory, domain, relist

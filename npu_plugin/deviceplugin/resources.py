@@ -1,5 +1,6 @@
-"""Every resource the device plugin serves: the whole NPUs, and under `--vnpu static` one resource per vNPU type
-present on its chips, each with its own socket, registration and kubelet-restart handling."""
+"""Every resource the device plugin serves: the whole NPUs, and under `--vnpu static` one resource
+per vNPU type present on its chips, each with its own socket, registration and kubelet-restart
+handling."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ ServiceFactory = Callable[[str | None], DevicePluginService]
 
 
 class DevicePlugins:
-    """Runs the whole-NPU plugin and starts a plugin for each vNPU resource the first time one of its vNPUs is on
-    the device plugin's chips; once started, a resource stays registered (with an empty list when its vNPUs go),
-    as the kubelet keeps a resource's capacity until its plugin goes."""
+    """Runs the whole-NPU plugin and starts a plugin for each vNPU resource the first time one of
+    its vNPUs is on the device plugin's chips; once started, a resource stays registered (with an
+    empty list when its vNPUs go), as the kubelet keeps a resource's capacity until its plugin
+    goes."""
 
     def __init__(
         self,
@@ -43,7 +45,8 @@ class DevicePlugins:
         try:
             await self._serve_every_resource(stop)
         except ExceptionGroup as failed:
-            # One resource failing stops the daemon with its own error, not a group: an OSError stays one line.
+            # One resource failing stops the daemon with its own error, not a group: an OSError
+            # stays one line.
             raise failed.exceptions[0] from None
 
     async def _serve_every_resource(self, stop: asyncio.Event) -> None:

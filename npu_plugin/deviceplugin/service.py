@@ -28,13 +28,14 @@ from npu_plugin.inventory.state import DeviceView, Snapshot
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
-# Distinct device sets a node hands out in practice: whole cards, halves, single dies, one per workload shape.
+# Distinct device sets a node hands out in practice: whole cards, halves, single dies, one per
+# workload shape.
 RESPONSE_CACHE_SIZE = 256
 
 
 def list_response(snapshot: Snapshot, split: Collection[int] = ()) -> pb.ListAndWatchResponse:
-    """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice, and so are
-    chips split into vNPUs (`split`), which are offered through their vNPUs only."""
+    """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice,
+    and so are chips split into vNPUs (`split`), which are offered through their vNPUs only."""
     return pb.ListAndWatchResponse(
         devices=[
             list_entry(v.device.dp_id, v) for v in snapshot.owned_by(Owner.DEVICE_PLUGIN) if v.physical_id not in split
@@ -45,7 +46,8 @@ def list_response(snapshot: Snapshot, split: Collection[int] = ()) -> pb.ListAnd
 def list_entry(device_id: str, view: DeviceView) -> pb.Device:
     numa = view.device.numa_node
     topology = pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]) if numa is not None else None
-    # A device draining to DRA stays listed, Unhealthy, so the kubelet keeps it for its current pod only.
+    # A device draining to DRA stays listed, Unhealthy, so the kubelet keeps it for its current pod
+    # only.
     healthy = view.healthy and not view.draining
     return pb.Device(ID=device_id, health=HEALTHY if healthy else UNHEALTHY, topology=topology)
 
@@ -94,8 +96,8 @@ def container_response(edits: ContainerEdits, cdi_ids: Sequence[str]) -> pb.Cont
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """What one container request gets: the ids its response is built from (physical or vNPU ids) and the
-    physical chips behind them (for the log)."""
+    """What one container request gets: the ids its response is built from (physical or vNPU ids)
+    and the physical chips behind them (for the log)."""
 
     ids: tuple[int, ...]
     physical_ids: tuple[int, ...]
@@ -131,7 +133,8 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         async with contextlib.aclosing(until_closed(self._listing.watch(), self._closing)) as changes:
             async for listing in changes:
                 response = self._list(listing)
-                # A new backend level that leaves every verdict unchanged is not news to the kubelet.
+                # A new backend level that leaves every verdict unchanged is not news to the
+                # kubelet.
                 if response != sent:
                     sent = response
                     yield response
@@ -198,8 +201,9 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return Grant(ids, ids)
 
     def _build_response(self, granted: tuple[tuple[int, ...], ...]) -> pb.AllocateResponse:
-        """What the kubelet gets for these devices: it depends on nothing but them and the host layout, so
-        the service memoizes it (`_response`); health and ownership are checked on every call first."""
+        """What the kubelet gets for these devices: it depends on nothing but them and the host
+        layout, so the service memoizes it (`_response`); health and ownership are checked on every
+        call first."""
         responses = []
         for ids in granted:
             cdi = [static_cdi_id(self._cdi_driver, i) for i in sorted(ids)] if self._cdi_driver else []

@@ -22,7 +22,8 @@ from npu_plugin.deviceplugin.service import (
 from npu_plugin.errors import AllocationError, quoted
 
 log = logging.getLogger(__name__)
-# Ascend's runtime mounts one vNPU per container (Ascend's device plugin: MaxRequestVirtualDeviceNum = 1).
+# Ascend's runtime mounts one vNPU per container (Ascend's device plugin: MaxRequestVirtualDeviceNum
+# = 1).
 ONE_VNPU = "Ascend supports one vNPU per container"
 
 
@@ -34,8 +35,8 @@ def vnpu_list_response(listing: Listing, resource_name: str) -> pb.ListAndWatchR
 
 
 def allocatable_vnpu(listing: Listing, resource_name: str, device_ids: Sequence[str]) -> Grant:
-    """The vNPU one container request gets; AllocationError when it names more than one or one we must not hand
-    out."""
+    """The vNPU one container request gets; AllocationError when it names more than one or one we
+    must not hand out."""
     if len(device_ids) != 1:
         raise AllocationError(f"{ONE_VNPU}; the request names {len(device_ids)} ({', '.join(device_ids)})")
     device_id = device_ids[0]
@@ -48,8 +49,8 @@ def allocatable_vnpu(listing: Listing, resource_name: str, device_ids: Sequence[
 
 
 class VnpuDevicePluginService(DevicePluginService):
-    """Lists and allocates the vNPUs of one resource; the options, streams and PreStart are the whole-NPU
-    service's."""
+    """Lists and allocates the vNPUs of one resource; the options, streams and PreStart are the
+    whole-NPU service's."""
 
     def __init__(
         self,
@@ -70,7 +71,8 @@ class VnpuDevicePluginService(DevicePluginService):
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context
     ) -> pb.PreferredAllocationResponse:
-        """vNPUs have no topology to prefer: the first `size` available ones, required ones first."""
+        """vNPUs have no topology to prefer: the first `size` available ones, required ones
+        first."""
         responses = []
         for container in request.container_requests:
             required = list(container.must_include_deviceIDs)

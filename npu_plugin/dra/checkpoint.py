@@ -39,8 +39,9 @@ class DeviceJson(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class VnpuRecord:
-    """The vNPU behind a prepared device: `dynamic` ones we create in Prepare and destroy in Unprepare, `static`
-    ones existed before and are never destroyed. A dynamic record is written before the create call."""
+    """The vNPU behind a prepared device: `dynamic` ones we create in Prepare and destroy in
+    Unprepare, `static` ones existed before and are never destroyed. A dynamic record is written
+    before the create call."""
 
     physical_id: int
     template: str
@@ -88,8 +89,9 @@ class CheckpointJson(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class PreparedDevice:
-    """One device prepared for a claim: the request it serves, its name in the slice, the NPU behind it, and the
-    CDI ids the kubelet passes to the runtime (on the first device of each request only)."""
+    """One device prepared for a claim: the request it serves, its name in the slice, the NPU behind
+    it, and the CDI ids the kubelet passes to the runtime (on the first device of each request
+    only)."""
 
     request_names: tuple[str, ...]
     pool_name: str
@@ -140,7 +142,8 @@ def _strings(raw: dict[str, Any], key: str) -> tuple[str, ...]:
 
 
 def _physical_id(raw: dict[str, Any], device_name: str) -> int:
-    """The recorded physical id; an entry from before it was recorded has it only in its device name."""
+    """The recorded physical id; an entry from before it was recorded has it only in its device
+    name."""
     if "physicalId" not in raw:
         legacy = parse_dra_name(device_name)
         if legacy is None:
@@ -233,13 +236,15 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock, except `peek`'s.
+    """Reads and writes `<state-dir>/checkpoint.json`; callers hold the state-dir lock, except
+    `peek`'s.
 
-    While serving, what this daemon last read or wrote is the truth: a checkpoint that turns corrupt (or
-    vanishes while it holds claims) is moved aside, logged as an error once per incident, and rewritten
-    from memory, so no prepared claim is forgotten and none of its devices handed out again. Only at
-    start, with nothing in memory yet, does a corrupt checkpoint mean starting empty. Read and write
-    failures (a directory in its place, a full disk) are CheckpointErrors naming the path and the errno.
+    While serving, what this daemon last read or wrote is the truth: a checkpoint that turns corrupt
+    (or vanishes while it holds claims) is moved aside, logged as an error once per incident, and
+    rewritten from memory, so no prepared claim is forgotten and none of its devices handed out
+    again. Only at start, with nothing in memory yet, does a corrupt checkpoint mean starting empty.
+    Read and write failures (a directory in its place, a full disk) are CheckpointErrors naming the
+    path and the errno.
     """
 
     def __init__(self, state_dir: Path, boot_id: str) -> None:
@@ -318,9 +323,10 @@ class CheckpointStore:
         return checkpoint.copy()
 
     def peek(self) -> Checkpoint:
-        """The checkpoint as stored, read without the lock and without side effects: writes are atomic renames,
-        so a reader always sees a whole file. When it cannot be read (missing, corrupt, unreadable), what this
-        daemon last read or wrote, which is what the next locked load restores; empty before the first."""
+        """The checkpoint as stored, read without the lock and without side effects: writes are
+        atomic renames, so a reader always sees a whole file. When it cannot be read (missing,
+        corrupt, unreadable), what this daemon last read or wrote, which is what the next locked
+        load restores; empty before the first."""
         try:
             data = self._read()
             if data is not None:

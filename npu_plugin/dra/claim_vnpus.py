@@ -1,8 +1,9 @@
-"""A claim's vNPUs within Prepare and Unprepare: the chips' plans with the vNPU ids we own, each create bounded by
-the Prepare's deadline (a create outliving it settled when it returns), an id someone else took replaced by the next
-free one, the undo of a failed Prepare, the re-create of a prepared claim's vNPU after a reboot, and the destroy of
-what a claim created. The steps that change vNPUs run under the state lock their caller holds; a late create's
-settling, in the create's own thread, takes it itself."""
+"""A claim's vNPUs within Prepare and Unprepare: the chips' plans with the vNPU ids we own, each
+create bounded by the Prepare's deadline (a create outliving it settled when it returns), an id
+someone else took replaced by the next free one, the undo of a failed Prepare, the re-create of a
+prepared claim's vNPU after a reboot, and the destroy of what a claim created. The steps that change
+vNPUs run under the state lock their caller holds; a late create's settling, in the create's own
+thread, takes it itself."""
 
 from __future__ import annotations
 
@@ -26,43 +27,49 @@ log = logging.getLogger(__name__)
 
 
 class _CreateGoesOnError(ClaimError):
-    """A create outlived the wait: its claim's entry keeps its vNPU records until the create returns."""
+    """A create outlived the wait: its claim's entry keeps its vNPU records until the create
+    returns."""
 
 
 class ClaimVnpus:
-    """The preparer's vNPU steps; with `operations` None (--vnpu off) there are none to make, and a recorded vNPU we
-    created cannot be destroyed."""
+    """The preparer's vNPU steps; with `operations` None (--vnpu off) there are none to make, and a
+    recorded vNPU we created cannot be destroyed."""
 
     def __init__(
         self, operations: VnpuOperations | None, state: StateLock, on_vnpus_changed: Callable[[], None]
     ) -> None:
-        """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call
-        (a late create's vNPU destroyed)."""
+        """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or
+        Unprepare call (a late create's vNPU destroyed)."""
         self.operations, self._state, self._on_vnpus_changed = operations, state, on_vnpus_changed
         self._mismatched: set[int] = set()  # recorded vNPU ids whose live vNPU has another template
 
     def disown(self, vnpu_id: int) -> None:
-        """A recorded vNPU found with another template is foreign from now on: never counted as ours."""
+        """A recorded vNPU found with another template is foreign from now on: never counted as
+        ours."""
         self._mismatched.add(vnpu_id)
 
     def plans(self, snapshot: Snapshot, checkpoint: Checkpoint) -> dict[int, ChipPlan]:
-        """How each chip is served now, the vNPUs the checkpoint records as ours kept ours; {} with --vnpu off."""
+        """How each chip is served now, the vNPUs the checkpoint records as ours kept ours; {} with
+        --vnpu off."""
         if self.operations is None:
             return {}
         return self.operations.plans([view.device for view in snapshot.devices], self.own_ids(checkpoint))
 
     def own_ids(self, checkpoint: Checkpoint) -> frozenset[int]:
-        """vNPU ids we created, as the checkpoint records them (less those found with another template)."""
+        """vNPU ids we created, as the checkpoint records them (less those found with another
+        template)."""
         ids = {r.vnpu_id for _uid, r in checkpoint.vnpus() if r.created_by_us}
         return frozenset(ids - self._mismatched)
 
     def make(self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float) -> None:
-        """Create the claim's vNPUs that do not exist (each of a new claim; those of a prepared claim that a
-        reboot took, with their recorded ids) and wait for their device nodes. When that fails, a new claim's
-        vNPUs are destroyed again and its entry dropped; a prepared claim keeps its entry. ClaimError.
+        """Create the claim's vNPUs that do not exist (each of a new claim; those of a prepared
+        claim that a reboot took, with their recorded ids) and wait for their device nodes. When
+        that fails, a new claim's vNPUs are destroyed again and its entry dropped; a prepared claim
+        keeps its entry. ClaimError.
 
-        A create the driver has not answered by `deadline` is left running: the entry stays as it is, so its
-        vNPUs still count as used and their ids stay reserved, and `_settle_late_create` runs when it returns."""
+        A create the driver has not answered by `deadline` is left running: the entry stays as it
+        is, so its vNPUs still count as used and their ids stay reserved, and `_settle_late_create`
+        runs when it returns."""
         entry = checkpoint.claims[ref.uid]
         if self.operations is None or not any(d.vnpu is not None and d.vnpu.created_by_us for d in entry.devices):
             return
@@ -122,8 +129,8 @@ class ClaimVnpus:
                     f"creating vNPU {record.template} on npu-{record.physical_id} (id {record.vnpu_id}) "
                     f"failed: {problem}"
                 )
-            # The id is someone else's: record the next free one before trying it, so no crash leaves a vNPU
-            # of ours unrecorded.
+            # The id is someone else's: record the next free one before trying it, so no crash
+            # leaves a vNPU of ours unrecorded.
             record = replace(record, vnpu_id=free)
             devices = list(entry.devices)
             devices[index] = replace(devices[index], vnpu=record)
@@ -137,8 +144,9 @@ class ClaimVnpus:
             )
 
     def still_creating(self, entry: ClaimEntry) -> str | None:
-        """Why a claim cannot be prepared or unprepared now: a create of one of its vNPUs that outlived its wait
-        is still running (a second create, or a destroy racing it, would leak a vNPU); None when none is."""
+        """Why a claim cannot be prepared or unprepared now: a create of one of its vNPUs that
+        outlived its wait is still running (a second create, or a destroy racing it, would leak a
+        vNPU); None when none is."""
         if self.operations is None:
             return None
         for device in entry.devices:
@@ -152,10 +160,11 @@ class ClaimVnpus:
         return None
 
     def _settle_late_create(self, ref: ClaimRef) -> None:
-        """A create that outlived its Prepare has returned (made or refused; runs in its thread). A claim still
-        PrepareStarted is released as start-up releases an interrupted one: its vNPUs destroyed, its entry
-        dropped, and the kubelet's retry prepares it anew. A prepared claim (its vNPU re-created after a reboot)
-        keeps the vNPU it records. When the checkpoint cannot be read, the claim's next Prepare releases it."""
+        """A create that outlived its Prepare has returned (made or refused; runs in its thread). A
+        claim still PrepareStarted is released as start-up releases an interrupted one: its vNPUs
+        destroyed, its entry dropped, and the kubelet's retry prepares it anew. A prepared claim
+        (its vNPU re-created after a reboot) keeps the vNPU it records. When the checkpoint cannot
+        be read, the claim's next Prepare releases it."""
         try:
             with self._state.locked() as checkpoint:
                 entry = checkpoint.claims.get(ref.uid)
@@ -183,7 +192,8 @@ class ClaimVnpus:
         self._on_vnpus_changed()
 
     def undo(self, devices: Sequence[PreparedDevice]) -> None:
-        """Destroy the vNPUs a failed Prepare made; one that cannot be destroyed stays, as a foreign vNPU."""
+        """Destroy the vNPUs a failed Prepare made; one that cannot be destroyed stays, as a foreign
+        vNPU."""
         if self.operations is None:
             return
         for device in devices:
@@ -199,8 +209,8 @@ class ClaimVnpus:
                     )
 
     def destroy_created(self, devices: Sequence[PreparedDevice]) -> str | None:
-        """Destroy the vNPUs we created for these devices (made or not: a crash may have come before or after
-        the create); why one cannot be destroyed, or None."""
+        """Destroy the vNPUs we created for these devices (made or not: a crash may have come before
+        or after the create); why one cannot be destroyed, or None."""
         for device in devices:
             record = device.vnpu
             if record is None or not record.created_by_us:
@@ -215,8 +225,9 @@ class ClaimVnpus:
         return None
 
     def destroy_interrupted(self, uid: str, entry: ClaimEntry) -> bool:
-        """Destroy the vNPUs an interrupted Prepare recorded; False keeps the entry, so the vNPU stays counted
-        as used, the next start tries again, and so does a Prepare of the same claim."""
+        """Destroy the vNPUs an interrupted Prepare recorded; False keeps the entry, so the vNPU
+        stays counted as used, the next start tries again, and so does a Prepare of the same
+        claim."""
         if problem := self.destroy_created(entry.devices):
             log.error("claim %s was being prepared when the plugin stopped; keeping its record: %s", uid, problem)
             return False

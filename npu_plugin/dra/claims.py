@@ -1,9 +1,10 @@
-"""From a ResourceClaim to the devices we must prepare, refusing every claim we may not prepare (pure).
+"""From a ResourceClaim to the devices we must prepare, refusing every claim we may not prepare
+(pure).
 
-Three device name forms: a whole NPU `npu-<phy>`, a vNPU to create `npu-<phy>-<template>-<k>` (a candidate of a
-chip split on demand) and an existing vNPU `npu-<phy>-vnpu-<id>`. A vNPU serves one container: it is alone in its
-request, and its claim is reserved for one consumer. That two containers of one pod may still share a request
-cannot be seen without reading the Pod.
+Three device name forms: a whole NPU `npu-<phy>`, a vNPU to create `npu-<phy>-<template>-<k>` (a
+candidate of a chip split on demand) and an existing vNPU `npu-<phy>-vnpu-<id>`. A vNPU serves one
+container: it is alone in its request, and its claim is reserved for one consumer. That two
+containers of one pod may still share a request cannot be seen without reading the Pod.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ from npu_plugin.ascend.device import parse_dra_name
 from npu_plugin.ascend.vnpu import ChipVnpu, StaticName, VnpuChips, VnpuOrigin, fits, parse_vnpu_name, resolve_candidate
 from npu_plugin.errors import ClaimError, clipped, quoted
 
-# `request` or `request/subrequest`, each a DNS label as the API server validates them: the base name
-# becomes part of a CDI device name, which allows no other characters.
+# `request` or `request/subrequest`, each a DNS label as the API server validates them: the base
+# name becomes part of a CDI device name, which allows no other characters.
 _REQUEST = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
 
 
-# The scheduler keeps vNPUs and whole NPUs of one chip apart only through counters, which need this gate.
+# The scheduler keeps vNPUs and whole NPUs of one chip apart only through counters, which need this
+# gate.
 _GATE_HINT = "(is DRAPartitionableDevices enabled on kube-scheduler?)"
 
 
 @dataclass(frozen=True, slots=True)
 class WantedVnpu:
-    """The vNPU an allocation result stands for: one to create (dynamic, its id chosen at Prepare) or one that
-    exists (static, with its id)."""
+    """The vNPU an allocation result stands for: one to create (dynamic, its id chosen at Prepare)
+    or one that exists (static, with its id)."""
 
     template: str
     origin: VnpuOrigin
@@ -50,8 +52,8 @@ class ClaimDevice:
 
 @dataclass(frozen=True, slots=True)
 class Holding:
-    """A device another claim holds on a chip (prepared or being prepared): a whole NPU (`template` None) or a
-    vNPU."""
+    """A device another claim holds on a chip (prepared or being prepared): a whole NPU (`template`
+    None) or a vNPU."""
 
     physical_id: int
     template: str | None = None
@@ -80,9 +82,9 @@ def claim_devices(
 ) -> list[ClaimDevice]:
     """Our driver's results of an allocated claim.
 
-    `refuse_device(physical_id)` returns why a chip's devices cannot be prepared (unknown, other mode,
-    draining), or None. `vnpus` says what each chip serves (nothing with --vnpu off). Raises ClaimError
-    with the reason otherwise.
+    `refuse_device(physical_id)` returns why a chip's devices cannot be prepared (unknown, other
+    mode, draining), or None. `vnpus` says what each chip serves (nothing with --vnpu off). Raises
+    ClaimError with the reason otherwise.
     """
     actual_uid = _path(claim, "metadata", "uid")
     if actual_uid != uid:
@@ -98,7 +100,8 @@ def claim_devices(
     ]
     if not devices:
         raise ClaimError(f"the claim has no allocation results for driver {driver}")
-    # Our devices are never shared (no allowMultipleAllocations), so one twice is an allocation we cannot honour.
+    # Our devices are never shared (no allowMultipleAllocations), so one twice is an allocation we
+    # cannot honour.
     if twice := sorted(name for name, count in Counter(d.device for d in devices).items() if count > 1):
         raise ClaimError(f"device(s) {', '.join(twice)} allocated more than once in this claim")
     _check_vnpu_requests(devices, _path(claim, "status", "reservedFor"))
@@ -106,7 +109,8 @@ def claim_devices(
 
 
 def _check_vnpu_requests(devices: list[ClaimDevice], reserved_for: Any) -> None:
-    """A vNPU serves one container request: alone in its request, in a claim reserved for one consumer."""
+    """A vNPU serves one container request: alone in its request, in a claim reserved for one
+    consumer."""
     for request in dict.fromkeys(d.request for d in devices):
         given = [d for d in devices if d.request == request]
         vnpus = [d.device for d in given if d.vnpu is not None]
@@ -179,12 +183,12 @@ def _refuse(name: str, physical_id: int, refuse_device: Callable[[int], str | No
 def overlap_problem(
     devices: list[ClaimDevice], chips: Mapping[int, ChipVnpu], held: list[Holding], recorded: frozenset[int]
 ) -> str | None:
-    """Why this claim's devices overlap what the chips already give, or None: defence in depth against a
-    scheduler that does not count a chip's shared resources.
+    """Why this claim's devices overlap what the chips already give, or None: defence in depth
+    against a scheduler that does not count a chip's shared resources.
 
-    Per chip, a whole NPU excludes any vNPU, and the templates of the vNPUs other claims hold, of the live
-    vNPUs no claim records (`recorded`: vNPU ids in the checkpoint) and of this claim's new vNPUs must fit
-    the chip's totals together.
+    Per chip, a whole NPU excludes any vNPU, and the templates of the vNPUs other claims hold, of
+    the live vNPUs no claim records (`recorded`: vNPU ids in the checkpoint) and of this claim's new
+    vNPUs must fit the chip's totals together.
     """
     for physical_id in dict.fromkeys(d.physical_id for d in devices):
         chip = chips.get(physical_id)

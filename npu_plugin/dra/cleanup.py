@@ -1,6 +1,6 @@
-"""Start-up clean-up, under the state lock before the DRA socket serves: claims a crash left half-prepared are
-released, the chips' vNPUs are compared with the checkpoint, and CDI specs and temporary files no completed claim
-accounts for are removed."""
+"""Start-up clean-up, under the state lock before the DRA socket serves: claims a crash left
+half-prepared are released, the chips' vNPUs are compared with the checkpoint, and CDI specs and
+temporary files no completed claim accounts for are removed."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ log = logging.getLogger(__name__)
 def collect_garbage(
     state: StateLock, vnpus: ClaimVnpus, *, snapshot: Callable[[], Snapshot], cdi_root: Path, driver: str
 ) -> None:
-    """At start: forget claims a crash left in PrepareStarted (the kubelet never heard of success and
-    prepares them again) after destroying the vNPUs they may have created, and drop CDI files of claims
-    not held as completed (a crash between writing the file and recording it, or between removing the
-    entry and the file). vNPUs of prepared claims are kept; vNPUs no claim records are never destroyed."""
+    """At start: forget claims a crash left in PrepareStarted (the kubelet never heard of success
+    and prepares them again) after destroying the vNPUs they may have created, and drop CDI files of
+    claims not held as completed (a crash between writing the file and recording it, or between
+    removing the entry and the file). vNPUs of prepared claims are kept; vNPUs no claim records are
+    never destroyed."""
     with state.locked() as checkpoint:
         interrupted = [uid for uid, entry in checkpoint.claims.items() if entry.state != PREPARE_COMPLETED]
         released = 0
@@ -44,10 +45,11 @@ def collect_garbage(
 
 
 def _check_live_vnpus(checkpoint: Checkpoint, vnpus: ClaimVnpus, snapshot: Callable[[], Snapshot]) -> None:
-    """On each chip npu-plugin would split on demand, compare its vNPUs with the checkpoint: a prepared claim's
-    vNPU that now has another template, and any vNPU no claim records, are foreign (never destroyed; their chip
-    serves them as they are). A chip served as it is (a static-only product, --vnpu static) holds the
-    administrator's vNPUs, which no checkpoint records: nothing there is foreign."""
+    """On each chip npu-plugin would split on demand, compare its vNPUs with the checkpoint: a
+    prepared claim's vNPU that now has another template, and any vNPU no claim records, are foreign
+    (never destroyed; their chip serves them as they are). A chip served as it is (a static-only
+    product, --vnpu static) holds the administrator's vNPUs, which no checkpoint records: nothing
+    there is foreign."""
     if vnpus.operations is None:
         return
     try:

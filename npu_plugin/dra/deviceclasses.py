@@ -1,5 +1,5 @@
-"""Per-template vNPU DeviceClasses (pure): `vir05-1c-16g.vnpu.npu.huawei.com` selects the vNPUs of one template,
-so a claim can say "a vir05_1c_16g" without writing CEL."""
+"""Per-template vNPU DeviceClasses (pure): `vir05-1c-16g.vnpu.npu.huawei.com` selects the vNPUs of
+one template, so a claim can say "a vir05_1c_16g" without writing CEL."""
 
 from __future__ import annotations
 

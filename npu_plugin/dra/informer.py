@@ -1,11 +1,13 @@
-"""A local cache of this node's ResourceSlices, kept by LIST once and WATCH from then on, as client-go does.
+"""A local cache of this node's ResourceSlices, kept by LIST once and WATCH from then on, as
+client-go does.
 
-At rest this costs one watch request every 5 to 10 minutes: the watch resumes from the last resourceVersion
-seen (bookmarks keep it fresh), and a new LIST happens only when the server says that resourceVersion
-is gone (410) or the stream cannot be trusted (garbage, an ERROR event, a resourceVersion going
-backwards). Transport failures (refused, reset, 503) resume the watch from where it was. Every failure
-is logged once and backs off with jitter; a watch that ends at once without delivering anything counts
-as a failure, so a server that closes every watch cannot make this a tight loop.
+At rest this costs one watch request every 5 to 10 minutes: the watch resumes from the last
+resourceVersion seen (bookmarks keep it fresh), and a new LIST happens only when the server says
+that resourceVersion is gone (410) or the stream cannot be trusted (garbage, an ERROR event, a
+resourceVersion going backwards). Transport failures (refused, reset, 503) resume the watch from
+where it was. Every failure is logged once and backs off with jitter; a watch that ends at once
+without delivering anything counts as a failure, so a server that closes every watch cannot make
+this a tight loop.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from npu_plugin.kubeapi.protocol import KubeApi, SliceEvent, StoredSlice
 
 log = logging.getLogger(__name__)
 WATCH_SECONDS = (300, 600)
-# A watch that ends sooner than this having delivered nothing is treated as a failure (client-go does too).
+# A watch that ends sooner than this having delivered nothing is treated as a failure (client-go
+# does too).
 SHORT_WATCH_SECONDS = 1.0
-# A watch the server ends this long before its timeoutSeconds was cut short (a restart, a proxy), not timed out.
+# A watch the server ends this long before its timeoutSeconds was cut short (a restart, a proxy),
+# not timed out.
 EARLY_END_SECONDS = 10.0
 WATCH_BACKOFF = BackoffPolicy(initial=0.5, maximum=30.0)
 _GONE = 410
@@ -41,8 +45,9 @@ class _ShortWatchError(Exception):
 class SliceInformer:
     """Runs `run` in a thread; `snapshot` and `record` may be called from any thread.
 
-    `on_change` is called (from the informer's thread) after the cache was filled by a LIST or changed by
-    an event; an event that only repeats what the cache holds (our own write coming back) is not a change.
+    `on_change` is called (from the informer's thread) after the cache was filled by a LIST or
+    changed by an event; an event that only repeats what the cache holds (our own write coming back)
+    is not a change.
     """
 
     def __init__(
@@ -57,8 +62,8 @@ class SliceInformer:
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`draw` gives the jitter of each pause after a failure (uniform in [0, 1)); `clock` tells how long a
-        watch lasted."""
+        """`draw` gives the jitter of each pause after a failure (uniform in [0, 1)); `clock` tells
+        how long a watch lasted."""
         self._api, self._node, self._driver = api, node, driver
         self._on_change = on_change
         self._backoff = Backoff(policy, draw)
@@ -68,8 +73,9 @@ class SliceInformer:
         self._slices: dict[str, StoredSlice] = {}
         self._version = ""
         self.synced = threading.Event()
-        # LISTs and WATCHes that failed, and watches the server ended before their time: an API server restart (which
-        # an upgrade needs) does one or the other, so what only a restart changes (the server's version) is read again.
+        # LISTs and WATCHes that failed, and watches the server ended before their time: an API
+        # server restart (which an upgrade needs) does one or the other, so what only a restart
+        # changes (the server's version) is read again.
         self.interruptions = 0
 
     @property
@@ -89,7 +95,8 @@ class SliceInformer:
             return [self._slices[name] for name in sorted(self._slices)]
 
     def record(self, stored: StoredSlice | None, name: str) -> None:
-        """Note our own write (the stored object; None after a delete), so its echo changes nothing."""
+        """Note our own write (the stored object; None after a delete), so its echo changes
+        nothing."""
         with self._lock:
             if stored is None:
                 self._slices.pop(name, None)
@@ -97,8 +104,8 @@ class SliceInformer:
                 self._slices[name] = stored
 
     def run(self, stop: threading.Event) -> None:
-        """LIST, then WATCH until `stop` is set; never raises. Each pause after a failure is a wait on `stop`,
-        so setting it ends a pause at once."""
+        """LIST, then WATCH until `stop` is set; never raises. Each pause after a failure is a wait
+        on `stop`, so setting it ends a pause at once."""
         relist = True
         while not stop.is_set():
             try:
@@ -171,7 +178,8 @@ class SliceInformer:
 
 
 def _version_number(version: str) -> int:
-    """resourceVersions are opaque, but every API server (etcd) issues increasing integers; others compare 0."""
+    """resourceVersions are opaque, but every API server (etcd) issues increasing integers; others
+    compare 0."""
     return int(version) if version.isdigit() else 0
 
 

@@ -1,13 +1,14 @@
-"""Which vNPU slice layout this node's API server stores intact: its version (split from 1.35, combined on 1.34)
-and whether DRAPartitionableDevices keeps counters.
+"""Which vNPU slice layout this node's API server stores intact: its version (split from 1.35,
+combined on 1.34) and whether DRAPartitionableDevices keeps counters.
 
-The gate is not readable through the API. A dry-run create of a counter-only probe slice runs the API server's
-write strategy, which drops `sharedCounters` while the gate is off; the probe runs once a chip is split on demand
-(at start, or when the first one is), then every 10 minutes and after a version change. The version changes only
-when the API server restarts, which cuts the slice watch short: it is read with each probe and after such a cut,
-never polled (two requests per 10 minutes, not one per 30 s resync). Every slice write is also read back: a stored
-slice that lost its counters switches the node to the fallback layout (no counters) until a later probe finds the
-gate on. Fail closed: until the first probe answers, the fallback is used.
+The gate is not readable through the API. A dry-run create of a counter-only probe slice runs the
+API server's write strategy, which drops `sharedCounters` while the gate is off; the probe runs once
+a chip is split on demand (at start, or when the first one is), then every 10 minutes and after a
+version change. The version changes only when the API server restarts, which cuts the slice watch
+short: it is read with each probe and after such a cut, never polled (two requests per 10 minutes,
+not one per 30 s resync). Every slice write is also read back: a stored slice that lost its counters
+switches the node to the fallback layout (no counters) until a later probe finds the gate on. Fail
+closed: until the first probe answers, the fallback is used.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _consumes(device: SliceDevice | None) -> bool:
 
 
 class PartitionableGate:
-    """The API server's minor version and whether it keeps counters; blocking calls, from the publisher's thread."""
+    """The API server's minor version and whether it keeps counters; blocking calls, from the
+    publisher's thread."""
 
     def __init__(
         self,
@@ -82,8 +84,8 @@ class PartitionableGate:
         return layout_for(self.minor or 0, self.on and self.minor is not None)
 
     def refresh(self, settings: SliceSettings) -> bool:
-        """Read the version; probe at the first call, every 10 minutes and after a version change. True when the
-        layout changed."""
+        """Read the version; probe at the first call, every 10 minutes and after a version change.
+        True when the layout changed."""
         before = self.layout
         _, minor = self._api.server_version()
         due = self.due()
@@ -100,7 +102,8 @@ class PartitionableGate:
         return self.layout is not before
 
     def stripped(self) -> None:
-        """A slice we wrote came back without its counters: the gate is off, whatever the last probe said."""
+        """A slice we wrote came back without its counters: the gate is off, whatever the last probe
+        said."""
         self._set(False, "a published slice lost its counters")
 
     def _probe(self, settings: SliceSettings) -> bool:

@@ -118,17 +118,18 @@ class DraPlugin:
         self._vnpus = vnpus
 
     def _vnpu_chips(self, vnpus: VnpuOperations) -> VnpuChips:
-        """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the DRA-owned ones
-        (whether a 310P is a Duo depends on its card mates), and the vNPUs the checkpoint records as ours keep
-        their chip split on demand; any other vNPU is foreign."""
+        """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the
+        DRA-owned ones (whether a 310P is a Duo depends on its card mates), and the vNPUs the
+        checkpoint records as ours keep their chip split on demand; any other vNPU is foreign."""
         devices = [view.device for view in self._inventory.snapshot().devices]
         return served_chips(vnpus.plans(devices, self.preparer.own_vnpu_ids()), vnpus.offered)
 
     def _observe_call(self, kind: str, seconds: float) -> None:
         self.observe(kind, seconds)
         if self._vnpus is not None and kind in ("prepare", "unprepare"):
-            # A vNPU made or destroyed changes the slices: in the layout without counters a chip running one is
-            # left out, and offered again once it is gone; no backend tells us, so look now.
+            # A vNPU made or destroyed changes the slices: in the layout without counters a chip
+            # running one is left out, and offered again once it is gone; no backend tells us, so
+            # look now.
             self.publisher.trigger()
 
     def _set_registered(self, registered: bool, _error: str) -> None:
@@ -141,7 +142,8 @@ class DraPlugin:
         make_directories(self.paths.cdi_root, CDI_DIR_MODE)
 
     async def run(self, stop: asyncio.Event) -> None:
-        # The registrar and plugins directories are the kubelet's: wait for them rather than make them.
+        # The registrar and plugins directories are the kubelet's: wait for them rather than make
+        # them.
         kubelet_dirs = (self.paths.registration_socket.parent, self.paths.dra_socket.parent.parent)
         for directory in kubelet_dirs:
             if not await wait_for_directory(directory, stop, "the kubelet"):
@@ -153,7 +155,8 @@ class DraPlugin:
         try:
             reg_server = await self._start_registration()
         except BaseException:
-            # Stopped here, the DRA server would otherwise outlive the loop and print a traceback at exit.
+            # Stopped here, the DRA server would otherwise outlive the loop and print a traceback at
+            # exit.
             await stop_unix_server(dra_server, self.paths.dra_socket, grace=0)
             raise
         publisher = asyncio.create_task(
@@ -187,8 +190,9 @@ class DraPlugin:
         return server
 
     async def _keep_registration_socket(self, stop: asyncio.Event, server: grpc.aio.Server) -> grpc.aio.Server:
-        """Re-create the registration socket whenever it is removed, so the kubelet finds us again; if the registrar
-        directory went with it (a kubelet reinstall), once the directory is back. Watched, not polled."""
+        """Re-create the registration socket whenever it is removed, so the kubelet finds us again;
+        if the registrar directory went with it (a kubelet reinstall), once the directory is back.
+        Watched, not polled."""
         socket = self.paths.registration_socket
         while await wait_until_gone(socket, stop):
             log.warning("registration socket %s vanished; re-creating it", socket)

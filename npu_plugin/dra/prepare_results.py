@@ -1,5 +1,6 @@
-"""What a Prepare answers and records, computed without I/O: claim references and their checks, the response
-devices with their CDI ids, each request's devices for the claim's CDI spec, and the ids of a claim's new vNPUs."""
+"""What a Prepare answers and records, computed without I/O: claim references and their checks, the
+response devices with their CDI ids, each request's devices for the claim's CDI spec, and the ids of
+a claim's new vNPUs."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def check_ref(ref: ClaimRef) -> None:
 def prepared_devices(
     driver: str, uid: str, devices: Sequence[ClaimDevice], vnpus: Mapping[str, VnpuRecord] | None = None
 ) -> tuple[PreparedDevice, ...]:
-    """The response devices, with the vNPU records by device name; each request's CDI id goes on its first
-    device only."""
+    """The response devices, with the vNPU records by device name; each request's CDI id goes on its
+    first device only."""
     seen: set[str] = set()
     result = []
     for device in devices:
@@ -81,8 +82,8 @@ def requests_of(devices: Sequence[PreparedDevice]) -> tuple[dict[str, list[int]]
 
 
 def assign_ids(devices: Sequence[ClaimDevice], plans: Mapping[int, ChipPlan], taken: set[int]) -> dict[str, VnpuRecord]:
-    """vNPU records for a claim's vNPUs: a new one gets the lowest id of its chip's range that no live vNPU
-    and no checkpointed claim holds (`taken`, which grows with each id given)."""
+    """vNPU records for a claim's vNPUs: a new one gets the lowest id of its chip's range that no
+    live vNPU and no checkpointed claim holds (`taken`, which grows with each id given)."""
     records = {}
     for device in devices:
         wanted = device.vnpu

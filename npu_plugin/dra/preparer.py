@@ -1,6 +1,7 @@
-"""NodePrepareResources / NodeUnprepareResources for whole claims: each claim checked, read and resolved to its
-devices, recorded PrepareStarted, its vNPUs made, its CDI spec written, recorded PrepareCompleted; Unprepare undoes
-it in reverse. The state lock, the vNPU steps and the start-up clean-up are modules of their own."""
+"""NodePrepareResources / NodeUnprepareResources for whole claims: each claim checked, read and
+resolved to its devices, recorded PrepareStarted, its vNPUs made, its CDI spec written, recorded
+PrepareCompleted; Unprepare undoes it in reverse. The state lock, the vNPU steps and the start-up
+clean-up are modules of their own."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ FetchClaim = Callable[[str, str], Mapping[str, Any]]
 
 
 class Preparer:
-    """Blocking; the DRA service runs it in a worker thread. One batch at a time holds the state lock,
-    which also serialises an overlapping old and new daemon during a rolling update."""
+    """Blocking; the DRA service runs it in a worker thread. One batch at a time holds the state
+    lock, which also serialises an overlapping old and new daemon during a rolling update."""
 
     def __init__(
         self,
@@ -55,8 +56,8 @@ class Preparer:
         vnpus: VnpuOperations | None = None,
         on_vnpus_changed: Callable[[], None] = lambda: None,
     ) -> None:
-        """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or Unprepare call
-        (a late create's vNPU destroyed)."""
+        """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or
+        Unprepare call (a late create's vNPU destroyed)."""
         self.pool, self.layout = pool, layout
         self._snapshot, self._fetch = snapshot, fetch_claim
         self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
@@ -82,14 +83,15 @@ class Preparer:
         return self.state.prepared_claims
 
     def prepare(self, refs: Sequence[ClaimRef], *, deadline: float | None = None) -> dict[str, PrepareResult]:
-        """Prepare a batch; `deadline` (time.monotonic) is when it must answer, so no driver call is waited on
-        past it (by default, `DEFAULT_SECONDS` from now)."""
+        """Prepare a batch; `deadline` (time.monotonic) is when it must answer, so no driver call is
+        waited on past it (by default, `DEFAULT_SECONDS` from now)."""
         if deadline is None:
             deadline = answer_by(None, time.monotonic())
         results: dict[str, PrepareResult] = {}
         fetched: dict[str, Mapping[str, Any]] = {}
-        # Claims prepared before are answered from the checkpoint, so they need no API (it may be down); the
-        # others are read before taking the lock, so a slow API holds up no other Prepare.
+        # Claims prepared before are answered from the checkpoint, so they need no API (it may be
+        # down); the others are read before taking the lock, so a slow API holds up no other
+        # Prepare.
         completed = self.store.completed_claims()
         for ref in refs:
             try:
@@ -102,7 +104,8 @@ class Preparer:
             with self.state.locked() as checkpoint:
                 started = self._start(refs, fetched, checkpoint, results)
                 # PrepareStarted reaches the disk before any CDI file does: after a crash the record
-                # says which claims were in flight, and start-up drops them together with their files.
+                # says which claims were in flight, and start-up drops them together with their
+                # files.
                 if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
                     self.store.save(checkpoint)
                 for ref in started:
@@ -110,7 +113,8 @@ class Preparer:
                 if started:
                     self.store.save(checkpoint)
         except CheckpointError as error:
-            # Nothing of this batch was recorded as completed: every claim not refused already fails with it.
+            # Nothing of this batch was recorded as completed: every claim not refused already fails
+            # with it.
             log.error("prepare failed: %s", error, extra={"error": str(error)})  # noqa: TRY400
             for ref in refs:
                 if ref.uid not in results or not results[ref.uid].error:
@@ -143,7 +147,8 @@ class Preparer:
                         )
                     if entry is not None and not self._claim_vnpus.destroy_interrupted(ref.uid, entry):
                         raise ClaimError("the vNPUs an interrupted Prepare of this claim made cannot be destroyed yet")
-                    # Not read yet when the other daemon (rolling update) unprepared it since we looked.
+                    # Not read yet when the other daemon (rolling update) unprepared it since we
+                    # looked.
                     claim = fetched[ref.uid] if ref.uid in fetched else self._fetch(ref.namespace, ref.name)
                     devices = self._resolve(ref, claim, checkpoint)
                 except NpuPluginError as error:
@@ -186,8 +191,8 @@ class Preparer:
         return prepared_devices(self.driver, ref.uid, found, assign_ids(found, plans, taken))
 
     def own_vnpu_ids(self) -> frozenset[int]:
-        """The vNPU ids we created, for whoever plans what a chip serves: any other vNPU is foreign. Read without
-        the state lock, which a Prepare holds while it waits on the driver."""
+        """The vNPU ids we created, for whoever plans what a chip serves: any other vNPU is foreign.
+        Read without the state lock, which a Prepare holds while it waits on the driver."""
         return self._claim_vnpus.own_ids(self.store.peek())
 
     def _complete(self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float) -> PrepareResult:
@@ -240,8 +245,9 @@ class Preparer:
         return errors
 
     def _forget(self, ref: ClaimRef, checkpoint: Checkpoint) -> str:
-        """Destroy the vNPUs we created for a claim, remove its CDI spec, then its entry; the entry stays while
-        a vNPU or the spec cannot be removed (the kubelet retries, and until then the vNPU counts as used)."""
+        """Destroy the vNPUs we created for a claim, remove its CDI spec, then its entry; the entry
+        stays while a vNPU or the spec cannot be removed (the kubelet retries, and until then the
+        vNPU counts as used)."""
         entry = checkpoint.claims.get(ref.uid)
         if entry is not None and (
             problem := self._claim_vnpus.still_creating(entry) or self._claim_vnpus.destroy_created(entry.devices)
@@ -258,13 +264,14 @@ class Preparer:
         return ""
 
     def collect_garbage(self) -> None:
-        """At start, before serving: release the claims a crash left half-prepared, compare the chips' vNPUs with
-        the checkpoint, and remove CDI specs and temporary files no completed claim accounts for."""
+        """At start, before serving: release the claims a crash left half-prepared, compare the
+        chips' vNPUs with the checkpoint, and remove CDI specs and temporary files no completed
+        claim accounts for."""
         collect_garbage(
             self.state, self._claim_vnpus, snapshot=self._snapshot, cdi_root=self.cdi_root, driver=self.driver
         )
 
     def held_devices(self) -> set[int]:
-        """Physical ids that checkpointed claims hold (prepared or being prepared), read without the state lock,
-        which a Prepare holds while it waits on the driver."""
+        """Physical ids that checkpointed claims hold (prepared or being prepared), read without the
+        state lock, which a Prepare holds while it waits on the driver."""
         return self.store.peek().held_devices()

@@ -1,10 +1,11 @@
-"""Keeps this node's ResourceSlices equal to the inventory: reconciled from the informer's cache, coalesced
-writes, back-off with jitter. A resync that finds the cache equal to the inventory sends no request.
+"""Keeps this node's ResourceSlices equal to the inventory: reconciled from the informer's cache,
+coalesced writes, back-off with jitter. A resync that finds the cache equal to the inventory sends
+no request.
 
-With vNPUs split on demand the layout follows the API server (`partitionable.py`): its version at start and at each
-resync, and whether it keeps counters (neither is asked while no chip of ours is split on demand). A write whose
-answer lost its counters switches to the layout without counters at once, so a cluster with DRAPartitionableDevices
-off sees one rewrite, never a loop of them."""
+With vNPUs split on demand the layout follows the API server (`partitionable.py`): its version at
+start and at each resync, and whether it keeps counters (neither is asked while no chip of ours is
+split on demand). A write whose answer lost its counters switches to the layout without counters at
+once, so a cluster with DRAPartitionableDevices off sees one rewrite, never a loop of them."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ WRITE_BACKOFF = BackoffPolicy(initial=0.2, maximum=10.0)
 
 
 def _normal_device(device: SliceDevice) -> dict[str, Any]:
-    """The fields we write, as we write them: the API server adds defaults (e.g. taint timeAdded)."""
+    """The fields we write, as we write them: the API server adds defaults (e.g. taint
+    timeAdded)."""
     taints = [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in device.get("taints") or []]
     normal = {"name": device["name"], "attributes": device["attributes"], "capacity": device["capacity"]}
     consumes = [
@@ -52,8 +54,8 @@ def _normal_device(device: SliceDevice) -> dict[str, Any]:
 
 
 def _content_key(devices: Sequence[SliceDevice] | None, counter_sets: Sequence[CounterSet] | None) -> str:
-    """A slice's content as we compare it: no devices and an empty device list are the same (the server
-    omits an empty list), and so are no counter sets and an empty list of them."""
+    """A slice's content as we compare it: no devices and an empty device list are the same (the
+    server omits an empty list), and so are no counter sets and an empty list of them."""
     sets = [{"name": c["name"], "counters": c["counters"]} for c in counter_sets or []]
     return json.dumps({"devices": [_normal_device(d) for d in devices or []], "sharedCounters": sets}, sort_keys=True)
 
@@ -69,7 +71,8 @@ def _written_by_us(stored: StoredSlice, settings: SliceSettings, count: int) -> 
 
 
 def slices_match(existing: Sequence[StoredSlice], desired: Sequence[SliceContent], settings: SliceSettings) -> bool:
-    """True when the stored slices already say what we would write, in any order (so nothing is written)."""
+    """True when the stored slices already say what we would write, in any order (so nothing is
+    written)."""
     generations = {s["spec"]["pool"]["generation"] for s in existing}
     if len(existing) != len(desired) or len(generations) > 1:
         return False
@@ -80,7 +83,8 @@ def slices_match(existing: Sequence[StoredSlice], desired: Sequence[SliceContent
 
 
 class SlicePublisher:
-    """Publishes the DRA-owned devices; never raises on API failure, retries with back-off instead."""
+    """Publishes the DRA-owned devices; never raises on API failure, retries with back-off
+    instead."""
 
     def __init__(
         self,
@@ -94,8 +98,9 @@ class SlicePublisher:
         vnpu: Callable[[], VnpuChips] | None = None,
         on_dynamic_available: Callable[[bool], None] = lambda _available: None,
     ) -> None:
-        """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices are built;
-        `on_dynamic_available` hears whether vNPUs on demand are published (counters kept, a chip split)."""
+        """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices
+        are built; `on_dynamic_available` hears whether vNPUs on demand are published (counters
+        kept, a chip split)."""
         self._api, self._inventory = api, inventory
         self._vnpu = vnpu
         self._on_dynamic_available = on_dynamic_available
@@ -140,8 +145,8 @@ class SlicePublisher:
         self._trigger.set()
 
     def trigger_from_thread(self) -> None:
-        """Trigger a reconcile from another thread (the watch, a late vNPU create); after shutdown the loop is
-        gone and nothing is due."""
+        """Trigger a reconcile from another thread (the watch, a late vNPU create); after shutdown
+        the loop is gone and nothing is due."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self.trigger)
@@ -188,13 +193,14 @@ class SlicePublisher:
             )
             self.published.set()
             if wrote:
-                # Coalescing: changes during this pause are written together in the next burst. Only after a
-                # write: a reconcile that found nothing to do (our own write coming back through the watch)
-                # must not hold up the next real change.
+                # Coalescing: changes during this pause are written together in the next burst. Only
+                # after a write: a reconcile that found nothing to do (our own write coming back
+                # through the watch) must not hold up the next real change.
                 await asyncio.sleep(COALESCE_SECONDS)
 
     def reconcile(self) -> bool:
-        """Make the slices say what the inventory says, from the informer's cache (blocking); True when it wrote."""
+        """Make the slices say what the inventory says, from the informer's cache (blocking); True
+        when it wrote."""
         try:
             return self._write_until_no_conflict()
         except KubeApiError:
@@ -202,9 +208,9 @@ class SlicePublisher:
             raise
 
     def _write_until_no_conflict(self) -> bool:
-        """A conflict only means the cache was behind: look again at once (the watch may have caught up), like
-        client-go's RetryOnConflict; other errors (and a conflict storm) go to the caller's back-off. True
-        when something was written."""
+        """A conflict only means the cache was behind: look again at once (the watch may have caught
+        up), like client-go's RetryOnConflict; other errors (and a conflict storm) go to the
+        caller's back-off. True when something was written."""
         for attempt in range(1, CONFLICT_RETRIES + 1):
             try:
                 return self._write_slices()
@@ -218,8 +224,9 @@ class SlicePublisher:
         if self._vnpu is None or self._gate is None:
             return [SliceContent(chunk) for chunk in slice_specs(self._settings, devices)]
         chips = self._vnpu()
-        # The version and the gate only choose how counters are laid out: while no chip of ours is split on demand,
-        # every layout gives the same slices, and neither is asked (the first chip that is, asks at once).
+        # The version and the gate only choose how counters are laid out: while no chip of ours is
+        # split on demand, every layout gives the same slices, and neither is asked (the first chip
+        # that is, asks at once).
         split = any(device.physical_id in chips.dynamic for device, _healthy in devices)
         if split and (self._gate.due() or self.informer.interruptions != self._interruptions_seen):
             self._interruptions_seen = self.informer.interruptions
@@ -232,7 +239,8 @@ class SlicePublisher:
         snapshot = self._inventory.snapshot()
         devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
         desired = self._desired(devices)
-        # A probe slice stored by an API server without dry run lives a moment; it is the gate's, never reused.
+        # A probe slice stored by an API server without dry run lives a moment; it is the gate's,
+        # never reused.
         existing = [s for s in self.informer.snapshot() if s["spec"]["pool"]["name"] != probe_pool(self._settings)]
         if slices_match(existing, desired, self._settings):
             return False
@@ -251,7 +259,8 @@ class SlicePublisher:
                 name = answer["metadata"]["name"]
             self.informer.record(answer, name)
             if self._gate is not None and lost_counters(body, answer):
-                # The rest is written in the layout without counters, at once (the caller's next burst).
+                # The rest is written in the layout without counters, at once (the caller's next
+                # burst).
                 self._gate.stripped()
                 self._generation = generation
                 self.trigger_from_thread()

@@ -1,4 +1,5 @@
-"""DRA gRPC services: DRAPlugin v1 and v1beta1 (one implementation), resource health, registration."""
+"""DRA gRPC services: DRAPlugin v1 and v1beta1 (one implementation), resource health,
+registration."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ class _DraPluginLogic:
     async def NodePrepareResources(self, request: Any, context: Context) -> Any:
         started = time.perf_counter()
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
-        # Answered before the kubelet's deadline, so a hung driver call fails its claim, not the whole batch.
+        # Answered before the kubelet's deadline, so a hung driver call fails its claim, not the
+        # whole batch.
         deadline = answer_by(context.time_remaining(), time.monotonic())
         results = await asyncio.to_thread(self._preparer.prepare, refs, deadline=deadline)
         response = self._pb.NodePrepareResourcesResponse()
@@ -107,7 +109,8 @@ class ResourceHealth(health_grpc.DRAResourceHealthServicer):
 
 
 class Registration(reg_grpc.RegistrationServicer):
-    """pluginregistration.Registration on the registration socket, read by the kubelet's plugin watcher."""
+    """pluginregistration.Registration on the registration socket, read by the kubelet's plugin
+    watcher."""
 
     def __init__(self, driver: str, endpoint: str, on_status: Callable[[bool, str], None]) -> None:
         self._driver, self._endpoint, self._on_status = driver, endpoint, on_status

@@ -35,7 +35,8 @@ class SliceSettings:
 
 @dataclass(frozen=True, slots=True)
 class SliceContent:
-    """What one slice holds: counter sets, devices, or (1.34 only) both; None means the key is absent."""
+    """What one slice holds: counter sets, devices, or (1.34 only) both; None means the key is
+    absent."""
 
     devices: list[SliceDevice] | None
     counter_sets: list[CounterSet] | None = None
@@ -90,8 +91,9 @@ def slice_object(
     count: int,
     counter_sets: list[CounterSet] | None = None,
 ) -> ResourceSlice:
-    """One slice of the pool; a counter-only slice (`devices` None) has no `devices` key at all, a device slice no
-    `sharedCounters` key: Kubernetes 1.35+ rejects a slice where both are set, an empty list included."""
+    """One slice of the pool; a counter-only slice (`devices` None) has no `devices` key at all, a
+    device slice no `sharedCounters` key: Kubernetes 1.35+ rejects a slice where both are set, an
+    empty list included."""
     metadata: ObjectMeta = {"generateName": f"{settings.node_name}-{settings.driver}-"}
     if settings.node_uid:
         owner: OwnerReference = {

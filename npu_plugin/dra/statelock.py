@@ -1,6 +1,6 @@
-"""The state lock and the checkpoint read under it: one Prepare, Unprepare or clean-up at a time, across an
-overlapping old and new daemon of a rolling update too, and the claim specs a checkpoint rewritten from memory
-cannot account for."""
+"""The state lock and the checkpoint read under it: one Prepare, Unprepare or clean-up at a time,
+across an overlapping old and new daemon of a rolling update too, and the claim specs a checkpoint
+rewritten from memory cannot account for."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ LOCK_MODE = 0o600
 
 
 class StateLock:
-    """`prepare.lock` in the state directory, taken with flock around each read-modify-write of the checkpoint."""
+    """`prepare.lock` in the state directory, taken with flock around each read-modify-write of the
+    checkpoint."""
 
     def __init__(self, *, store: CheckpointStore, state_dir: Path, cdi_root: Path, driver: str) -> None:
         self.store, self.cdi_root, self.driver = store, cdi_root, driver
@@ -43,7 +44,8 @@ class StateLock:
             os.close(fd)  # closing releases the lock
 
     def _open_lock(self) -> int:
-        # Never through a symlink (a planted one would make us create its target), never left to the umask.
+        # Never through a symlink (a planted one would make us create its target), never left to the
+        # umask.
         try:
             fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
         except OSError as error:
@@ -52,8 +54,9 @@ class StateLock:
         return fd
 
     def _note_unaccounted(self, checkpoint: Checkpoint) -> None:
-        """After a rewrite from memory: claim specs of claims the checkpoint does not know were prepared by
-        another daemon of a rolling update since we last read it, on devices we cannot account for."""
+        """After a rewrite from memory: claim specs of claims the checkpoint does not know were
+        prepared by another daemon of a rolling update since we last read it, on devices we cannot
+        account for."""
         unknown = set(claim_spec_files(self.cdi_root, self.driver)) - checkpoint.claims.keys()
         if unknown - self._unaccounted:
             log.error(
@@ -64,7 +67,8 @@ class StateLock:
         self._unaccounted |= unknown
 
     def unaccounted_claims(self, checkpoint: Checkpoint) -> set[str]:
-        """Claims whose specs the rewritten checkpoint still does not know and that are still in --cdi-root."""
+        """Claims whose specs the rewritten checkpoint still does not know and that are still in
+        --cdi-root."""
         if self._unaccounted:
             present = claim_spec_files(self.cdi_root, self.driver)
             self._unaccounted = {uid for uid in self._unaccounted if uid in present and uid not in checkpoint.claims}

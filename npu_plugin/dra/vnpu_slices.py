@@ -1,17 +1,22 @@
-"""The ResourceSlices of a node whose chips serve vNPUs (pure: devices and per-chip plans in, API objects out).
+"""The ResourceSlices of a node whose chips serve vNPUs (pure: devices and per-chip plans in, API
+objects out).
 
-A chip split on demand (dynamic) publishes one counter set `npu-<phy>-counters`, one device per template instance
-an empty chip holds (`npu-<phy>-<template>-<k>`, smallest first) and the whole `npu-<phy>` last, which consumes
-every counter at its total: allocating one makes the scheduler refuse the other. A chip serving the vNPUs it has
-(static) publishes them as plain devices `npu-<phy>-vnpu-<id>` and never itself whole.
+A chip split on demand (dynamic) publishes one counter set `npu-<phy>-counters`, one device per
+template instance an empty chip holds (`npu-<phy>-<template>-<k>`, smallest first) and the whole
+`npu-<phy>` last, which consumes every counter at its total: allocating one makes the scheduler
+refuse the other. A chip serving the vNPUs it has (static) publishes them as plain devices
+`npu-<phy>-vnpu-<id>` and never itself whole.
 
 Three layouts, one per API server:
-- split (Kubernetes 1.35+, which allows counters or devices in a slice, not both): counter-only slices first
-  (at most 8 sets each), then device slices (at most 64 devices each);
-- combined (1.34): one slice per dynamic chip with its set and its devices, the other chips in plain slices;
-- fallback (DRAPartitionableDevices off, where the API server drops counters): no counters and no candidates;
-  a dynamic chip is offered whole only while it holds no vNPU, or one device would be handed out twice.
-A chip's devices never span two slices, so the scheduler's first fit sees them in the order written here.
+- split (Kubernetes 1.35+, which allows counters or devices in a slice, not both): counter-only
+  slices first (at most 8 sets each), then device slices (at most 64 devices each);
+- combined (1.34): one slice per dynamic chip with its set and its devices, the other chips in
+  plain slices;
+- fallback (DRAPartitionableDevices off, where the API server drops counters): no counters and no
+  candidates; a dynamic chip is offered whole only while it holds no vNPU, or one device would be
+  handed out twice.
+A chip's devices never span two slices, so the scheduler's first fit sees them in the order written
+here.
 """
 
 from __future__ import annotations
@@ -62,8 +67,8 @@ class Layout(StrEnum):
 
 
 def layout_for(minor: int, partitionable: bool) -> Layout:
-    """The layout an API server of Kubernetes 1.<minor> stores intact, given whether DRAPartitionableDevices
-    keeps counters."""
+    """The layout an API server of Kubernetes 1.<minor> stores intact, given whether
+    DRAPartitionableDevices keeps counters."""
     if not partitionable:
         return Layout.FALLBACK
     return Layout.SPLIT if minor >= 35 else Layout.COMBINED
@@ -84,8 +89,8 @@ def counter_set(chip: ChipVnpu) -> CounterSet:
 def _vnpu_entry(
     parent: SliceDevice, name: str, template: VnpuTemplate | None, extra: dict[str, DeviceAttribute]
 ) -> SliceDevice:
-    """A vNPU device: the parent's attributes but its PCI address, the vNPU's own, the template's capacities and
-    the parent's health taint."""
+    """A vNPU device: the parent's attributes but its PCI address, the vNPU's own, the template's
+    capacities and the parent's health taint."""
     attributes = {k: v for k, v in parent["attributes"].items() if k != PCI_BUS_ID} | extra
     capacity: dict[str, DeviceCapacity] = {}
     if template is not None:
@@ -113,7 +118,8 @@ def candidate_entry(parent: SliceDevice, chip: ChipVnpu, candidate: Candidate) -
 
 
 def static_entry(parent: SliceDevice, chip: ChipVnpu, vnpu: Vnpu) -> SliceDevice:
-    """An existing vNPU served as it is; its template name is kept even when the chip no longer lists it."""
+    """An existing vNPU served as it is; its template name is kept even when the chip no longer
+    lists it."""
     entry = _vnpu_entry(
         parent,
         static_name(chip.physical_id, vnpu.vnpu_id),
@@ -143,7 +149,8 @@ def chip_entries(parent: SliceDevice, physical_id: int, vnpu: VnpuChips, layout:
 
 
 def _packed(groups: Sequence[list[SliceDevice]]) -> list[list[SliceDevice]]:
-    """Chips' device lists packed in order into slices within the API server's limit; never a chip split."""
+    """Chips' device lists packed in order into slices within the API server's limit; never a chip
+    split."""
     entries = [e for group in groups for e in group]
     advanced = any("taints" in e or "consumesCounters" in e for e in entries)
     limit = MAX_DEVICES_WITH_TAINTS if advanced else MAX_DEVICES
@@ -167,7 +174,8 @@ def vnpu_slice_contents(
     for device, healthy in sorted(devices, key=lambda pair: pair[0].physical_id):
         entry = device_entry(settings.driver, device, healthy, settings.unhealthy_policy)
         physical_id = device.physical_id
-        # An unhealthy chip's devices may leave; its counter set stays: it is the chip's, not a device's.
+        # An unhealthy chip's devices may leave; its counter set stays: it is the chip's, not a
+        # device's.
         entries = chip_entries(entry, physical_id, vnpu, layout) if entry is not None else []
         chip = vnpu.chips.get(physical_id)
         dynamic = chip is not None and physical_id in vnpu.dynamic and layout is not Layout.FALLBACK

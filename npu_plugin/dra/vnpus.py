@@ -1,9 +1,9 @@
-"""The preparer's operations on vNPUs: the chips' plans, id choice, create and destroy with the driver's retries,
-and the wait for a new vNPU's device node.
+"""The preparer's operations on vNPUs: the chips' plans, id choice, create and destroy with the
+driver's retries, and the wait for a new vNPU's device node.
 
-Every call blocks; the preparer makes them under the state lock, so the checkpoint records a vNPU before it
-exists and forgets it only after it is gone. A create waits on the driver only for as long as the preparer
-allows, so a hung driver call cannot keep the lock.
+Every call blocks; the preparer makes them under the state lock, so the checkpoint records a vNPU
+before it exists and forgets it only after it is gone. A create waits on the driver only for as long
+as the preparer allows, so a hung driver call cannot keep the lock.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CREATE_TRIES = 3
 DESTROY_TRIES = 3
-# The pause between destroys of a vNPU still in use: about a second, jittered, as the one policy draws it.
+# The pause between destroys of a vNPU still in use: about a second, jittered, as the one policy
+# draws it.
 DESTROY_BACKOFF = BackoffPolicy(initial=1.0, maximum=1.0)
 NODE_WAIT_SECONDS = 5.0
 NODE_POLL_SECONDS = 0.05
@@ -60,8 +61,8 @@ def lowest_free_id(id_range: tuple[int, int], taken: Collection[int]) -> int | N
 
 
 class VnpuOperations:
-    """Create, destroy and look at vNPUs through a VnpuBackend; `sleep` and the timings are injectable so tests
-    never wait on the wall clock."""
+    """Create, destroy and look at vNPUs through a VnpuBackend; `sleep` and the timings are
+    injectable so tests never wait on the wall clock."""
 
     def __init__(
         self,
@@ -82,7 +83,8 @@ class VnpuOperations:
         self._creating: dict[int, float] = {}  # vNPU id -> start, of creates that outlived their wait
 
     def plans(self, devices: Sequence[Device], ours: frozenset[int]) -> dict[int, ChipPlan]:
-        """How each chip is served now; `ours` are the vNPU ids the checkpoint records as created by us."""
+        """How each chip is served now; `ours` are the vNPU ids the checkpoint records as created by
+        us."""
         return self.reader.read(devices, ours)
 
     def live(self, physical_id: int) -> list[Vnpu]:
@@ -97,10 +99,10 @@ class VnpuOperations:
     def create(
         self, physical_id: int, template: str, vnpu_id: int, *, wait: float, on_late_return: Callable[[], None]
     ) -> None:
-        """Create the vNPU in a thread of its own and wait at most `wait` seconds for the driver. When it has not
-        answered by then, raise CreateTimeoutError: the create goes on, `creating_since` reports its id, and when it
-        returns at last (made or refused), `on_late_return` runs in its thread, before the id leaves
-        `creating_since`."""
+        """Create the vNPU in a thread of its own and wait at most `wait` seconds for the driver.
+        When it has not answered by then, raise CreateTimeoutError: the create goes on,
+        `creating_since` reports its id, and when it returns at last (made or refused),
+        `on_late_return` runs in its thread, before the id leaves `creating_since`."""
         started = time.monotonic()
         answer: Future[None] = Future()
 
@@ -140,7 +142,8 @@ class VnpuOperations:
         answer.result()
 
     def creating_since(self, vnpu_id: int) -> float | None:
-        """When (time.monotonic) a create of this id that outlived its wait started; None unless one is running."""
+        """When (time.monotonic) a create of this id that outlived its wait started; None unless one
+        is running."""
         with self._guard:
             return self._creating.get(vnpu_id)
 
@@ -149,8 +152,8 @@ class VnpuOperations:
         try:
             self.backend.create_vnpu(physical_id, template, vnpu_id)
         except VnpuError as error:
-            # Called only once the overlap check found room, so a lack of resources is a hardware rule the
-            # counters do not model (the 310P's vGroups, say).
+            # Called only once the overlap check found room, so a lack of resources is a hardware
+            # rule the counters do not model (the 310P's vGroups, say).
             refused = error.code == driver_codes.INNER_ERR
             log.warning(
                 "create vNPU %s on npu-%d (id %d) failed%s: %s",
@@ -180,8 +183,9 @@ class VnpuOperations:
         )
 
     def destroy(self, physical_id: int, vnpu_id: int) -> None:
-        """Destroy with the driver's retries (a vNPU still in use frees up shortly after its container stops);
-        one that does not exist is already what we want. Raises the last BackendError."""
+        """Destroy with the driver's retries (a vNPU still in use frees up shortly after its
+        container stops); one that does not exist is already what we want. Raises the last
+        BackendError."""
         retrying = Retrying(
             stop=stop_after_attempt(DESTROY_TRIES),
             wait=BackoffWait(self._retry_policy),
@@ -216,7 +220,8 @@ class VnpuOperations:
         log.info("destroyed vNPU %d on npu-%d", vnpu_id, physical_id, extra={"vnpuId": vnpu_id})
 
     def node_appears(self, vnpu_id: int) -> bool:
-        """Whether `<dev-root>/vdavinci<id>` exists within the wait (the driver may make it after returning)."""
+        """Whether `<dev-root>/vdavinci<id>` exists within the wait (the driver may make it after
+        returning)."""
         node = self.dev_root / vnpu_node(vnpu_id)
         deadline = time.monotonic() + self._node_wait_seconds
         while not node.exists():

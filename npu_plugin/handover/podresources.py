@@ -17,9 +17,10 @@ TIMEOUT = 5.0
 
 
 def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driver: str) -> tuple[set[int], set[int]]:
-    """(device-plugin-held, DRA-held) physical ids in a List answer (pure). A vNPU counts as its chip: the chip is
-    the unit of ownership, so a vNPU resource (`huawei.com/Ascend910-5c.1cpu.16g`, id `...-164-4`) or a vNPU device
-    of a claim (`npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`) holds chip 4."""
+    """(device-plugin-held, DRA-held) physical ids in a List answer (pure). A vNPU counts as its
+    chip: the chip is the unit of ownership, so a vNPU resource (`huawei.com/Ascend910-5c.1cpu.16g`,
+    id `...-164-4`) or a vNPU device of a claim (`npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`) holds
+    chip 4."""
     device_plugin: set[int] = set()
     dra: set[int] = set()
     for pod in response.pod_resources:
@@ -39,7 +40,8 @@ def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driv
 
 
 def dra_chip(name: str) -> int | None:
-    """The chip of a DRA device name in any of its forms: `npu-4`, `npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`."""
+    """The chip of a DRA device name in any of its forms: `npu-4`, `npu-4-vnpu-164`,
+    `npu-4-vir05-1c-16g-0`."""
     if (physical_id := parse_dra_name(name)) is not None:
         return physical_id
     vnpu = parse_vnpu_name(name)
@@ -47,7 +49,8 @@ def dra_chip(name: str) -> int | None:
 
 
 async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[int], set[int]] | None:
-    """What containers hold now, or None when the kubelet cannot be asked (missing socket, error)."""
+    """What containers hold now, or None when the kubelet cannot be asked (missing socket,
+    error)."""
     if not socket.exists():
         return None
     try:

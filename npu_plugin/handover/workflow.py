@@ -1,7 +1,9 @@
-"""The handover workflow of dra and both modes: who holds what now, owners at start, draining devices moved.
+"""The handover workflow of dra and both modes: who holds what now, owners at start, draining
+devices moved.
 
-The rules are the pure functions of `inventory/ownership.py`; this component feeds them what the kubelet's
-PodResources API and the DRA checkpoint say is held, and applies their answers to the inventory.
+The rules are the pure functions of `inventory/ownership.py`; this component feeds them what the
+kubelet's PodResources API and the DRA checkpoint say is held, and applies their answers to the
+inventory.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ POLL_SECONDS = 2.0
 class Handover:
     """Decides owners at start (`take_ownership`) and moves draining devices while `run` runs.
 
-    `keeps_device_plugin_side` is true in both mode: there, a device whose holders cannot be read stays
-    with the device plugin. In dra mode there is no device-plugin side to keep it on.
+    `keeps_device_plugin_side` is true in both mode: there, a device whose holders cannot be read
+    stays with the device plugin. In dra mode there is no device-plugin side to keep it on.
     """
 
     def __init__(
@@ -62,8 +64,9 @@ class Handover:
                 if self._keeps_device_plugin_side
                 else "devices that device-plugin pods still hold cannot be detected",
             )
-        # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe side);
-        # dra mode has no device-plugin side to keep them on, and the seed manifests do not mount the socket.
+        # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe
+        # side); dra mode has no device-plugin side to keep them on, and the seed manifests do not
+        # mount the socket.
         return Holders(device_plugin=None if self._keeps_device_plugin_side else frozenset(), dra=frozenset(dra_held))
 
     async def take_ownership(self) -> None:
@@ -81,7 +84,8 @@ class Handover:
             self._inventory.set_owner(physical_id, owner)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Move draining devices to their partition side as soon as nothing holds them; ends when none drains."""
+        """Move draining devices to their partition side as soon as nothing holds them; ends when
+        none drains."""
         while not stop.is_set() and any(v.draining for v in self._inventory.snapshot().devices):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._poll_seconds)

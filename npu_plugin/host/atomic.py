@@ -1,4 +1,5 @@
-"""Crash-safe file replacement (temp file, fsync, rename, fsync the directory) and directories of exact modes."""
+"""Crash-safe file replacement (temp file, fsync, rename, fsync the directory) and directories of
+exact modes."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Replace `path` with `data` so a reader sees the old or the new content, never a half.
 
-    `durable=False` skips the fsyncs: for files derived from a durable record and rewritten on demand
-    (CDI specs, which the checkpoint and the kubelet's next Prepare restore), the rename alone is enough.
+    `durable=False` skips the fsyncs: for files derived from a durable record and rewritten on
+    demand (CDI specs, which the checkpoint and the kubelet's next Prepare restore), the rename
+    alone is enough.
     """
     directory = path.parent
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
@@ -35,16 +37,17 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = 
 def make_directories(directory: Path, mode: int) -> None:
     """Create `directory` and its missing parents with exactly `mode`; existing ones keep theirs.
 
-    The mode is set after mkdir, not left to the umask: binding a socket narrows the process-wide umask
-    for a moment (`sockets.start_unix_server`), and a directory made by another thread then would lack
-    its x bits.
+    The mode is set after mkdir, not left to the umask: binding a socket narrows the process-wide
+    umask for a moment (`sockets.start_unix_server`), and a directory made by another thread then
+    would lack its x bits.
     """
     for folder in reversed([d for d in (directory, *directory.parents) if not d.exists()]):
         try:
             folder.mkdir(mode=mode)
         except FileExistsError:  # an old and a new pod starting together (rolling update) race to create it
             continue
-        # Through a descriptor opened without following links: a symlink swapped in meanwhile is refused.
+        # Through a descriptor opened without following links: a symlink swapped in meanwhile is
+        # refused.
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             os.fchmod(fd, mode)
@@ -53,8 +56,9 @@ def make_directories(directory: Path, mode: int) -> None:
 
 
 def remove_leftovers(directory: Path, pattern: str) -> list[Path]:
-    """Remove the temporary files a crash inside `write_atomic` left for targets named like `pattern`
-    (a glob); callers make sure no write of such a target is in progress. Returns what was removed."""
+    """Remove the temporary files a crash inside `write_atomic` left for targets named like
+    `pattern` (a glob); callers make sure no write of such a target is in progress. Returns what was
+    removed."""
     removed = []
     for temp in directory.glob(f".{pattern}.*.tmp"):
         with contextlib.suppress(FileNotFoundError):

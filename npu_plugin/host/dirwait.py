@@ -1,4 +1,5 @@
-"""Wait, by watching rather than polling, for a directory someone else (the kubelet) creates, or for a file to go."""
+"""Wait, by watching rather than polling, for a directory someone else (the kubelet) creates, or for
+a file to go."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from npu_plugin.aio.tasks import first_of
 from npu_plugin.host.fswatch import DirectoryWatch
 
 log = logging.getLogger(__name__)
-# A missed file-system event (some overlay and network file systems drop them) costs at most this long.
+# A missed file-system event (some overlay and network file systems drop them) costs at most this
+# long.
 RECHECK_SECONDS = 60.0
 
 
@@ -22,8 +24,8 @@ def nearest_existing(path: Path) -> Path:
 async def wait_for_directory(path: Path, stop: asyncio.Event, owner: str) -> bool:
     """True once `path` is a directory, False when `stop` is set first; never creates it.
 
-    Watches the nearest existing ancestor (one level at a time, as `mkdir -p` goes) and logs once that
-    it is waiting for `owner` to create `path`, and once when it appeared.
+    Watches the nearest existing ancestor (one level at a time, as `mkdir -p` goes) and logs once
+    that it is waiting for `owner` to create `path`, and once when it appeared.
     """
     waited = False
     while not stop.is_set():
@@ -39,7 +41,8 @@ async def wait_for_directory(path: Path, stop: asyncio.Event, owner: str) -> boo
 
 
 async def _next_change(path: Path, stop: asyncio.Event) -> None:
-    """Until something changes in the nearest existing ancestor of `path`, `stop`, or the re-check time."""
+    """Until something changes in the nearest existing ancestor of `path`, `stop`, or the re-check
+    time."""
     changed = asyncio.Event()
     watched = nearest_existing(path)
     watch = DirectoryWatch()
@@ -54,8 +57,9 @@ async def _next_change(path: Path, stop: asyncio.Event) -> None:
 
 
 async def wait_until_gone(path: Path, stop: asyncio.Event) -> bool:
-    """True once `path` no longer exists (deleted, renamed away, or its directory removed), False when `stop` is
-    set first. Watches the directory of `path` and sets no timer: waiting costs nothing until something changes.
+    """True once `path` no longer exists (deleted, renamed away, or its directory removed), False
+    when `stop` is set first. Watches the directory of `path` and sets no timer: waiting costs
+    nothing until something changes.
     """
     changed = asyncio.Event()
     watch = DirectoryWatch()
@@ -67,7 +71,8 @@ async def wait_until_gone(path: Path, stop: asyncio.Event) -> bool:
             return not stop.is_set()
         while not stop.is_set():
             changed.clear()
-            # What went before the watch started sends no event: look after clearing, before waiting.
+            # What went before the watch started sends no event: look after clearing, before
+            # waiting.
             if not path.exists():
                 return True
             await first_of(changed.wait(), stop.wait())

@@ -1,4 +1,5 @@
-"""Directory watches whose events run on the event loop, and files re-read on change one read at a time."""
+"""Directory watches whose events run on the event loop, and files re-read on change one read at a
+time."""
 
 from __future__ import annotations
 
@@ -30,8 +31,9 @@ T = TypeVar("T")
 # What a watcher hears: the path and "created", "deleted", "modified" or "closed" (after a write).
 FileEvent = Callable[[str, str], None]
 _KINDS = ("created", "deleted", "modified", "closed")
-# The kernel is asked for these only: a watched directory listed, or a file in it opened and read (a workload
-# opening /dev/davinci3, a tool scanning the registrar directory), then wakes no thread of ours.
+# The kernel is asked for these only: a watched directory listed, or a file in it opened and read (a
+# workload opening /dev/davinci3, a tool scanning the registrar directory), then wakes no thread of
+# ours.
 _RELAYED: tuple[type[FileSystemEvent], ...] = (
     FileCreatedEvent,
     DirCreatedEvent,
@@ -46,8 +48,8 @@ _RELAYED: tuple[type[FileSystemEvent], ...] = (
 
 
 class Relay(FileSystemEventHandler):
-    """Hands watchdog events (on its thread) to `callback(path, kind)` on the event loop; a move is the
-    deletion of its source and the creation of its destination."""
+    """Hands watchdog events (on its thread) to `callback(path, kind)` on the event loop; a move is
+    the deletion of its source and the creation of its destination."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, callback: FileEvent) -> None:
         self._loop, self._callback = loop, callback
@@ -64,8 +66,8 @@ class Relay(FileSystemEventHandler):
 
 
 class Reread(Generic[T]):
-    """Re-reads one file after it changes: at most one read in flight; events during a read make one more
-    read after it, so a burst of writes costs one or two reads and the latest content wins."""
+    """Re-reads one file after it changes: at most one read in flight; events during a read make one
+    more read after it, so a burst of writes costs one or two reads and the latest content wins."""
 
     def __init__(self, read: Callable[[], T], deliver: Callable[[T], None]) -> None:
         self._read, self._deliver = read, deliver
@@ -104,7 +106,8 @@ class Reread(Generic[T]):
 
 
 class DirectoryWatch:
-    """One watchdog observer for the directories a component follows; start and stop it on the loop."""
+    """One watchdog observer for the directories a component follows; start and stop it on the
+    loop."""
 
     def __init__(self) -> None:
         self._observer = Observer()
@@ -125,9 +128,10 @@ class DirectoryWatch:
         *,
         up_to_date: Callable[[], bool] | None = None,
     ) -> None:
-        """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the loop.
-        `up_to_date` tells whether the file is still what was last read: a change made after that read but
-        before the watch started sends no event, so `start` re-reads a file that is not."""
+        """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the
+        loop. `up_to_date` tells whether the file is still what was last read: a change made after
+        that read but before the watch started sends no event, so `start` re-reads a file that is
+        not."""
         target = path.resolve()
         reread: Reread[T] = Reread(read, deliver)
         self._rereads.append(reread)  # type: ignore[arg-type]
@@ -150,8 +154,8 @@ class DirectoryWatch:
         """Stop the observer thread and any re-read in flight."""
         for reread in self._rereads:
             reread.cancel()
-        # Also when `start` failed (a watched directory had gone): the observer's inotify reader thread runs from
-        # the observer's creation, and only stopping the observer ends it.
+        # Also when `start` failed (a watched directory had gone): the observer's inotify reader
+        # thread runs from the observer's creation, and only stopping the observer ends it.
         self._observer.stop()
         if self._observer.is_alive():
             self._observer.join(timeout)

@@ -15,8 +15,8 @@ from npu_plugin.host.atomic import make_directories
 
 
 def prepare_socket_dir(directory: Path) -> None:
-    """Create the directory and its missing parents 0750, as the kubelet creates its own; an existing
-    directory (the kubelet's) keeps its mode."""
+    """Create the directory and its missing parents 0750, as the kubelet creates its own; an
+    existing directory (the kubelet's) keeps its mode."""
     make_directories(directory, 0o750)
 
 
@@ -31,7 +31,8 @@ async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], No
             f"{MAX_SOCKET_PATH}: choose a shorter directory"
         )
     if not os.access(path.parent, os.W_OK | os.X_OK):
-        # gRPC would report only "Failed to bind to address"; name the directory and the reason instead.
+        # gRPC would report only "Failed to bind to address"; name the directory and the reason
+        # instead.
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path.parent))
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -44,8 +45,9 @@ async def start_unix_server(path: Path, register: Callable[[grpc.aio.Server], No
         await server.start()
     finally:
         os.umask(previous)
-    # A kubelet starting up deletes every socket in its directory, ours too, possibly right after the bind:
-    # the owner notices the deletion and binds again, so a socket already gone is not an error here.
+    # A kubelet starting up deletes every socket in its directory, ours too, possibly right after
+    # the bind: the owner notices the deletion and binds again, so a socket already gone is not an
+    # error here.
     with contextlib.suppress(FileNotFoundError):
         os.chmod(path, 0o600)
     return server

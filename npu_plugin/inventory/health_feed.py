@@ -1,4 +1,5 @@
-"""Feeds the inventory: polls backend health and watches --dev-root and the backend's own change feed."""
+"""Feeds the inventory: polls backend health and watches --dev-root and the backend's own change
+feed."""
 
 from __future__ import annotations
 

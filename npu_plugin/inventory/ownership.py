@@ -28,7 +28,8 @@ class Owner(StrEnum):
 
 
 def parse_device_list(text: str, devices: Sequence[Device]) -> frozenset[int]:
-    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError for anything unknown or repeated."""
+    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError for anything unknown or
+    repeated."""
     known = {d.physical_id for d in devices}
     groups: dict[str, set[int]] = {}
     for device in devices:
@@ -69,10 +70,10 @@ def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]])
 
 @dataclass(frozen=True, slots=True)
 class Partition:
-    """The owner each device should have, before any handover: all of them the mode's in device-plugin and
-    dra mode; in both mode DRA's when --dra-devices names it by id or by topology group. It applies to
-    devices found after start too: there an id cannot name one (ids are checked against the devices at
-    start), a group can."""
+    """The owner each device should have, before any handover: all of them the mode's in
+    device-plugin and dra mode; in both mode DRA's when --dra-devices names it by id or by topology
+    group. It applies to devices found after start too: there an id cannot name one (ids are checked
+    against the devices at start), a group can."""
 
     mode: Mode
     dra_ids: frozenset[int] = frozenset()
@@ -99,7 +100,8 @@ class Partition:
 
 @dataclass(frozen=True, slots=True)
 class Holders:
-    """Devices in use per side; `device_plugin` is None when the PodResources API could not be read."""
+    """Devices in use per side; `device_plugin` is None when the PodResources API could not be
+    read."""
 
     device_plugin: frozenset[int] | None
     dra: frozenset[int]

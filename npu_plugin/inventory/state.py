@@ -98,7 +98,8 @@ def log_verdict_changes(before: Snapshot, after: Snapshot) -> None:
 class Inventory:
     """Loop-confined owner of device state; servers subscribe through `watch()`.
 
-    Initial health is taken from discovery as is: there is nothing to smooth before the first sample.
+    Initial health is taken from discovery as is: there is nothing to smooth before the first
+    sample.
     """
 
     def __init__(
@@ -111,8 +112,9 @@ class Inventory:
         desired: Mapping[int, Owner] | None = None,
         new_device_owner: Callable[[Device], Owner] | None = None,
     ) -> None:
-        """`owners` (and `desired`, the partition, when a handover is pending) cover the devices given; a
-        device found later gets `new_device_owner(device)`, by default the single owner given."""
+        """`owners` (and `desired`, the partition, when a handover is pending) cover the devices
+        given; a device found later gets `new_device_owner(device)`, by default the single owner
+        given."""
         self._failures, self._recoveries = failure_threshold, recovery_threshold
         self._devices: dict[int, Device] = {}
         self._trackers: dict[int, HealthTracker] = {}
@@ -146,7 +148,8 @@ class Inventory:
             level = levels.get(physical_id, Health.UNKNOWN)
             if level is not device.health:
                 self._devices[physical_id] = replace(device, health=level)
-            # A sample of a device whose node is gone is no evidence of health: recovery counts from its return.
+            # A sample of a device whose node is gone is no evidence of health: recovery counts from
+            # its return.
             self._trackers[physical_id].observe(level.healthy and physical_id not in self._node_missing)
         self._publish()
 

@@ -1,7 +1,8 @@
-"""What each chip serves under `--vnpu`: its vNPU facts from the backend, checked, and whether it is split on demand
-(dynamic), serves the vNPUs it has as they are (static), or is offered whole.
+"""What each chip serves under `--vnpu`: its vNPU facts from the backend, checked, and whether it is
+split on demand (dynamic), serves the vNPUs it has as they are (static), or is offered whole.
 
-The Device Plugin and DRA servers read the chips through `VnpuReader`; the checks and the policy are pure functions.
+The Device Plugin and DRA servers read the chips through `VnpuReader`; the checks and the policy are
+pure functions.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ class Serving(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ChipPlan:
-    """A chip's checked vNPU facts and how it is served; `reason` says why a chip is not dynamic under
-    --vnpu dynamic (None otherwise). `split_on_demand`: whether npu-plugin would split the chip were it empty; only
-    there can a vNPU be foreign (on a chip served as it is, every vNPU is the administrator's)."""
+    """A chip's checked vNPU facts and how it is served; `reason` says why a chip is not dynamic
+    under --vnpu dynamic (None otherwise). `split_on_demand`: whether npu-plugin would split the
+    chip were it empty; only there can a vNPU be foreign (on a chip served as it is, every vNPU is
+    the administrator's)."""
 
     chip: ChipVnpu
     serving: Serving
@@ -53,8 +55,9 @@ class ChipPlan:
 
 
 def origins(plans: Mapping[int, ChipPlan], ours: frozenset[int]) -> list[tuple[Vnpu, VnpuOrigin]]:
-    """Every vNPU with who made it: npu-plugin (`ours`, from the checkpoint), someone else on a chip npu-plugin
-    would otherwise split on demand (foreign), or an administrator on a chip served as it is (static)."""
+    """Every vNPU with who made it: npu-plugin (`ours`, from the checkpoint), someone else on a chip
+    npu-plugin would otherwise split on demand (foreign), or an administrator on a chip served as it
+    is (static)."""
     return [
         (
             vnpu,
@@ -70,8 +73,9 @@ def origins(plans: Mapping[int, ChipPlan], ours: frozenset[int]) -> list[tuple[V
 
 
 def template_problem(chip: ChipVnpu, template: VnpuTemplate) -> str | None:
-    """Why a template the backend lists cannot be offered, or None: its name must become a DNS label, it must use
-    AI cores, and its uses must fit the chip's totals (resources the chip does not report are not counted)."""
+    """Why a template the backend lists cannot be offered, or None: its name must become a DNS
+    label, it must use AI cores, and its uses must fit the chip's totals (resources the chip does
+    not report are not counted)."""
     if not TEMPLATE_NAME.fullmatch(template.name):
         return "its name is not vir<2 digits>[_<lower-case part>...], so it cannot name a device"
     if template.aicore < 1:
@@ -99,11 +103,13 @@ def with_known_templates(chip: ChipVnpu) -> tuple[ChipVnpu, list[str]]:
 def serving(
     chip: ChipVnpu, mode: VnpuMode, static_reason: str | None, ours: frozenset[int] = frozenset()
 ) -> tuple[Serving, str | None]:
-    """How a (checked) chip is served under `mode`, and why it is not dynamic where --vnpu dynamic asks for it.
+    """How a (checked) chip is served under `mode`, and why it is not dynamic where --vnpu dynamic
+    asks for it.
 
-    A chip with vNPUs is never offered whole. Dynamic needs container mode, the support matrix (`static_reason`
-    None and the backend's `dynamic_supported`), a template to offer, and no vNPU that we did not create
-    (`ours`: ids the checkpoint records): vNPUs of others are served as they are, never destroyed or packed around.
+    A chip with vNPUs is never offered whole. Dynamic needs container mode, the support matrix
+    (`static_reason` None and the backend's `dynamic_supported`), a template to offer, and no vNPU
+    that we did not create (`ours`: ids the checkpoint records): vNPUs of others are served as they
+    are, never destroyed or packed around.
     """
     existing = Serving.STATIC if chip.vnpus else Serving.WHOLE
     if mode is not VnpuMode.DYNAMIC:
@@ -126,9 +132,9 @@ def unknown_offered(chip: ChipVnpu, offered: frozenset[str]) -> list[str]:
 
 
 class VnpuReader:
-    """Reads each chip's vNPU facts from the backend and plans how it is served; each skipped template and each
-    reason a chip is not dynamic is logged once, not at every read: once per reader, or once for all the readers
-    sharing one `said` set (the lines already logged)."""
+    """Reads each chip's vNPU facts from the backend and plans how it is served; each skipped
+    template and each reason a chip is not dynamic is logged once, not at every read: once per
+    reader, or once for all the readers sharing one `said` set (the lines already logged)."""
 
     def __init__(
         self,
@@ -142,8 +148,9 @@ class VnpuReader:
         self._said: set[str] = set() if said is None else said
 
     def read(self, devices: Sequence[Device], ours: frozenset[int] = frozenset()) -> dict[int, ChipPlan]:
-        """A plan for each chip that has vNPU facts (the others are whole NPUs). With --vnpu off, nothing: no
-        backend call at all. ConfigError when --vnpu-templates names a template a dynamic chip does not offer."""
+        """A plan for each chip that has vNPU facts (the others are whole NPUs). With --vnpu off,
+        nothing: no backend call at all. ConfigError when --vnpu-templates names a template a
+        dynamic chip does not offer."""
         if self._mode is VnpuMode.OFF:
             return {}
         plans = {}
@@ -182,7 +189,8 @@ class VnpuReader:
                 log.warning("%s", line)
 
     def _say_reasons(self, plans: Mapping[int, ChipPlan], devices: Sequence[Device]) -> None:
-        """One line per reason, naming the chips and their product, e.g. why a 300I Duo is static only."""
+        """One line per reason, naming the chips and their product, e.g. why a 300I Duo is static
+        only."""
         names = {d.physical_id: d.chip_name for d in devices}
         by_reason: dict[str, list[int]] = {}
         for physical_id, plan in plans.items():
@@ -197,13 +205,15 @@ class VnpuReader:
 
 
 def served_chips(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> VnpuChips:
-    """What the slice builder needs of the plans: each chip's facts and which chips are split on demand."""
+    """What the slice builder needs of the plans: each chip's facts and which chips are split on
+    demand."""
     dynamic = frozenset(p for p, plan in plans.items() if plan.serving is Serving.DYNAMIC)
     return VnpuChips({p: plan.chip for p, plan in plans.items()}, dynamic, offered)
 
 
 def published_templates(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> set[str]:
-    """The templates the node's vNPU devices have: those offered on dynamic chips, and those of existing vNPUs."""
+    """The templates the node's vNPU devices have: those offered on dynamic chips, and those of
+    existing vNPUs."""
     names = {v.template for plan in plans.values() if plan.serving is Serving.STATIC for v in plan.chip.vnpus}
     for plan in plans.values():
         if plan.serving is Serving.DYNAMIC:

@@ -1,6 +1,7 @@
-"""The chips' existing vNPUs, re-read from the backend every health interval: the driver announces no change, and an
-administrator's npu-smi may add or remove one at any time. One read per interval serves every part of the daemon
-that shows vNPUs (the device plugin's lists, DRA's slices); each hears of a change, never of an unchanged read.
+"""The chips' existing vNPUs, re-read from the backend every health interval: the driver announces
+no change, and an administrator's npu-smi may add or remove one at any time. One read per interval
+serves every part of the daemon that shows vNPUs (the device plugin's lists, DRA's slices); each
+hears of a change, never of an unchanged read.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ VnpusChanged = Callable[[Mapping[int, tuple[Vnpu, ...]]], None]
 
 
 class VnpuRelist:
-    """The last good read of every chip's vNPUs (only chips holding any, each sorted by id); `refresh` reads once,
-    `run` every `interval` until stopped. Listeners run on the event loop, after a read that changed something."""
+    """The last good read of every chip's vNPUs (only chips holding any, each sorted by id);
+    `refresh` reads once, `run` every `interval` until stopped. Listeners run on the event loop,
+    after a read that changed something."""
 
     def __init__(self, inventory: Inventory, read: VnpuRead, interval: float) -> None:
         self._inventory, self._read, self._interval = inventory, read, interval
@@ -36,7 +38,8 @@ class VnpuRelist:
         self._listeners.append(listener)
 
     async def refresh(self) -> None:
-        """Read the vNPUs once; a failed read keeps the last good one, and is logged when its error is new."""
+        """Read the vNPUs once; a failed read keeps the last good one, and is logged when its error
+        is new."""
         devices = [v.device for v in self._inventory.snapshot().devices]
         try:
             read = await asyncio.to_thread(self._read, devices)

@@ -1,6 +1,7 @@
-"""Response bodies of the API server checked against the shapes of `kubeapi` (pure): a body that is not JSON,
-or not the object asked for (a missing name or resourceVersion, a device list that is not a list), is a
-MalformedError naming the field, which `checked` turns into the KubeApiError of the request."""
+"""Response bodies of the API server checked against the shapes of `kubeapi` (pure): a body that is
+not JSON, or not the object asked for (a missing name or resourceVersion, a device list that is not
+a list), is a MalformedError naming the field, which `checked` turns into the KubeApiError of the
+request."""
 
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ def parse_slice_list(data: dict[str, Any]) -> SliceList:
 
 
 def parse_slice(value: object, where: str, *, stored: bool = True) -> StoredSlice:
-    """A stored ResourceSlice (a dry run's answer has no resourceVersion: `stored` False); the server omits an
-    empty device list, which becomes []."""
+    """A stored ResourceSlice (a dry run's answer has no resourceVersion: `stored` False); the
+    server omits an empty device list, which becomes []."""
     data = _mapping(value, where)
     meta = _meta(data, where, "name", *(("resourceVersion",) if stored else ()))
     for index, owner in enumerate(_list(meta, "ownerReferences", f"{where}.metadata")):

@@ -1,14 +1,15 @@
-"""The daemon's Kubernetes API client (DRA mode only): plain-dict bodies on the few REST paths below, each
-response checked by `kubebodies` against the shapes of `kubeapi`.
+"""The daemon's Kubernetes API client (DRA mode only): plain-dict bodies on the few REST paths
+below, each response checked by `kubebodies` against the shapes of `kubeapi`.
 
-Credentials come from `--kubeconfig` or the pod's service account (`kubeapi/kubeconfig.py`) and requests go through
-`kubehttp.Transport`. Only a kubeconfig that needs an exec plugin, an auth-provider or basic auth loads the
-kubernetes package, which this module alone imports (lazily): importing it costs a DRA daemon about 0.5
-CPU-seconds and 30 MiB at start, multiplied by every node of a fleet.
+Credentials come from `--kubeconfig` or the pod's service account (`kubeapi/kubeconfig.py`) and
+requests go through `kubehttp.Transport`. Only a kubeconfig that needs an exec plugin, an
+auth-provider or basic auth loads the kubernetes package, which this module alone imports (lazily):
+importing it costs a DRA daemon about 0.5 CPU-seconds and 30 MiB at start, multiplied by every node
+of a fleet.
 
-Every API call goes through `_request` with one of the path constants, so tests derive the RBAC the code
-needs from this file. A body that is not JSON, or not the object asked for, is a KubeApiError like any other
-API failure.
+Every API call goes through `_request` with one of the path constants, so tests derive the RBAC the
+code needs from this file. A body that is not JSON, or not the object asked for, is a KubeApiError
+like any other API failure.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 def connect(
     kubeconfig: Path | None, environ: Mapping[str, str] = os.environ, account_dir: Path = SERVICE_ACCOUNT_DIR
 ) -> Transport:
-    """The transport to the API server of `kubeconfig`, or in-cluster without one; ConfigError otherwise."""
+    """The transport to the API server of `kubeconfig`, or in-cluster without one; ConfigError
+    otherwise."""
     try:
         if kubeconfig is None:
             endpoint = in_cluster_endpoint(environ, account_dir)
@@ -90,8 +92,8 @@ def _kubeconfig_credentials(path: Path) -> tuple[Endpoint, Authorization]:
 
 
 def _delegated_credentials(path: Path) -> tuple[Endpoint, Authorization]:
-    """The kubernetes package loads the kubeconfig; its configuration refreshes exec and auth-provider
-    tokens as they expire."""
+    """The kubernetes package loads the kubeconfig; its configuration refreshes exec and
+    auth-provider tokens as they expire."""
     import kubernetes
 
     configuration = kubernetes.client.Configuration()
@@ -123,7 +125,8 @@ def _delegated_credentials(path: Path) -> tuple[Endpoint, Authorization]:
 
 
 class KubeClient:
-    """Blocking calls with plain-dict bodies; callers run them off the event loop. Implements `KubeApi`."""
+    """Blocking calls with plain-dict bodies; callers run them off the event loop. Implements
+    `KubeApi`."""
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
@@ -140,8 +143,8 @@ class KubeClient:
         timeout: float = REQUEST_TIMEOUT,
         stream: bool = False,
     ) -> Any:
-        """The response of one authenticated request; KubeApiError unless it is a 2xx. The body is read
-        unless `stream`."""
+        """The response of one authenticated request; KubeApiError unless it is a 2xx. The body is
+        read unless `stream`."""
         data = None if body is None else json.dumps(body).encode()
         try:
             response = self._transport.request(
@@ -214,7 +217,8 @@ class KubeClient:
         try:
             for line in response:
                 if not line.endswith(b"\n"):
-                    # Only the last piece of a stream cut short lacks its newline: a transport failure.
+                    # Only the last piece of a stream cut short lacks its newline: a transport
+                    # failure.
                     raise KubeApiError(action, 0, "the connection ended in the middle of an event")
                 if line.strip():
                     yield checked_response(action, response.status, partial(parse_line, line))
@@ -222,7 +226,8 @@ class KubeClient:
         except TransportError as error:
             raise KubeApiError(action, 0, str(error)) from None
         finally:
-            # A stream read to its end leaves a reusable connection; one abandoned midway must be closed.
+            # A stream read to its end leaves a reusable connection; one abandoned midway must be
+            # closed.
             if ended:
                 response.release_conn()
             else:
@@ -249,7 +254,8 @@ def _reason(body: bytes | None, fallback: str | None) -> str:
 
 
 def _retry_after(header: str | None) -> float | None:
-    """Seconds from a Retry-After header; the API server sends whole seconds (HTTP dates are not used)."""
+    """Seconds from a Retry-After header; the API server sends whole seconds (HTTP dates are not
+    used)."""
     try:
         return max(0.0, float(header)) if header else None
     except ValueError:

@@ -1,6 +1,6 @@
-"""An authenticated connection pool to the API server: TLS set up from an `Endpoint`, a bearer token that
-follows its file as the kubelet rotates it, and urllib3 underneath (the transport the kubernetes package
-uses too, without its 0.5 CPU-seconds and ~30 MiB of generated models at start).
+"""An authenticated connection pool to the API server: TLS set up from an `Endpoint`, a bearer token
+that follows its file as the kubelet rotates it, and urllib3 underneath (the transport the
+kubernetes package uses too, without its 0.5 CPU-seconds and ~30 MiB of generated models at start).
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ log = logging.getLogger(__name__)
 TOKEN_RELOAD_SECONDS = 60.0  # as client-go re-reads a token file
 CONNECT_TIMEOUT = 10.0
 USER_AGENT = f"npu-plugin/{__version__}"
-# Connections kept for reuse: the informer's watch, the publisher's writes and Prepares' claim reads run at once,
-# and a connection returned to a full pool is closed (next time: a new TLS handshake) with a urllib3 warning.
+# Connections kept for reuse: the informer's watch, the publisher's writes and Prepares' claim reads
+# run at once, and a connection returned to a full pool is closed (next time: a new TLS handshake)
+# with a urllib3 warning.
 POOL_SIZE = 4
-# A watch reads one connection for up to ten minutes: if the network loses it silently (the API server's host gone,
-# a NAT forgetting an idle flow) nothing arrives until the read timeout. Keep-alive probes (idle 30 s, as Go's
-# dialer under client-go, then 3 every 10 s) end such a connection within about a minute and the watch resumes.
+# A watch reads one connection for up to ten minutes: if the network loses it silently (the API
+# server's host gone, a NAT forgetting an idle flow) nothing arrives until the read timeout.
+# Keep-alive probes (idle 30 s, as Go's dialer under client-go, then 3 every 10 s) end such a
+# connection within about a minute and the watch resumes.
 KEEPALIVE = [
     (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
     (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 30),
@@ -45,8 +47,9 @@ Authorization = Callable[[], str | None]
 
 
 class TokenFile:
-    """A bearer token read from a file at most every `reload_seconds`; a failed re-read keeps the last token
-    (warned once), since the kubelet rewrites a projected token atomically well before it expires."""
+    """A bearer token read from a file at most every `reload_seconds`; a failed re-read keeps the
+    last token (warned once), since the kubelet rewrites a projected token atomically well before it
+    expires."""
 
     def __init__(
         self, path: Path, reload_seconds: float = TOKEN_RELOAD_SECONDS, clock: Callable[[], float] = time.monotonic
@@ -81,7 +84,8 @@ class TokenFile:
 
 
 def authorization_of(endpoint: Endpoint) -> Authorization:
-    """The Authorization header's value for each request: a token file's, a fixed token's, or none."""
+    """The Authorization header's value for each request: a token file's, a fixed token's, or
+    none."""
     if endpoint.token_file is not None:
         return TokenFile(endpoint.token_file)
     header = f"Bearer {endpoint.token}" if endpoint.token else None
@@ -89,8 +93,8 @@ def authorization_of(endpoint: Endpoint) -> Authorization:
 
 
 def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
-    """Verifies the server against the endpoint's CA (only that CA when one is given, as kubectl does) and
-    presents its client certificate; ConfigError names a file that cannot be used."""
+    """Verifies the server against the endpoint's CA (only that CA when one is given, as kubectl
+    does) and presents its client certificate; ConfigError names a file that cannot be used."""
     try:
         ca_data = endpoint.ca_data.decode("ascii") if endpoint.ca_data is not None else None
         context = ssl.create_default_context(cafile=str(endpoint.ca_file) if endpoint.ca_file else None, cadata=ca_data)
@@ -110,7 +114,8 @@ def _load_client_certificate(context: ssl.SSLContext, endpoint: Endpoint) -> Non
         return
     if cert is None or key is None:
         raise ConfigError("a client certificate needs both client-certificate and client-key")
-    # ssl loads certificates only from files: inline data goes through a private directory removed at once.
+    # ssl loads certificates only from files: inline data goes through a private directory removed
+    # at once.
     with tempfile.TemporaryDirectory(prefix="npu-plugin-tls-") as private:
         paths = [_as_file(value, Path(private) / name) for value, name in ((cert, "cert.pem"), (key, "key.pem"))]
         try:
@@ -137,7 +142,8 @@ def _reason(error: BaseException) -> str:
 
 
 class Transport:
-    """One pool of keep-alive connections to the API server, shared by every thread of the daemon."""
+    """One pool of keep-alive connections to the API server, shared by every thread of the
+    daemon."""
 
     def __init__(self, endpoint: Endpoint, authorization: Authorization) -> None:
         self.server = endpoint.server
@@ -169,8 +175,8 @@ class Transport:
         timeout: float,
         stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
-        """The response; its body is read unless `stream`. Raises one of `TransportError` when the server
-        cannot be reached or the connection breaks."""
+        """The response; its body is read unless `stream`. Raises one of `TransportError` when the
+        server cannot be reached or the connection breaks."""
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
             headers["Content-Type"] = "application/json"

@@ -1,8 +1,9 @@
-"""Where the API server is and how to authenticate to it: a kubeconfig's current context, or the pod's
-service account (in-cluster). Pure: files named by the kubeconfig are recorded as paths, not read.
+"""Where the API server is and how to authenticate to it: a kubeconfig's current context, or the
+pod's service account (in-cluster). Pure: files named by the kubeconfig are recorded as paths, not
+read.
 
-A kubeconfig whose user runs an `exec` plugin, uses an `auth-provider` or basic auth is `Delegated`: the
-kubernetes package (imported only then) loads it, as those need its plugin runners.
+A kubeconfig whose user runs an `exec` plugin, uses an `auth-provider` or basic auth is `Delegated`:
+the kubernetes package (imported only then) loads it, as those need its plugin runners.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class KubeconfigError(ValueError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The API server's URL and the credentials to present; `*_data` are the decoded inline contents."""
+    """The API server's URL and the credentials to present; `*_data` are the decoded inline
+    contents."""
 
     server: str
     ca_file: Path | None = None
@@ -43,13 +45,15 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Delegated:
-    """The user needs the kubernetes package's loaders; `reason` names the field that asks for them."""
+    """The user needs the kubernetes package's loaders; `reason` names the field that asks for
+    them."""
 
     reason: str
 
 
 def endpoint_of(config: object, base_dir: Path) -> Endpoint | Delegated:
-    """The current context's endpoint; relative file names are relative to the kubeconfig's directory."""
+    """The current context's endpoint; relative file names are relative to the kubeconfig's
+    directory."""
     root = _mapping(config, "the kubeconfig")
     current = root.get("current-context")
     if not isinstance(current, str) or not current:
@@ -84,8 +88,8 @@ def endpoint_of(config: object, base_dir: Path) -> Endpoint | Delegated:
 
 
 def in_cluster_endpoint(environ: Mapping[str, str], account_dir: Path = SERVICE_ACCOUNT_DIR) -> Endpoint:
-    """The API server as a pod sees it: the service's host and port from the environment, and the service
-    account's token and CA (the token file is re-read as the kubelet rotates it)."""
+    """The API server as a pod sees it: the service's host and port from the environment, and the
+    service account's token and CA (the token file is re-read as the kubelet rotates it)."""
     host, port = environ.get("KUBERNETES_SERVICE_HOST", ""), environ.get("KUBERNETES_SERVICE_PORT", "")
     if not host or not port:
         raise KubeconfigError("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
@@ -103,7 +107,8 @@ def _server(url: str, where: str) -> str:
 
 
 def _proxy(url: str | None, where: str) -> str | None:
-    # urllib3 speaks to HTTP(S) proxies only; client-go's socks5 would otherwise fail at start with a traceback.
+    # urllib3 speaks to HTTP(S) proxies only; client-go's socks5 would otherwise fail at start with
+    # a traceback.
     return None if url is None else _http_url(url, f"{where}.proxy-url", "http://proxy:3128")
 
 

@@ -1,8 +1,8 @@
 """The Kubernetes calls the product makes (`KubeApi`) and the wire shapes it writes and reads.
 
 `kube.KubeClient` implements the protocol against a real API server; tests use an in-memory fake.
-Objects read from the server are checked against these shapes in `kubeapi/client.py` before anyone sees them,
-so the fields declared required here are present with the declared types.
+Objects read from the server are checked against these shapes in `kubeapi/client.py` before anyone
+sees them, so the fields declared required here are present with the declared types.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ class ClaimStatus(TypedDict, total=False):
 
 
 class ResourceClaim(TypedDict):
-    """Only `metadata` is checked on reading; the allocation is checked by `dra.claims`, result by result."""
+    """Only `metadata` is checked on reading; the allocation is checked by `dra.claims`, result by
+    result."""
 
     metadata: ObjectMeta
     status: NotRequired[ClaimStatus]
@@ -159,8 +160,8 @@ class KubeApi(Protocol):
     def list_slices(self, node: str, driver: str) -> SliceList: ...
 
     def watch_slices(self, node: str, driver: str, resource_version: str, timeout_seconds: int) -> Iterator[SliceEvent]:
-        """Events after `resource_version` with bookmarks, until the server ends the watch; an ERROR event
-        raises KubeApiError with its code (410 when the resourceVersion is too old)."""
+        """Events after `resource_version` with bookmarks, until the server ends the watch; an ERROR
+        event raises KubeApiError with its code (410 when the resourceVersion is too old)."""
         ...
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:

@@ -1,4 +1,5 @@
-"""`npu-plugin migrate`: rewrite workloads from extended-resource NPU limits to DRA claims, losslessly.
+"""`npu-plugin migrate`: rewrite workloads from extended-resource NPU limits to DRA claims,
+losslessly.
 
 The transform (and ruamel.yaml) loads on first use, so `npu-plugin serve` never pays for it.
 """

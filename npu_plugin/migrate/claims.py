@@ -1,4 +1,5 @@
-"""What one workload asks for, checked, and the edits that turn its NPU limits into claims (pure)."""
+"""What one workload asks for, checked, and the edits that turn its NPU limits into claims
+(pure)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ SECTIONS = ("limits", "requests")
 REQUEST_NAME = "npu"  # the one device request inside each generated claim
 _DIGITS = re.compile(r"[0-9]+")
 _SLICE = re.compile(r"huawei\.com/Ascend[0-9A-Za-z]+-.+")
-# HAMi's and Volcano's vNPU requests beside `<family>: N`: each of the N vNPUs has at least this memory (MB) or
-# this many AI cores. Other slice resources (Ascend's static template resources) name no single size.
+# HAMi's and Volcano's vNPU requests beside `<family>: N`: each of the N vNPUs has at least this
+# memory (MB) or this many AI cores. Other slice resources (Ascend's static template resources) name
+# no single size.
 VNPU_SLICES = {"memory": "MB", "core": "AI cores"}
 
 
 @dataclass(frozen=True, slots=True)
 class VnpuRequest:
-    """What each vNPU of a migrated container must have: memory in MiB and AI cores, where it asked."""
+    """What each vNPU of a migrated container must have: memory in MiB and AI cores, where it
+    asked."""
 
     memory_mib: int | None = None
     aicore: int | None = None
@@ -32,7 +35,8 @@ class VnpuRequest:
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """Where in the input a workload sits, so every error names file, line, document and container."""
+    """Where in the input a workload sits, so every error names file, line, document and
+    container."""
 
     source: str
     document: int
@@ -47,7 +51,8 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class ContainerClaim:
-    """One container's NPUs, planned as its own claim from its own template (count 0: the entry just goes)."""
+    """One container's NPUs, planned as its own claim from its own template (count 0: the entry just
+    goes)."""
 
     container: Container
     resource: str
@@ -64,7 +69,8 @@ class ContainerClaim:
 
 
 def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set[int]) -> list[ContainerClaim]:
-    """The claims a workload needs, after every check; empty when no container asks for `resources`."""
+    """The claims a workload needs, after every check; empty when no container asks for
+    `resources`."""
     planned: list[ContainerClaim] = []
     for container in containers(workload.pod_spec):
         asked = {r: found for r in resources if (found := _requested_count(container, r, place)) is not None}
@@ -85,8 +91,9 @@ def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set
 
 
 def _vnpu_request(container: Container, asked: dict[str, tuple[int, int]], place: Place) -> VnpuRequest | None:
-    """One claim per container: no second NPU resource. Slice resources beside the NPU resource become the size of
-    each vNPU (`<family>-memory`, `<family>-core`); any other slice of an NPU cannot be migrated."""
+    """One claim per container: no second NPU resource. Slice resources beside the NPU resource
+    become the size of each vNPU (`<family>-memory`, `<family>-core`); any other slice of an NPU
+    cannot be migrated."""
     wanted = [resource for resource, (count, _) in asked.items() if count]
     line = next(iter(asked.values()))[1]
     if len(wanted) > 1:
@@ -118,7 +125,8 @@ def _vnpu_request(container: Container, asked: dict[str, tuple[int, int]], place
 
 
 def is_slice_resource(key: Any) -> bool:
-    """An Ascend resource that stands for part of an NPU (`huawei.com/Ascend310P-memory`, `...-core`, `...-2c`)."""
+    """An Ascend resource that stands for part of an NPU (`huawei.com/Ascend310P-memory`,
+    `...-core`, `...-2c`)."""
     return isinstance(key, str) and _SLICE.fullmatch(key) is not None
 
 
@@ -203,7 +211,8 @@ def _names(
 
 
 def apply(workload: Workload, planned: Sequence[ContainerClaim]) -> None:
-    """Move each planned container from its resource's limits to its claim, and list the claims in the pod."""
+    """Move each planned container from its resource's limits to its claim, and list the claims in
+    the pod."""
     for item in planned:
         resources = item.container.node["resources"]
         for section in SECTIONS:
@@ -237,7 +246,8 @@ def _list(parent: CommentedMap, key: str, position: int) -> CommentedSeq:
 
 
 def _mapping(pairs: list[tuple[str, str]], parent: CommentedSeq) -> CommentedMap:
-    """A new mapping for `parent`: in flow style inside a flow sequence, so it renders as `{name: ...}`."""
+    """A new mapping for `parent`: in flow style inside a flow sequence, so it renders as `{name:
+    ...}`."""
     mapping = CommentedMap(pairs)
     if parent.fa.flow_style():
         mapping.fa.set_flow_style()
@@ -250,9 +260,9 @@ def _after_containers(pod_spec: CommentedMap) -> int:
 
 
 def vnpu_selectors(driver: str, family: str, vnpu: VnpuRequest) -> list[str]:
-    """CEL selectors for vNPUs of the family (`huawei.com/Ascend910` takes the whole 910 family) that are at least
-    as large as asked. Devices are published smallest first, so the scheduler's first fit gives the smallest
-    template that holds the request, as HAMi does."""
+    """CEL selectors for vNPUs of the family (`huawei.com/Ascend910` takes the whole 910 family)
+    that are at least as large as asked. Devices are published smallest first, so the scheduler's
+    first fit gives the smallest template that holds the request, as HAMi does."""
     device_type = family.split("/", 1)[1]
     match = "startsWith" if device_type == "Ascend910" else "equals"
     attribute = f'device.attributes["{driver}"].deviceType'
@@ -279,8 +289,8 @@ def claim_template(
     *,
     selectors: Sequence[str] = (),
 ) -> CommentedMap:
-    """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class` that match every
-    CEL selector."""
+    """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class` that
+    match every CEL selector."""
     metadata = CommentedMap([("name", name)] + ([("namespace", namespace)] if namespace else []))
     exactly = CommentedMap([("deviceClassName", device_class), ("allocationMode", "ExactCount"), ("count", count)])
     if selectors:

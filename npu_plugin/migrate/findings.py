@@ -1,4 +1,5 @@
-"""What `migrate` reports beside its edits (pure): requests it leaves behind, quotas, runtime breakage.
+"""What `migrate` reports beside its edits (pure): requests it leaves behind, quotas, runtime
+breakage.
 
 Each finding is one line naming the object (`apiVersion/kind namespace/name`) or the workload and
 container, with the body line it starts from; the caller adds file and document.
@@ -45,7 +46,8 @@ def object_label(obj: CommentedMap) -> str:
 
 
 def left_behind(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]:
-    """Requests for `resources` still in `obj` (after migration): in a kind migrate cannot rewrite."""
+    """Requests for `resources` still in `obj` (after migration): in a kind migrate cannot
+    rewrite."""
     reason = UNMIGRATABLE.get(group_kind(obj), "migrate does not know where this kind keeps its pod templates")
     return [
         Finding(line, f"{object_label(obj)}: {path} still asks for {resource}: {reason}; left unchanged")
@@ -54,7 +56,8 @@ def left_behind(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]:
 
 
 def _requests(node: Any, path: str, resources: Sequence[str]) -> Iterator[tuple[str, str, int]]:
-    """(path, resource, line) of every `limits`/`requests` mapping entry naming one of `resources`."""
+    """(path, resource, line) of every `limits`/`requests` mapping entry naming one of
+    `resources`."""
     if isinstance(node, CommentedMap):
         for key, value in node.items():
             child = f"{path}.{key}" if path else str(key)
@@ -130,7 +133,8 @@ def _limit_range(
 
 
 def mentions(node: Any, resources: Sequence[str]) -> bool:
-    """Whether a key names one of `resources`, as limits do and quotas do (`requests.<resource>`)."""
+    """Whether a key names one of `resources`, as limits do and quotas do
+    (`requests.<resource>`)."""
     if isinstance(node, dict):
         return any(_names(key, resources) or mentions(value, resources) for key, value in node.items())
     if isinstance(node, list):
@@ -143,10 +147,11 @@ def _names(key: Any, resources: Sequence[str]) -> bool:
 
 
 def runtime_findings(workload: Workload, who: str) -> list[Finding]:
-    """What stops working at run time once `workload`'s NPUs come from claims; `who` names the template.
+    """What stops working at run time once `workload`'s NPUs come from claims; `who` names the
+    template.
 
-    A scheduler set for the whole object (a Volcano Job's, an AscendJob's) is named with the object alone,
-    so its several templates repeat one line that callers can fold.
+    A scheduler set for the whole object (a Volcano Job's, an AscendJob's) is named with the object
+    alone, so its several templates repeat one line that callers can fold.
     """
     found: list[Finding] = []
     for scheduler, line, own in _schedulers(workload):
@@ -170,7 +175,8 @@ def runtime_findings(workload: Workload, who: str) -> list[Finding]:
 
 
 def _schedulers(workload: Workload) -> Iterator[tuple[str, int, bool]]:
-    """A non-default scheduler, and whether the template set it: else the job's, else Volcano's own."""
+    """A non-default scheduler, and whether the template set it: else the job's, else Volcano's
+    own."""
     spec = workload.obj.get("spec")
     for node in (workload.pod_spec, spec):
         scheduler = node.get("schedulerName") if isinstance(node, CommentedMap) else None

@@ -1,8 +1,8 @@
 """migrate's edits made on the user's own lines, at the positions the YAML parser recorded (pure).
 
 Block-style YAML is edited line by line: an NPU entry's lines are deleted, `claims:` and
-`resourceClaims:` lines are inserted with the indentation of their neighbours. Every other line keeps
-its bytes. An edit inside a flow collection (`{...}`, `[...]`) re-renders the outermost flow
+`resourceClaims:` lines are inserted with the indentation of their neighbours. Every other line
+keeps its bytes. An edit inside a flow collection (`{...}`, `[...]`) re-renders the outermost flow
 collection around it, after the data has been edited, and splices it in where the old one stood.
 """
 
@@ -21,7 +21,8 @@ from npu_plugin.migrate.yamlstream import dump_flow, lines
 
 @dataclass(frozen=True, slots=True)
 class _SequenceStyle:
-    """How block sequences are laid out: dash column after the parent key, item content after the dash."""
+    """How block sequences are laid out: dash column after the parent key, item content after the
+    dash."""
 
     offset: int = 0  # kubectl's style, for a pod spec with no block sequence to copy
     gap: int = 2
@@ -29,7 +30,8 @@ class _SequenceStyle:
 
 @dataclass
 class LineEdits:
-    """Edits planned on `text` (the last line terminated) before the data changes; new lines end in `newline`."""
+    """Edits planned on `text` (the last line terminated) before the data changes; new lines end in
+    `newline`."""
 
     text: str
     data: Any
@@ -100,7 +102,8 @@ class LineEdits:
         style: _SequenceStyle,
         after: tuple[str, ...] = (),
     ) -> None:
-        """Add `entries` (each a mapping's lines) to the block sequence `parent[key]`, creating it if needed."""
+        """Add `entries` (each a mapping's lines) to the block sequence `parent[key]`, creating it
+        if needed."""
         existing = parent.get(key)
         if isinstance(existing, CommentedSeq) and existing:
             if self._in_flow(existing):
@@ -122,14 +125,16 @@ class LineEdits:
         self._insert(at if at is not None else self._end(parent.lc.line, indent), new)
 
     def _delete_entry(self, mapping: CommentedMap, key: Any) -> None:
-        """Delete a block mapping entry's content lines; comments and blank lines among them stay."""
+        """Delete a block mapping entry's content lines; comments and blank lines among them
+        stay."""
         if self._in_flow(mapping):
             return
         line, column = mapping.lc.key(key)
         self._deleted.update(n for n in range(line, self._end(line, column + 1)) if not _is_remark(self._lines[n]))
 
     def _in_flow(self, node: Any) -> bool:
-        """Whether `node` sits in a flow collection; if so, that collection is scheduled for re-rendering."""
+        """Whether `node` sits in a flow collection; if so, that collection is scheduled for
+        re-rendering."""
         root = self._flow_root.get(id(node))
         if root is None:
             return False
@@ -137,7 +142,8 @@ class LineEdits:
         return True
 
     def _end(self, start: int, indent: int) -> int:
-        """The line after the last content line, from `start` on, that belongs to a block indented >= `indent`."""
+        """The line after the last content line, from `start` on, that belongs to a block indented
+        >= `indent`."""
         end = start + 1
         for number in range(start + 1, len(self._lines)):
             text = self._lines[number]
@@ -176,7 +182,8 @@ class LineEdits:
     def render(self) -> str | None:
         """The text after the data has been edited (planned lines, flow collections re-rendered).
 
-        None when a flow collection's end cannot be found in the text: the caller renders another way.
+        None when a flow collection's end cannot be found in the text: the caller renders another
+        way.
         """
         splices = {int(root.lc.line): root for root in self._rerender.values()}
         out: list[str] = []
@@ -208,7 +215,8 @@ class LineEdits:
 
 
 def flow_end(text_lines: list[str], line: int, column: int) -> tuple[int, int] | None:
-    """(line, column just past) the flow collection opening at (`line`, `column`); quotes respected."""
+    """(line, column just past) the flow collection opening at (`line`, `column`); quotes
+    respected."""
     depth = 0
     quote = ""
     for number in range(line, len(text_lines)):
@@ -239,7 +247,8 @@ def flow_end(text_lines: list[str], line: int, column: int) -> tuple[int, int] |
 
 
 def _items(entries: list[list[str]], dash: int, gap: int) -> list[str]:
-    """Block sequence items, each a mapping given as its lines, the dash at `dash`, content `gap` further."""
+    """Block sequence items, each a mapping given as its lines, the dash at `dash`, content `gap`
+    further."""
     gap = max(gap, 2)
     made: list[str] = []
     for entry in entries:
@@ -250,7 +259,8 @@ def _items(entries: list[list[str]], dash: int, gap: int) -> list[str]:
 
 
 def _next_key(parent: CommentedMap, after: tuple[str, ...]) -> Any:
-    """The key following the last of `after` in `parent` (None when that is the last key, or none is there)."""
+    """The key following the last of `after` in `parent` (None when that is the last key, or none is
+    there)."""
     keys = list(parent)
     positions = [keys.index(key) for key in after if key in parent]
     if not positions:

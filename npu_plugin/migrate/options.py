@@ -13,8 +13,8 @@ RESOURCE_DEVICE_CLASSES = {
     "huawei.com/Ascend310": "ascend310.npu.huawei.com",
 }
 KNOWN_RESOURCE_NAMES = tuple(RESOURCE_DEVICE_CLASSES)
-# Every vNPU (shipped with the other classes): claims for HAMi/Volcano vNPU requests ask for it whatever the class of
-# whole NPUs is.
+# Every vNPU (shipped with the other classes): claims for HAMi/Volcano vNPU requests ask for it
+# whatever the class of whole NPUs is.
 VNPU_DEVICE_CLASS = "vnpu.npu.huawei.com"
 # The DRA driver publishes topologyGroup under its own name, whatever the class is called.
 STDIO = "-"  # --filename/--output: stdin or stdout

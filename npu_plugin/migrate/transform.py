@@ -1,4 +1,5 @@
-"""`migrate`'s core: a YAML stream in, the same stream with NPU limits turned into DRA claims out (pure).
+"""`migrate`'s core: a YAML stream in, the same stream with NPU limits turned into DRA claims out
+(pure).
 
 Documents that ask for no NPU are copied as their original text. A document that changes is edited
 on the user's own lines at the positions the parser recorded (lineedits), so only the lines the edit
@@ -46,7 +47,8 @@ _JSON_INDENT = re.compile(r"\n( +)\S")  # the first indented line of a JSON file
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One container moved from an extended-resource limit to a claim (count 0: the entry only dropped)."""
+    """One container moved from an extended-resource limit to a claim (count 0: the entry only
+    dropped)."""
 
     source: str
     line: int
@@ -90,7 +92,8 @@ def migrate_json(text: str, options: Options | None = None, source: str = "<stdi
     """Rewrite a JSON manifest (one object, or a `kind: List`) and write it back as JSON.
 
     The templates join the workload in a `kind: List` (the object's own, or a new one around it), so
-    the file stays one JSON value that `kubectl apply -f` reads; it is re-serialised with its indentation.
+    the file stays one JSON value that `kubectl apply -f` reads; it is re-serialised with its
+    indentation.
     """
     try:
         json.loads(text)
@@ -127,7 +130,8 @@ def _parse(documents: list[Document], source: str) -> list[Any]:
 
 
 def _numbers(parsed: list[Any]) -> Iterator[int]:
-    """1-based document numbers as a reader counts them: comment-only stretches are not documents."""
+    """1-based document numbers as a reader counts them: comment-only stretches are not
+    documents."""
     number = 0
     for data in parsed:
         number += data is not None
@@ -260,7 +264,8 @@ class _Stream:
     def report(
         self, doc: Document, data: Any, number: int, planned: list[tuple[Workload, list[ContainerClaim]]]
     ) -> None:
-        """Warnings for this document, in order: runtime breakage, quotas, requests left behind, mentions."""
+        """Warnings for this document, in order: runtime breakage, quotas, requests left behind,
+        mentions."""
         migrated = [found for found, items in planned if any(item.count for item in items)]
         resources = self.options.resource_names
         classes = {resource: self.options.device_class_for(resource) for resource in resources}
@@ -322,7 +327,8 @@ def _edit(doc: Document, data: Any, style: Style, planned: list[tuple[Workload, 
         apply(found, items)
     text = edits.render()
     if text is None or not _means(text, data):
-        # A shape the line edits do not cover (a key spanning lines, say): the whole document, dumped.
+        # A shape the line edits do not cover (a key spanning lines, say): the whole document,
+        # dumped.
         text = dump(data, style, doc.body.startswith("---")).replace("\n", newline)
     return text if terminated else text.removesuffix(newline)
 

@@ -1,4 +1,5 @@
-"""Where the pod specs sit in the workload kinds `migrate` rewrites, and the names it derives (pure)."""
+"""Where the pod specs sit in the workload kinds `migrate` rewrites, and the names it derives
+(pure)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ KINDS: dict[tuple[str, str], tuple[PodTemplates, ...]] = {
         PodTemplates("spec.template.spec.replicatedJobs[].template.spec.template.spec", "replicated job"),
     ),
 }
-# Kinds that request NPUs without holding a pod template of their own: why migrate cannot rewrite them.
+# Kinds that request NPUs without holding a pod template of their own: why migrate cannot rewrite
+# them.
 UNMIGRATABLE = {
     ("trainer.kubeflow.org", "TrainJob"): (
         "its pods come from the TrainingRuntime it references (spec.runtimeRef) and a TrainJob cannot "
@@ -125,7 +127,8 @@ class Container:
 
 
 class ShapeError(Exception):
-    """A known kind whose template path holds the wrong type of node; `line` is the node's body line."""
+    """A known kind whose template path holds the wrong type of node; `line` is the node's body
+    line."""
 
     def __init__(self, detail: str, line: int) -> None:
         super().__init__(detail)
@@ -177,7 +180,8 @@ def is_workload(obj: CommentedMap) -> bool:
 
 
 def workloads(obj: CommentedMap) -> list[Workload]:
-    """Every pod template of `obj` (none for kinds not in KINDS); ShapeError when a path has the wrong type."""
+    """Every pod template of `obj` (none for kinds not in KINDS); ShapeError when a path has the
+    wrong type."""
     group, kind = group_kind(obj)
     namespace, name = identity(obj)
     label = kind if group in BUILT_IN_GROUPS else type_label(obj)
@@ -258,7 +262,8 @@ def claim_name(container: str) -> str:
 
 
 def template_name(workload_name: str, container: str, role: str | None = None) -> str:
-    """The ResourceClaimTemplate name for a workload's (replica type's) container: a DNS-1123 subdomain.
+    """The ResourceClaimTemplate name for a workload's (replica type's) container: a DNS-1123
+    subdomain.
 
     Replica types are written in any case (`Worker`); they are lowered here rather than digested.
     """

@@ -1,4 +1,5 @@
-"""A YAML stream as documents kept byte for byte, plus round-trip load, dump and style detection (pure)."""
+"""A YAML stream as documents kept byte for byte, plus round-trip load, dump and style detection
+(pure)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One document's exact text: head (directives, `---` line), body (content), tail (`...` line)."""
+    """One document's exact text: head (directives, `---` line), body (content), tail (`...`
+    line)."""
 
     head: str
     body: str
@@ -65,7 +67,8 @@ def split_documents(text: str) -> list[Document]:
 
 
 class _Splitter:
-    """Line-driven state machine: document markers are only ever at column 0 (YAML's c-forbidden)."""
+    """Line-driven state machine: document markers are only ever at column 0 (YAML's
+    c-forbidden)."""
 
     def __init__(self) -> None:
         self.documents: list[Document] = []
@@ -120,7 +123,8 @@ def _yaml() -> YAML:
 
 
 def load(body: str, source: str, first_line: int, document: int = 1) -> Any:
-    """Round-trip load one document's body; MigrateError names the stream's file, line, column and document."""
+    """Round-trip load one document's body; MigrateError names the stream's file, line, column and
+    document."""
     try:
         return _yaml().load(body)
     except MarkedYAMLError as error:

@@ -1,4 +1,5 @@
-"""The product's Prometheus series on a private registry; every label set is pre-initialised to 0."""
+"""The product's Prometheus series on a private registry; every label set is pre-initialised to
+0."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
 
 log = logging.getLogger(__name__)
-# Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request timeout.
+# Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request
+# timeout.
 LATENCY_BUCKETS = (
     0.0001,
     0.00025,
@@ -37,7 +39,8 @@ HEALTH_LABELS = ("healthy", "unhealthy")
 APIS = ("device-plugin", "dra")
 PUBLISH_RESULTS = ("success", "error")
 VnpuOp = Literal["create", "destroy"]
-# refused: the driver answered with a refusal code (no resources, id in use, wrong mode); error: anything else.
+# refused: the driver answered with a refusal code (no resources, id in use, wrong mode); error:
+# anything else.
 VnpuResult = Literal["success", "error", "refused"]
 # A vNPU create takes the driver tens to hundreds of milliseconds; a busy chip can take seconds.
 CREATE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -118,7 +121,8 @@ class Metrics:
                 self.devices.labels(health, owner.value).set(count)
 
     def record_vnpus(self, vnpus: Iterable[tuple[Vnpu, VnpuOrigin]]) -> None:
-        """The vNPUs as they are now: a series per (chip, template, origin); vanished ones leave the output."""
+        """The vNPUs as they are now: a series per (chip, template, origin); vanished ones leave the
+        output."""
         counts: dict[tuple[str, str, str], int] = {}
         for vnpu, origin in vnpus:
             key = (str(vnpu.physical_id), vnpu.template, origin.value)
@@ -141,7 +145,8 @@ class Metrics:
             self.prepare_seconds.observe(seconds)
 
     def count_prepared(self, count: Callable[[], int]) -> None:
-        """Read at scrape time, so claims restored from the checkpoint count before the first Prepare."""
+        """Read at scrape time, so claims restored from the checkpoint count before the first
+        Prepare."""
         self.prepared_claims.set_function(count)
 
     def serve(self, port: int, address: str) -> WSGIServer:

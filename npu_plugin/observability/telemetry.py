@@ -89,7 +89,8 @@ class Telemetry:
             self.metrics.record_vnpus(vnpus)
 
     def vnpu_operation(self, op: VnpuOp, result: VnpuResult, seconds: float | None = None) -> None:
-        """One create or destroy call; `seconds` of a successful create feeds its latency histogram."""
+        """One create or destroy call; `seconds` of a successful create feeds its latency
+        histogram."""
         if self.metrics is not None:
             self.metrics.record_vnpu_operation(op, result, seconds)
 

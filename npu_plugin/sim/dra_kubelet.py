@@ -1,11 +1,11 @@
 """A kubelet stand-in for DRA: registration, Prepare/Unprepare, the health stream, slice wiping.
 
 It follows pkg/kubelet/cm/dra/plugin on top of the plugin watcher (`plugin_watcher`): at start it
-deletes this node's ResourceSlices of every driver; it accepts plugins of type "DRAPlugin", takes the
-first of the plugin's supported services that it knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`), refuses
-an endpoint already registered, with the kubelet's own error texts; a driver left without plugins has
-its slices wiped after `wipe_delay` seconds (30 s in the kubelet). Used by the tests and by
-`npu-plugin simulate`; RPC errors reach the caller as `grpc.aio.AioRpcError`.
+deletes this node's ResourceSlices of every driver; it accepts plugins of type "DRAPlugin", takes
+the first of the plugin's supported services that it knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`),
+refuses an endpoint already registered, with the kubelet's own error texts; a driver left without
+plugins has its slices wiped after `wipe_delay` seconds (30 s in the kubelet). Used by the tests and
+by `npu-plugin simulate`; RPC errors reach the caller as `grpc.aio.AioRpcError`.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def validate_info(info: reg_pb.PluginInfo, socket: Path, known: Sequence[str], t
 
 
 class DraKubeletSimulator:
-    """Start with `start()` (or `async with`); `plugins` holds the registered plugins by driver, newest last."""
+    """Start with `start()` (or `async with`); `plugins` holds the registered plugins by driver,
+    newest last."""
 
     def __init__(
         self,
@@ -166,7 +167,8 @@ class DraKubeletSimulator:
         await self.start()
 
     async def wipe_slices(self, driver: str | None = None, deadline: float = 10.0) -> None:
-        """DeleteCollection of this node's ResourceSlices (one driver's, or all), retried until `deadline`."""
+        """DeleteCollection of this node's ResourceSlices (one driver's, or all), retried until
+        `deadline`."""
         if self._rest is None:
             return
         selector = f"spec.nodeName={self.node_name}" + (f",spec.driver={driver}" if driver else "")
@@ -214,7 +216,8 @@ class DraKubeletSimulator:
         await self.wipe_slices(driver)
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Until `predicate()` holds, re-checked after each (de)registration; TimeoutError otherwise."""
+        """Until `predicate()` holds, re-checked after each (de)registration; TimeoutError
+        otherwise."""
         await self._watcher.wait_for(predicate, timeout)
 
     async def wait_for_plugin(
@@ -255,8 +258,8 @@ class DraKubeletSimulator:
         plugin: PluginConnection | None = None,
         timeout: float = CALL_TIMEOUT,
     ) -> dict[str, PrepareResult]:
-        """NodePrepareResources through `version` ("v1", "v1beta1"; default: the negotiated service), with the
-        kubelet's deadline unless `timeout` says otherwise."""
+        """NodePrepareResources through `version` ("v1", "v1beta1"; default: the negotiated
+        service), with the kubelet's deadline unless `timeout` says otherwise."""
         pb, stub = self._stub(plugin, version)
         request = pb.NodePrepareResourcesRequest(
             claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]

@@ -3,12 +3,13 @@
 It serves Nodes (get/list/watch), cluster-scoped resource.k8s.io/v1 ResourceSlices and namespaced
 ResourceClaims (with a status subresource) the way kube-apiserver does where the daemon and the
 simulators rely on it: resourceVersion preconditions, generateName, generation, equality field
-selectors, watches with a bounded history (410 Expired past it) and bookmarks, `dryRun=All` creates, and
-the Kubernetes version (1.34 by default, or 1.35, 1.36) with its DRAPartitionableDevices gate: while the
-gate is off, slice writes lose their counters as kube-apiserver's strategy drops them. Validation, schema
-decoding, patches, label selectors, fault injection and a request log are test-only: `tests.support.fakeapi`
-extends this server with them. Run `python -m npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH` to get
-a standalone server that prints its URL and stops on SIGTERM.
+selectors, watches with a bounded history (410 Expired past it) and bookmarks, `dryRun=All` creates,
+and the Kubernetes version (1.34 by default, or 1.35, 1.36) with its DRAPartitionableDevices gate:
+while the gate is off, slice writes lose their counters as kube-apiserver's strategy drops them.
+Validation, schema decoding, patches, label selectors, fault injection and a request log are
+test-only: `tests.support.fakeapi` extends this server with them. Run `python -m
+npu_plugin.sim.fakeapi --port 0 --kubeconfig PATH` to get a standalone server that prints its URL
+and stops on SIGTERM.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ __all__ = ["FakeKubeAPI", "main"]
 
 
 class FakeKubeAPI:
-    """The fake API server. Objects survive `set_down`/restarts; `stop` ends every watch promptly."""
+    """The fake API server. Objects survive `set_down`/restarts; `stop` ends every watch
+    promptly."""
 
     handler: type[Handler] = Handler
 
@@ -49,8 +51,8 @@ class FakeKubeAPI:
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
     ) -> None:
-        """`partitionable_devices`: the DRAPartitionableDevices gate; None is the version's default (on from
-        1.36)."""
+        """`partitionable_devices`: the DRAPartitionableDevices gate; None is the version's default
+        (on from 1.36)."""
         self._host, self._port = host, port
         self._cluster = Cluster(kubernetes_minor, partitionable_devices)
         self._store = Store(history_limit)
@@ -84,7 +86,8 @@ class FakeKubeAPI:
         return Context(self._registry, self._watch_timeout)
 
     def stop(self) -> None:
-        """Close the listening socket and every connection (open watches end at once); idempotent."""
+        """Close the listening socket and every connection (open watches end at once);
+        idempotent."""
         with self._lifecycle:
             server, thread = self._server, self._thread
             self._server = self._thread = None
@@ -121,7 +124,8 @@ class FakeKubeAPI:
         return "http"
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> None:
-        """A kubeconfig (JSON, which is YAML) pointing at this server over plain http, without credentials."""
+        """A kubeconfig (JSON, which is YAML) pointing at this server over plain http, without
+        credentials."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -139,7 +143,8 @@ class FakeKubeAPI:
         return self._registry.put(NODES, {"metadata": {"name": name, "labels": dict(labels or {})}})
 
     def objects(self, kind: str) -> list[JSON]:
-        """Copies of all stored objects of `kind` (`ResourceSlice`, `resourceclaims`, `Node`, ...)."""
+        """Copies of all stored objects of `kind` (`ResourceSlice`, `resourceclaims`, `Node`,
+        ...)."""
         return self._store.list_objects(resolve_kind(kind), None)[0]
 
     def get_object(self, kind: str, name: str, namespace: str = "default") -> JSON | None:
@@ -147,16 +152,17 @@ class FakeKubeAPI:
         return self._store.find(resolved, (namespace if resolved.namespaced else "", name))
 
     def put_object(self, kind: str, obj: Mapping[str, Any]) -> JSON:
-        """Create or replace without validation, keeping `status` (so a test can plant an allocated claim).
-        `metadata.namespace` defaults to "default" for namespaced kinds; generateName works. A body the
-        API server could not even decode (a wrong JSON type, say) raises ValueError."""
+        """Create or replace without validation, keeping `status` (so a test can plant an allocated
+        claim). `metadata.namespace` defaults to "default" for namespaced kinds; generateName works.
+        A body the API server could not even decode (a wrong JSON type, say) raises ValueError."""
         try:
             return self._registry.put(resolve_kind(kind), json.loads(json.dumps(obj)))
         except ApiError as err:
             raise ValueError(err.status["message"]) from err
 
     def delete_object(self, kind: str, name: str, namespace: str = "default") -> JSON:
-        """Delete as a client would (finalizers are honoured); raise KeyError when there is no such object."""
+        """Delete as a client would (finalizers are honoured); raise KeyError when there is no such
+        object."""
         resolved = resolve_kind(kind)
         try:
             return self._registry.delete(resolved, (namespace if resolved.namespaced else "", name), None)[0]
@@ -165,9 +171,9 @@ class FakeKubeAPI:
 
     # ---- the cluster's version and gate (changes apply to the next request)
     def set_kubernetes_version(self, minor: int, partitionable_devices: bool | None = None) -> None:
-        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default. A running server
-        restarts on the same port, as an upgrade (or a feature gate changed) restarts kube-apiserver: open
-        connections and watches end."""
+        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default. A
+        running server restarts on the same port, as an upgrade (or a feature gate changed) restarts
+        kube-apiserver: open connections and watches end."""
         checked = Cluster(minor, partitionable_devices)
         running = self._server is not None
         if running:

@@ -1,10 +1,12 @@
-"""A kubelet stand-in for Device Plugin v1beta1: the Registration server, dial-back and ListAndWatch.
+"""A kubelet stand-in for Device Plugin v1beta1: the Registration server, dial-back and
+ListAndWatch.
 
 It follows pkg/kubelet/cm/devicemanager: at start it removes every socket from the plugin directory
 (keeping its checkpoint and other files), serves `kubelet.sock`; Register checks the API version and
 the extended resource name, dials the plugin's endpoint inside the directory, calls
-GetDevicePluginOptions before answering, then keeps a ListAndWatch stream open. Used by the tests and
-by `npu-plugin simulate`. Errors of the plugin's own RPCs reach the caller as `grpc.aio.AioRpcError`.
+GetDevicePluginOptions before answering, then keeps a ListAndWatch stream open. Used by the tests
+and by `npu-plugin simulate`. Errors of the plugin's own RPCs reach the caller as
+`grpc.aio.AioRpcError`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def is_extended_resource_name(name: str) -> bool:
-    """The kubelet's v1helper.IsExtendedResourceName: `domain/name`, not in kubernetes.io, quota-safe."""
+    """The kubelet's v1helper.IsExtendedResourceName: `domain/name`, not in kubernetes.io,
+    quota-safe."""
     if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
         return False
     prefix, _, short = f"requests.{name}".partition("/")
@@ -86,7 +89,8 @@ class RegistrationRejectedError(Exception):
 
 
 class KubeletSimulator:
-    """Serves `<plugin_dir>/kubelet.sock`; `plugins` holds what each registered resource advertises."""
+    """Serves `<plugin_dir>/kubelet.sock`; `plugins` holds what each registered resource
+    advertises."""
 
     def __init__(self, plugin_dir: Path, dial_timeout: float = 10.0) -> None:
         self.plugin_dir = plugin_dir
@@ -126,12 +130,14 @@ class KubeletSimulator:
         await self._notify()
 
     async def restart(self) -> None:
-        """A kubelet restart: the plugins lose their streams, every socket goes, kubelet.sock returns."""
+        """A kubelet restart: the plugins lose their streams, every socket goes, kubelet.sock
+        returns."""
         await self.stop()
         await self.start()
 
     async def register(self, request: pb.RegisterRequest) -> None:
-        """The kubelet's Register: validate, dial back, GetDevicePluginOptions, then start ListAndWatch."""
+        """The kubelet's Register: validate, dial back, GetDevicePluginOptions, then start
+        ListAndWatch."""
         try:
             validate(request)
             connection = await self._connect(request)
@@ -208,7 +214,8 @@ class KubeletSimulator:
     async def preferred(
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
-        """GetPreferredAllocation for one container; the kubelet asks even when available == size."""
+        """GetPreferredAllocation for one container; the kubelet asks even when available ==
+        size."""
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
@@ -234,7 +241,8 @@ def validate(request: pb.RegisterRequest) -> None:
 
 
 def remove_sockets(directory: Path) -> None:
-    """What a starting kubelet does to its device-plugin directory: every socket goes, the rest stays."""
+    """What a starting kubelet does to its device-plugin directory: every socket goes, the rest
+    stays."""
     for path in directory.iterdir():
         if path.name != CHECKPOINT and path.is_socket():
             with contextlib.suppress(FileNotFoundError):

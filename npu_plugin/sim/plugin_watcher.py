@@ -80,7 +80,8 @@ class PluginWatcher(Generic[P]):
             self._forget(path)
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Until `predicate()` holds, re-checked after each (de)registration; TimeoutError otherwise."""
+        """Until `predicate()` holds, re-checked after each (de)registration; TimeoutError
+        otherwise."""
         async with asyncio.timeout(timeout):
             while not predicate():
                 await self._changed.wait()

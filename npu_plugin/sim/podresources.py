@@ -20,7 +20,8 @@ class _Pod:
 
 
 class PodResourcesSimulator(pb_grpc.PodResourcesListerServicer):
-    """Answers List with the pods registered through `hold_devices` / `hold_claim` until `release`."""
+    """Answers List with the pods registered through `hold_devices` / `hold_claim` until
+    `release`."""
 
     def __init__(self, socket: Path, resource_name: str) -> None:
         self.socket, self.resource_name = socket, resource_name
@@ -41,7 +42,8 @@ class PodResourcesSimulator(pb_grpc.PodResourcesListerServicer):
     def hold_devices(
         self, namespace: str, pod: str, container: str, device_ids: list[str], resource: str | None = None
     ) -> None:
-        """A container holding device-plugin devices of `resource` (the simulator's resource name by default)."""
+        """A container holding device-plugin devices of `resource` (the simulator's resource name by
+        default)."""
         self._pods.setdefault((namespace, pod), _Pod()).devices[container] = (resource, list(device_ids))
 
     def hold_claim(self, namespace: str, pod: str, container: str, *, driver: str, pool: str, device: str) -> None:

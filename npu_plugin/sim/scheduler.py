@@ -2,13 +2,13 @@
 
 It does what kube-scheduler's structured allocator does for simple requests: only complete pools at
 their newest generation, no tainted devices, no device another claim already holds, only the class's
-driver, then CEL selectors (cel-python, imported only when a selector is given) — a CEL runtime error
-fails the allocation, as it does in Kubernetes. Partitionable devices (KEP-4815): a device that consumes
-counters fits only while its pool's counter sets have room, counting every allocated claim; the first
-device that fits in slice and device order is taken; a pool whose devices name an unknown counter set or
-counter is unusable; with DRAPartitionableDevices off, slices with counters and devices consuming them are
-skipped, as the scheduler does. The claim is created, then its status written with
-`allocation.devices.results` [{request, driver, pool, device}] and a node selector.
+driver, then CEL selectors (cel-python, imported only when a selector is given) — a CEL runtime
+error fails the allocation, as it does in Kubernetes. Partitionable devices (KEP-4815): a device
+that consumes counters fits only while its pool's counter sets have room, counting every allocated
+claim; the first device that fits in slice and device order is taken; a pool whose devices name an
+unknown counter set or counter is unusable; with DRAPartitionableDevices off, slices with counters
+and devices consuming them are skipped, as the scheduler does. The claim is created, then its status
+written with `allocation.devices.results` [{request, driver, pool, device}] and a node selector.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class UnschedulableError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DeviceRequest:
-    """One request of a claim; with `subrequest` it asks through firstAvailable, results name `name/subrequest`."""
+    """One request of a claim; with `subrequest` it asks through firstAvailable, results name
+    `name/subrequest`."""
 
     name: str
     count: int = 1
@@ -94,8 +95,8 @@ def published_devices(slices: Iterable[Mapping[str, Any]], *, partitionable: boo
 def published(
     slices: Iterable[Mapping[str, Any]], *, partitionable: bool = True
 ) -> tuple[list[PublishedDevice], dict[CounterKey, Decimal]]:
-    """The devices and counters the allocator sees; with `partitionable` False (the scheduler's gate off) no
-    counters, and neither slices that share counters nor devices that consume them."""
+    """The devices and counters the allocator sees; with `partitionable` False (the scheduler's gate
+    off) no counters, and neither slices that share counters nor devices that consume them."""
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for item in slices:
         spec = item["spec"]
@@ -142,7 +143,8 @@ def _fits(device: PublishedDevice, left: Mapping[CounterKey, Decimal]) -> bool:
 
 
 def cel_device(device: PublishedDevice) -> dict[str, Any]:
-    """The CEL `device` variable; capacities become byte counts (see `quantity` in `cel_matcher`)."""
+    """The CEL `device` variable; capacities become byte counts (see `quantity` in
+    `cel_matcher`)."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in (device.entry.get("attributes") or {}).items():
         domain, _, short = name.rpartition("/")
@@ -155,7 +157,8 @@ def cel_device(device: PublishedDevice) -> dict[str, Any]:
 
 
 def cel_matcher(expression: str) -> Callable[[PublishedDevice], bool]:
-    """Evaluate a DRA selector; quantities compare as byte counts (`quantity("64Gi")`, `compareTo`)."""
+    """Evaluate a DRA selector; quantities compare as byte counts (`quantity("64Gi")`,
+    `compareTo`)."""
     from celpy import Environment, celtypes
     from celpy.adapter import json_to_cel
     from celpy.celparser import CELParseError
@@ -197,8 +200,9 @@ def pick(
     class_selectors: Sequence[str],
     counters: Mapping[CounterKey, Decimal] | None = None,
 ) -> list[dict[str, str]]:
-    """Allocation results: each request's first matching devices, in order, that no earlier request took and
-    whose counters still have room (`counters`: what is left of each; None when nothing consumes any)."""
+    """Allocation results: each request's first matching devices, in order, that no earlier request
+    took and whose counters still have room (`counters`: what is left of each; None when nothing
+    consumes any)."""
     taken: set[tuple[str, str, str]] = set()
     left = dict(counters or {})
     results = []
@@ -268,11 +272,13 @@ def allocate_claim(
     device_class: str = DEFAULT_CLASS,
     partitionable: bool = True,
 ) -> dict[str, Any]:
-    """Create the claim and allocate it on `node` from `driver`'s devices; returns the stored claim (with its uid).
+    """Create the claim and allocate it on `node` from `driver`'s devices; returns the stored claim
+    (with its uid).
 
-    `class_selectors` are the DeviceClass's CEL selectors (`device_class` names it in the claim); without them
-    (and without request selectors) cel-python is not needed, so `npu-plugin simulate` runs on an installation
-    without the dev extras. `partitionable` is kube-scheduler's DRAPartitionableDevices gate.
+    `class_selectors` are the DeviceClass's CEL selectors (`device_class` names it in the claim);
+    without them (and without request selectors) cel-python is not needed, so `npu-plugin simulate`
+    runs on an installation without the dev extras. `partitionable` is kube-scheduler's
+    DRAPartitionableDevices gate.
     """
     slices = client.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={node}"})["items"]
     taken = allocated_keys(client.request("GET", CLAIMS_PATH)["items"])

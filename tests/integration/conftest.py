@@ -1,4 +1,5 @@
-"""Fixtures of the backend tests: the fake libdcmi.so builds, the file describing its host, and a hang."""
+"""Fixtures of the backend tests: the fake libdcmi.so builds, the file describing its host, and a
+hang."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from tests.support.fake_hardware import CONFIG_ENV, build
 
 @pytest.fixture(scope="session")
 def fake_builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Both variants of the fake libdcmi.so, compiled once per session (a missing gcc fails here, loudly)."""
+    """Both variants of the fake libdcmi.so, compiled once per session (a missing gcc fails here,
+    loudly)."""
     root = tmp_path_factory.mktemp("fakedcmi")
     return {"current": build(root / "current"), "legacy": build(root / "legacy", legacy=True)}
 
@@ -27,7 +29,8 @@ def config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def hung_create(tmp_path: Path) -> Iterator[Path]:
-    """The file that keeps the fake's dcmi_create_vdevice from returning while it exists; removed at the end."""
+    """The file that keeps the fake's dcmi_create_vdevice from returning while it exists; removed at
+    the end."""
     held = tmp_path / "create-held"
     held.touch()
     yield held

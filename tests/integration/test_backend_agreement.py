@@ -1,7 +1,8 @@
-"""The DCMI and npu-smi backends against one simulated host, and `--backend auto` choosing between them.
+"""The DCMI and npu-smi backends against one simulated host, and `--backend auto` choosing between
+them.
 
-One FakeHost describes the host; the fake libdcmi.so reads it, and a fake npu-smi prints it in npu-smi's
-own layout, so both backends look at the same machine through their own interfaces.
+One FakeHost describes the host; the fake libdcmi.so reads it, and a fake npu-smi prints it in
+npu-smi's own layout, so both backends look at the same machine through their own interfaces.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ NOT_SUPPORTED = "This command is not supported on this device\n"
 
 
 def atlas_a3_container() -> FakeHost:
-    """Four A3 cards as a container sees them: physical ids 4..11 beside logic ids 0..7, A3 board ids, the
-    v1 chip call saying plain `Ascend910`; SIO between a card's dies, switched HCCS between cards."""
+    """Four A3 cards as a container sees them: physical ids 4..11 beside logic ids 0..7, A3 board
+    ids, the v1 chip call saying plain `Ascend910`; SIO between a card's dies, switched HCCS between
+    cards."""
     dies = [
         FakeDie(
             card=card,
@@ -108,8 +110,9 @@ def test_both_backends_sample_the_same_health(fake_builds: dict[str, Path], conf
 
 
 def atlas_800t_a2_split() -> FakeHost:
-    """Eight 910B3 on eight cards with the driver's bin1 templates; chip 4 holds ascend-device-plugin#135's two
-    vir05_1c_16g, chip 6 one vir10_3c_32g, chip 7 (an A3 card's NA case) no AI CPU or media figures."""
+    """Eight 910B3 on eight cards with the driver's bin1 templates; chip 4 holds
+    ascend-device-plugin#135's two vir05_1c_16g, chip 6 one vir10_3c_32g, chip 7 (an A3 card's NA
+    case) no AI CPU or media figures."""
     dies = [FakeDie(card=card, dev=0, logic=card, phy=card, bus=f"0000:{0xC1 + card:02X}:00.0") for card in range(8)]
     totals = FakeResources(aic=20, aicpu=7, mem_mb=61440, vpc=9, venc=0, vdec=2, jpegd=24, jpege=4, pngd=-1)
     bare = FakeResources(aic=20, aicpu=-1, mem_mb=61440, vpc=-1, venc=-1, vdec=-1, jpegd=-1, jpege=-1, pngd=-1)

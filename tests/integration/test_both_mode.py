@@ -1,7 +1,8 @@
-"""Both mode against the real daemon: one ledger, refusals naming the owner, and handover on release.
+"""Both mode against the real daemon: one ledger, refusals naming the owner, and handover on
+release.
 
-The daemon runs as a subprocess with the device-plugin kubelet simulator, the DRA kubelet simulator, the
-PodResources simulator and the fake API server, all on Unix sockets in a temporary directory.
+The daemon runs as a subprocess with the device-plugin kubelet simulator, the DRA kubelet simulator,
+the PodResources simulator and the fake API server, all on Unix sockets in a temporary directory.
 """
 
 from __future__ import annotations

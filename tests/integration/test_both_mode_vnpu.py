@@ -1,5 +1,6 @@
-"""Both mode with vNPUs, the device-plugin side: the chip stays the unit of ownership, the device plugin serves the
-vNPUs of its own chips, and a vNPU a container holds keeps its chip on the device plugin (A30)."""
+"""Both mode with vNPUs, the device-plugin side: the chip stays the unit of ownership, the device
+plugin serves the vNPUs of its own chips, and a vNPU a container holds keeps its chip on the device
+plugin (A30)."""
 
 from __future__ import annotations
 
@@ -116,12 +117,13 @@ def test_the_vnpu_metric_names_a_vnpu_npu_plugin_did_not_make_foreign(
 def test_one_read_per_health_interval_brings_a_vnpu_change_to_both_sides(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """An administrator adds a vNPU on a DRA chip (1) and on a device-plugin chip (6) in one write. Counted in the
-    daemon's reads of the simulated hardware (see test_device_plugin_vnpu's A27), one read of every chip per
-    health interval serves both sides: between the write and both showing it, the read under way (at most 7 more
-    opens), the next one, which finds the change, and the read of the slices' rebuild it triggers (8 each), plus
-    the fake backend's one check of the changed file: at most 3 x 8. Two reads after the start let the rebuilds
-    it may have left pending read first."""
+    """An administrator adds a vNPU on a DRA chip (1) and on a device-plugin chip (6) in one write.
+    Counted in the daemon's reads of the simulated hardware (see test_device_plugin_vnpu's A27), one
+    read of every chip per health interval serves both sides: between the write and both showing it,
+    the read under way (at most 7 more opens), the next one, which finds the change, and the read of
+    the slices' rebuild it triggers (8 each), plus the fake backend's one check of the changed file:
+    at most 3 x 8. Two reads after the start let the rebuilds it may have left pending read
+    first."""
     fake_api.set_kubernetes_version(35, partitionable_devices=True)
     chips = len(profile_inventory("atlas-800t-a2").devices)
     small, made = "huawei.com/Ascend910-5c.1cpu.16g", "Ascend910-5c.1cpu.16g-196-6"

@@ -1,5 +1,5 @@
-"""`npu-plugin serve` as a new user meets it: a real process, run as an unprivileged user where permissions
-matter; each failure is one line and an exit code, never a traceback."""
+"""`npu-plugin serve` as a new user meets it: a real process, run as an unprivileged user where
+permissions matter; each failure is one line and an exit code, never a traceback."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 
 @pytest.fixture
 def node() -> Iterator[Path]:
-    """A short directory everyone may enter (sockets need short paths; the unprivileged daemon must reach it)."""
+    """A short directory everyone may enter (sockets need short paths; the unprivileged daemon must
+    reach it)."""
     path = Path(tempfile.mkdtemp(prefix="npu-", dir="/tmp"))
     path.chmod(0o755)
     yield path

@@ -1,4 +1,5 @@
-"""DcmiBackend through real ctypes calls into a fake libdcmi.so compiled from tests/fakedcmi/fake_dcmi.c."""
+"""DcmiBackend through real ctypes calls into a fake libdcmi.so compiled from
+tests/fakedcmi/fake_dcmi.c."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class Opener(Protocol):
 
 
 def _private_copy(built: Path, directory: Path) -> Path:
-    """A copy per test: a new file is a new dlopen, so the fake's init state never leaks between tests."""
+    """A copy per test: a new file is a new dlopen, so the fake's init state never leaks between
+    tests."""
     directory.mkdir()
     return Path(shutil.copy2(built, directory / "libdcmi.so"))
 
@@ -58,9 +60,9 @@ def atlas_800t_a2() -> FakeHost:
 
 
 def atlas_a3_two_cards() -> FakeHost:
-    """Two 910C cards of an A3 SuperPoD (board id 0xb0), two dies each: SIO inside a card, switched HCCS
-    between cards. Like the real driver, the v1 chip call says plain `Ascend910`; only the v2 call's
-    npu_name and the board id tell the A3."""
+    """Two 910C cards of an A3 SuperPoD (board id 0xb0), two dies each: SIO inside a card, switched
+    HCCS between cards. Like the real driver, the v1 chip call says plain `Ascend910`; only the v2
+    call's npu_name and the board id tell the A3."""
     slots = [(card, die) for card in (3, 5) for die in (0, 1)]
     dies = [
         FakeDie(
@@ -268,7 +270,8 @@ def test_legacy_driver_without_newer_symbols(open_host: Opener, tmp_path: Path) 
 
 
 def test_without_dcmi_get_driver_version_the_library_version_is_never_reported(open_host: Opener) -> None:
-    """The legacy library still answers dcmi_get_dcmi_version (its own 7.35.23); that is not the driver's."""
+    """The legacy library still answers dcmi_get_dcmi_version (its own 7.35.23); that is not the
+    driver's."""
     devices = open_host(atlas_800t_a2(), "legacy").discover()
 
     assert {d.driver_version for d in devices} == {None}

@@ -1,7 +1,8 @@
-"""A hung dcmi_create_vdevice against a real daemon (`serve --mode dra --backend dcmi --vnpu dynamic` on the fake
-libdcmi.so), the fake API and the DRA kubelet simulator: the hung claim gets its own error in time, the daemon
-keeps answering (a whole-NPU claim on the other chip is told the library is busy, within the call), and once the
-create returns the whole-NPU claim prepares without a restart."""
+"""A hung dcmi_create_vdevice against a real daemon (`serve --mode dra --backend dcmi --vnpu
+dynamic` on the fake libdcmi.so), the fake API and the DRA kubelet simulator: the hung claim gets
+its own error in time, the daemon keeps answering (a whole-NPU claim on the other chip is told the
+library is busy, within the call), and once the create returns the whole-NPU claim prepares without
+a restart."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ BUSY = "DCMI busy: dcmi_create_vdevice on npu-0 has not returned for"
 def dcmi_args(
     workspace: Workspace, fake_builds: dict[str, Path], config_path: Path, hung_create: Path, tmp_path: Path
 ) -> list[str]:
-    """The workspace's DRA daemon, --vnpu dynamic, on the fake libdcmi.so simulating two 910B3 dies (physical ids
-    0 and 1, one per card) whose creates hang, with a fake npu-smi for the templates."""
+    """The workspace's DRA daemon, --vnpu dynamic, on the fake libdcmi.so simulating two 910B3 dies
+    (physical ids 0 and 1, one per card) whose creates hang, with a fake npu-smi for the
+    templates."""
     host = FakeHost(
         [FakeDie(card=card, dev=0, logic=card, phy=card) for card in (0, 1)],
         vnpu_mode=0,
@@ -68,10 +70,12 @@ def test_a_whole_npu_claim_is_answered_while_a_dcmi_create_hangs_and_prepares_on
         assert HUNG in (await kubelet.prepare([hung], timeout=DEADLINE_SECONDS))[hung.uid].error
         # Health sampling finds the create overdue after the DCMI lock timeout and says so once ...
         await async_wait_until(lambda: BUSY in daemon.log(), timeout=30, what="the hung create reported")
-        # ... and from then on a claim on the other chip is told at once, within its call, instead of waiting.
+        # ... and from then on a claim on the other chip is told at once, within its call, instead
+        # of waiting.
         answer = (await kubelet.prepare([whole], timeout=DEADLINE_SECONDS))[whole.uid]
         assert BUSY in answer.error
-        # The driver answers at last: the library answers again and the claim prepares, with no restart.
+        # The driver answers at last: the library answers again and the claim prepares, with no
+        # restart.
         hung_create.unlink()
         await async_wait_until(lambda: "returned after" in daemon.log(), what="the create's return logged")
         assert (await retry_prepare(kubelet, [whole]))[whole.uid].error == ""

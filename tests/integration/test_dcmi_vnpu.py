@@ -1,4 +1,5 @@
-"""DcmiBackend's vNPU calls through real ctypes into the fake libdcmi.so (tests/fakedcmi/fake_dcmi.c)."""
+"""DcmiBackend's vNPU calls through real ctypes into the fake libdcmi.so
+(tests/fakedcmi/fake_dcmi.c)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ VIR10 = FakeTemplate("vir10_3c_32g", FakeResources(10, 3, 30720, 4, 0, 1, 12, 2,
 
 
 def b3_host(vnpu_mode: int | None = 0) -> FakeHost:
-    """Two 910B3 dies on cards 0 and 1 (physical ids 4 and 5); die 4 holds #135's two vir05_1c_16g."""
+    """Two 910B3 dies on cards 0 and 1 (physical ids 4 and 5); die 4 holds #135's two
+    vir05_1c_16g."""
     dies = [FakeDie(card=card, dev=0, logic=card, phy=4 + card) for card in (0, 1)]
     return FakeHost(
         dies,

@@ -42,7 +42,8 @@ class Node:
     cdi_root: Path
 
     def args(self, *extra: str) -> list[str]:
-        # --cdi-root is read in device-plugin mode only with --cdi-enabled; given without it, it is warned about.
+        # --cdi-root is read in device-plugin mode only with --cdi-enabled; given without it, it is
+        # warned about.
         cdi = ["--cdi-root", str(self.cdi_root)] if "--cdi-enabled" in extra else []
         return [
             "--mode",
@@ -244,7 +245,8 @@ def test_kubelet_sock_re_created_alone_triggers_re_registration(node: Node, laun
 
 
 def test_a_node_without_a_kubelet_is_waited_for_not_prepared(node: Node, launch_daemon: Launcher) -> None:
-    """The kubelet's directory is the kubelet's to make: serve waits for it, says so once, then registers."""
+    """The kubelet's directory is the kubelet's to make: serve waits for it, says so once, then
+    registers."""
     kubelet_root = node.plugin_dir.parent / "kubelet"
     plugin_dir = kubelet_root / "device-plugins"
     daemon = launch_daemon(*node.args("--device-plugin-path", str(plugin_dir)))
@@ -403,7 +405,8 @@ def test_allocate_answers_env_and_device_nodes(node: Node, launch_daemon: Launch
 def test_a_repeated_allocate_is_checked_against_the_current_health_every_time(
     node: Node, launch_daemon: Launcher
 ) -> None:
-    """Allocate keeps its answers for device sets it has served; health and ownership are still checked per call."""
+    """Allocate keeps its answers for device sets it has served; health and ownership are still
+    checked per call."""
 
     async def scenario() -> None:
         async with kubelet_at(node.plugin_dir) as kubelet:

@@ -1,7 +1,7 @@
-"""What device-plugin mode loads with default settings: the real daemon, run with Python's `-X importtime`
-against the kubelet simulator, registers, lists, answers an Allocate and stops; the modules it imported on
-the way are read from that output. Parts only other modes or flags need load where they are used, so they
-must not appear here (each one costs idle memory on every node)."""
+"""What device-plugin mode loads with default settings: the real daemon, run with Python's `-X
+importtime` against the kubelet simulator, registers, lists, answers an Allocate and stops; the
+modules it imported on the way are read from that output. Parts only other modes or flags need load
+where they are used, so they must not appear here (each one costs idle memory on every node)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from npu_plugin.sim.kubelet import KubeletSimulator
 from tests.support.daemon import Launcher
 
 RESOURCE = "huawei.com/Ascend910"
-# What needs each module that device-plugin mode must not load (a package stands for everything under it).
+# What needs each module that device-plugin mode must not load (a package stands for everything
+# under it).
 NOT_LOADED = {
     "yaml": "an inventory file (--fake-inventory), DRA (kubeconfig files)",
     "ruamel": "npu-plugin migrate",
@@ -43,7 +44,8 @@ NOT_LOADED = {
 
 
 def imported_modules(log: str) -> set[str]:
-    """Module names from `-X importtime` lines: `import time: <self> | <cumulative> | <indent><name>`."""
+    """Module names from `-X importtime` lines: `import time: <self> | <cumulative> |
+    <indent><name>`."""
     return {line.rsplit("|", 1)[1].strip() for line in log.splitlines() if line.startswith("import time:")}
 
 

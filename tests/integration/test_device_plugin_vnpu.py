@@ -1,5 +1,6 @@
-"""Device Plugin mode with `--vnpu static`: the real daemon against the kubelet simulator and the fake backend's
-simulated vNPU hardware (its state file edited while serving, as an administrator's npu-smi would)."""
+"""Device Plugin mode with `--vnpu static`: the real daemon against the kubelet simulator and the
+fake backend's simulated vNPU hardware (its state file edited while serving, as an administrator's
+npu-smi would)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ EXISTING = {0: (Vnpu(0, 100, "vir05_1c_16g"),), 5: (Vnpu(5, 180, "vir10_3c_32g")
 
 @pytest.fixture
 def vnpu_node(node: Node) -> Node:
-    """The Atlas 800T A2 (eight 910B3) with vNPU 100 (vir05_1c_16g) on chip 0 and 180 (vir10_3c_32g) on chip 5."""
+    """The Atlas 800T A2 (eight 910B3) with vNPU 100 (vir05_1c_16g) on chip 0 and 180 (vir10_3c_32g)
+    on chip 5."""
     profile = profile_inventory("atlas-800t-a2")
     chips = {p: replace(chip, vnpus=EXISTING.get(p, ())) for p, chip in profile.vnpu.items()}
     node.inventory.write_text(yaml.safe_dump(inventory_document(profile.devices, chips), sort_keys=False))
@@ -57,7 +59,8 @@ def edit_state(node: Node, physical_id: int, vnpus: list[dict[str, Any]]) -> Non
 
 
 def replace_vnpus(path: Path, chips: dict[int, list[dict[str, Any]]]) -> None:
-    """Rewrite the simulated hardware's vNPUs of these chips in one rename, as the driver's own state changes."""
+    """Rewrite the simulated hardware's vNPUs of these chips in one rename, as the driver's own
+    state changes."""
     state = json.loads(path.read_text())
     state["vnpus"] |= {str(physical_id): vnpus for physical_id, vnpus in chips.items()}
     temp = path.with_name(f".{path.name}.tmp")
@@ -121,8 +124,8 @@ def test_a26_each_vnpu_type_is_a_resource_and_split_chips_leave_the_whole_list(
 
 
 class StateReads(FileSystemEventHandler):
-    """The opens of the hardware state file, in the order inotify reports them (on watchdog's thread), between its
-    replacement and the creation of a marker file in the same directory."""
+    """The opens of the hardware state file, in the order inotify reports them (on watchdog's
+    thread), between its replacement and the creation of a marker file in the same directory."""
 
     MARKER = "seen"
 
@@ -146,7 +149,8 @@ class StateReads(FileSystemEventHandler):
         (self.state.parent / self.MARKER).touch()
 
     def wait_for_reads(self, count: int) -> None:
-        """Block until the state file has been opened `count` more times (the daemon re-reads it)."""
+        """Block until the state file has been opened `count` more times (the daemon re-reads
+        it)."""
         while count > 0:
             try:
                 count -= self.events.get(timeout=10) == "read"
@@ -154,7 +158,8 @@ class StateReads(FileSystemEventHandler):
                 pytest.fail(f"the state file was not read {count} more times within 10 s")
 
     def between_replacement_and_marker(self) -> int:
-        """Reads after the replacement and before the marker; waits (blocking) for the marker's event."""
+        """Reads after the replacement and before the marker; waits (blocking) for the marker's
+        event."""
         reads, replaced = 0, False
         while (event := self.events.get(timeout=10)) != "marker":
             if event == "replaced":
@@ -179,15 +184,16 @@ def state_reads(state: Path) -> Iterator[StateReads]:
 def test_a27_a_vnpu_made_while_serving_is_listed_and_its_chip_leaves_the_whole_list(
     vnpu_node: Node, launch_daemon: Launcher
 ) -> None:
-    """A vNPU an administrator makes is listed within 2 health intervals, proven by counting the daemon's reads,
-    not seconds, so a loaded machine slowing either process cannot fail it. The device plugin re-reads the vNPUs
-    once per health interval, opening the state file once per chip; inotify reports those opens, the file's
-    replacement and the marker the test creates once the kubelet holds the new lists, in the order they happened.
-    Within 2 intervals means at most 2 reads between the write and the update: the read under way at the write
-    (it had read chip 1 already, else it would see vNPU 116: at most 6 more opens) and the next one (8), plus the
-    one open of the fake backend's check that the changed file is sound: at most 15 opens, asserted as 2 x 8. The
-    1 s interval only keeps the read after the update from starting before the test (looking every 20 ms) notices
-    the update and creates the marker."""
+    """A vNPU an administrator makes is listed within 2 health intervals, proven by counting the
+    daemon's reads, not seconds, so a loaded machine slowing either process cannot fail it. The
+    device plugin re-reads the vNPUs once per health interval, opening the state file once per chip;
+    inotify reports those opens, the file's replacement and the marker the test creates once the
+    kubelet holds the new lists, in the order they happened. Within 2 intervals means at most 2
+    reads between the write and the update: the read under way at the write (it had read chip 1
+    already, else it would see vNPU 116: at most 6 more opens) and the next one (8), plus the one
+    open of the fake backend's check that the changed file is sound: at most 15 opens, asserted as 2
+    x 8. The 1 s interval only keeps the read after the update from starting before the test
+    (looking every 20 ms) notices the update and creates the marker."""
     chips = len(profile_inventory("atlas-800t-a2").devices)
 
     async def scenario() -> None:

@@ -1,4 +1,5 @@
-"""The DRA daemon under API faults: errors, conflict storms, outages, latency — it stays up and converges."""
+"""The DRA daemon under API faults: errors, conflict storms, outages, latency — it stays up and
+converges."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A real CDI consumer: podman injects the device the DRA daemon prepared into a busybox container."""
+"""A real CDI consumer: podman injects the device the DRA daemon prepared into a busybox
+container."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def make_rootfs(root: Path) -> Path:
 
 
 def podman(cdi_dir: Path, rootfs: Path, *options: str, command: str) -> subprocess.CompletedProcess[str]:
-    """Run a container in a private mount namespace whose /etc/cdi is `cdi_dir` (options before --rootfs)."""
+    """Run a container in a private mount namespace whose /etc/cdi is `cdi_dir` (options before
+    --rootfs)."""
     Path("/etc/cdi").mkdir(parents=True, exist_ok=True)
     inner = " ".join(["podman", *PODMAN_OPTIONS, *options, "--rootfs", str(rootfs), "/bin/sh", "-c", f"'{command}'"])
     return subprocess.run(

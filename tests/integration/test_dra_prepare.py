@@ -1,4 +1,5 @@
-"""NodePrepareResources / NodeUnprepareResources through the kubelet simulator: CDI, checkpoint, refusals."""
+"""NodePrepareResources / NodeUnprepareResources through the kubelet simulator: CDI, checkpoint,
+refusals."""
 
 from __future__ import annotations
 

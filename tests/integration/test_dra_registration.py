@@ -38,7 +38,8 @@ pytest_plugins = ["tests.support.dra_fixtures"]
 
 
 def in_process_plugin(workspace: Workspace, on_registered: Callable[[bool], None]) -> DraPlugin:
-    """A DRA plugin in this process serving every device of `workspace`'s inventory, against its fake API."""
+    """A DRA plugin in this process serving every device of `workspace`'s inventory, against its
+    fake API."""
     paths = DraPaths.of(
         registrar_dir=workspace.reg,
         plugins_dir=workspace.plugins,
@@ -195,8 +196,9 @@ def test_a_removed_registrar_directory_is_waited_for_and_the_socket_made_again_i
 
 
 def test_the_registration_socket_is_watched_not_polled(workspace: Workspace, fake_api: FakeKubeAPI) -> None:
-    """In process, on a loop that notes who sets timers: until it is told to stop, the plugin's own task (serving,
-    registering, keeping the socket, re-creating it) sets none, so nothing of it wakes a node at rest."""
+    """In process, on a loop that notes who sets timers: until it is told to stop, the plugin's own
+    task (serving, registering, keeping the socket, re-creating it) sets none, so nothing of it
+    wakes a node at rest."""
     registered: list[bool] = []
     plugin = in_process_plugin(workspace, registered.append)
 

@@ -1,4 +1,5 @@
-"""ResourceSlices a DRA daemon publishes through the fake API: shape, chunking, CEL, reconciliation."""
+"""ResourceSlices a DRA daemon publishes through the fake API: shape, chunking, CEL,
+reconciliation."""
 
 from __future__ import annotations
 

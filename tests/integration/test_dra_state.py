@@ -1,4 +1,5 @@
-"""Prepared-claim state across crashes, corrupt checkpoints and two overlapping daemons (the state lock)."""
+"""Prepared-claim state across crashes, corrupt checkpoints and two overlapping daemons (the state
+lock)."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def test_kill_9_during_prepare_then_restart_converges(
 def test_a_crash_between_steps_is_cleaned_up_at_start(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """State a kill -9 can leave: a PrepareStarted entry with its CDI file, and a CDI file nobody records."""
+    """State a kill -9 can leave: a PrepareStarted entry with its CDI file, and a CDI file nobody
+    records."""
     started_uid, orphan_uid = "44444444-2222-4333-8444-555555555555", "55555555-2222-4333-8444-555555555555"
     device = {"requestNames": ["npu"], "poolName": "node-a", "deviceName": "npu-0", "cdiDeviceIds": []}
     workspace.checkpoint.write_text(

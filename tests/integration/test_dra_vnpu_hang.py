@@ -1,7 +1,8 @@
-"""A vNPU create that hangs, against a real daemon (`serve --mode dra --vnpu dynamic`, the fake backend's
-simulated hardware with `hangCreate`), the fake API and the DRA kubelet simulator: the hung claim gets its own
-error before the kubelet's deadline, and the daemon keeps serving meanwhile (other claims, slices, retries);
-after `kill -9` start-up destroys the vNPU, and when the create returns while serving, the claim is released."""
+"""A vNPU create that hangs, against a real daemon (`serve --mode dra --vnpu dynamic`, the fake
+backend's simulated hardware with `hangCreate`), the fake API and the DRA kubelet simulator: the
+hung claim gets its own error before the kubelet's deadline, and the daemon keeps serving meanwhile
+(other claims, slices, retries); after `kill -9` start-up destroys the vNPU, and when the create
+returns while serving, the claim is released."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]
 PROFILE = profile_inventory("atlas-800t-a2")
-# The test client's gRPC deadline, short so the test is quick; the daemon answers MARGIN_SECONDS before it.
+# The test client's gRPC deadline, short so the test is quick; the daemon answers MARGIN_SECONDS
+# before it.
 DEADLINE_SECONDS = 6.0
 HUNG = "creating vNPU vir05_1c_16g on npu-0 (id 100): the driver did not answer within"
 STILL = "vNPU vir05_1c_16g on npu-0 (id 100) is still being created"
@@ -65,7 +67,8 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_daemon_keeps_serving(
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         daemon = await start(workspace, launch_daemon, kubelet)
         await async_wait_until(lambda: "npu-3" in published_names(fake_api), what="npu-3 published")
-        # (a) The hung claim's own error, before the call's deadline (a late answer would be DeadlineExceeded).
+        # (a) The hung claim's own error, before the call's deadline (a late answer would be
+        # DeadlineExceeded).
         began = time.monotonic()
         answer = (await kubelet.prepare([hung], timeout=DEADLINE_SECONDS))[hung.uid]
         assert HUNG in answer.error and time.monotonic() - began < DEADLINE_SECONDS
@@ -85,8 +88,8 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_daemon_keeps_serving(
         assert STILL in again.error
         assert STILL in (await kubelet.unprepare([hung]))[hung.uid]
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
-        # (e) kill -9 with the create still hung; restarted with the fault cleared, start-up destroys the vNPU
-        # before serving, and the claim prepares.
+        # (e) kill -9 with the create still hung; restarted with the fault cleared, start-up
+        # destroys the vNPU before serving, and the claim prepares.
         daemon.kill()
         write_hardware(workspace, vnpus=hardware(workspace)["vnpus"])
         daemon = await start(workspace, launch_daemon, kubelet)

@@ -1,7 +1,8 @@
-"""Prepare and Unprepare of vNPUs against a real daemon (`serve --mode dra --vnpu dynamic`, fake backend with its
-simulated hardware in hw.json), the fake API and the DRA kubelet simulator, including `kill -9` at each point of
-the crash table: an interrupted Prepare's vNPU is destroyed before the DRA socket answers, a prepared claim's
-vNPU is kept, and the kubelet's retries converge."""
+"""Prepare and Unprepare of vNPUs against a real daemon (`serve --mode dra --vnpu dynamic`, fake
+backend with its simulated hardware in hw.json), the fake API and the DRA kubelet simulator,
+including `kill -9` at each point of the crash table: an interrupted Prepare's vNPU is destroyed
+before the DRA socket answers, a prepared claim's vNPU is kept, and the kubelet's retries
+converge."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def hw_path(workspace: Workspace) -> Path:
 
 
 def vnpu_args(workspace: Workspace) -> list[str]:
-    """The workspace's DRA daemon on the atlas-800t-a2 profile (which carries the vNPU tables), --vnpu dynamic."""
+    """The workspace's DRA daemon on the atlas-800t-a2 profile (which carries the vNPU tables),
+    --vnpu dynamic."""
     args = dra_args(workspace, "--vnpu", "dynamic", "--fake-vnpu-state", str(hw_path(workspace)))
     at = args.index("--fake-inventory")
     return [*args[:at], "--fake-profile", "atlas-800t-a2", *args[at + 2 :]]
@@ -76,7 +78,8 @@ class Node:
         self.daemon: DaemonProcess | None = None
 
     async def start(self, crash_at: str | None = None) -> None:
-        """`crash_at` names the point where the daemon kills itself (see tests/support/crash_point.py)."""
+        """`crash_at` names the point where the daemon kills itself (see
+        tests/support/crash_point.py)."""
         before = sum(a.registered for a in self.kubelet.attempts)
         wrapper = [sys.executable, "-m", "tests.support.crash_point", crash_at] if crash_at else []
         self.daemon = self.launch(*vnpu_args(self.workspace), wrapper=wrapper)
@@ -220,7 +223,8 @@ def test_kill_9_after_prepare_keeps_the_vnpu_and_a_destroyed_one_unprepares_fine
         await node.start()
         answer = (await kubelet.prepare([claim]))[claim.uid]
         node.kill()
-        # The daemon dies by SIGKILL in Unprepare's write that would drop the entry, after the destroy.
+        # The daemon dies by SIGKILL in Unprepare's write that would drop the entry, after the
+        # destroy.
         await node.start(crash_at="unprepare-removed")
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}
         assert (await retry_prepare(kubelet, [claim]))[claim.uid] == answer
@@ -274,7 +278,8 @@ def test_a_foreign_vnpu_survives_start_up_and_is_served_by_its_id(
         await node.start()
         assert node.daemon is not None
         node.daemon.wait_for_log("npu-0 holds vNPUs not created by npu-plugin (102)")
-        # Chip 0 is served statically: its vNPU by id, neither whole nor split on demand; chip 1 is split.
+        # Chip 0 is served statically: its vNPU by id, neither whole nor split on demand; chip 1 is
+        # split.
         await async_wait_until(lambda: "npu-1-vir05-1c-16g-0" in published_names(fake_api), what="the pool")
         chip0 = [n for n in published_names(fake_api) if n == "npu-0" or n.startswith("npu-0-")]
         assert chip0 == ["npu-0-vnpu-102"]
@@ -315,9 +320,10 @@ def test_vnpus_the_scheduler_allocates_from_the_published_slices_are_created_whe
 def test_refusals_and_a_busy_vnpu_reach_the_kubelet_per_claim(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """A25: each refusal is a per-claim error naming the device. A21: a busy vNPU fails Unprepare twice and the
-    third succeeds. Unprepare tries each destroy three times (1 s apart) within one call, so "busy for two
-    Unprepares" is `destroyBusy: 6`, six failing destroy calls; with 2 the first Unprepare would succeed."""
+    """A25: each refusal is a per-claim error naming the device. A21: a busy vNPU fails Unprepare
+    twice and the third succeeds. Unprepare tries each destroy three times (1 s apart) within one
+    call, so "busy for two Unprepares" is `destroyBusy: 6`, six failing destroy calls; with 2 the
+    first Unprepare would succeed."""
     shared_body = {
         "metadata": {"name": "shared", "namespace": "default"},
         "spec": {"devices": {}},

@@ -1,5 +1,6 @@
-"""vNPU slices a DRA daemon publishes through the fake API server: the layout its version asks for, the gate probe,
-the read-back of every write and the fallback without counters, with no write storm (from the request log)."""
+"""vNPU slices a DRA daemon publishes through the fake API server: the layout its version asks for,
+the gate probe, the read-back of every write and the fallback without counters, with no write storm
+(from the request log)."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ def probes(api: FakeKubeAPI) -> int:
 
 
 def dynamic_available(daemon: DaemonProcess) -> float | None:
-    """`npu_plugin_vnpu_dynamic_available` of a daemon started with `--metrics-port 0`; None before it serves."""
+    """`npu_plugin_vnpu_dynamic_available` of a daemon started with `--metrics-port 0`; None before
+    it serves."""
     found = re.search(r"metrics listening on (http://127\.0\.0\.1:\d+/metrics)", daemon.log())
     if found is None:
         return None
@@ -120,9 +122,9 @@ def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the
     assert all("consumesCounters" not in d for s in node_slices(fake_api) for d in s["spec"]["devices"])
     daemon.wait_for_log("published 1 ResourceSlice(s)")
     writes = slice_writes(fake_api)
-    # Each reconcile would rewrite if the stored slices never matched: expire the watch (410), so the informer
-    # lists again and the publisher reconciles, then look for writes a while. A minute of every periodic cause:
-    # test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice.
+    # Each reconcile would rewrite if the stored slices never matched: expire the watch (410), so
+    # the informer lists again and the publisher reconciles, then look for writes a while. A minute
+    # of every periodic cause: test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice.
     lists = requests_of(fake_api, "list", "/apis/resource")
     fake_api.break_next_watch("error-event")
     fake_api.end_watches()  # the open one: the informer resumes, and that watch expires
@@ -148,8 +150,8 @@ def wait_for_requests(api: FakeKubeAPI, verb: str, path: str, count: int, timeou
 def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:  # A8: no write storm
-    """After the first publish, nothing the daemon does periodically rewrites a slice, for as many rounds of each
-    periodic cause as a minute at the defaults brings:
+    """After the first publish, nothing the daemon does periodically rewrites a slice, for as many
+    rounds of each periodic cause as a minute at the defaults brings:
 
     - health samples (`--health-interval`, 5 s: 12 a minute): 0.1 s here, about 600 in the minute;
     - watch restarts (a watch asks for 300-600 s, so none in a minute): the fake API ends every watch after 2 s,
@@ -214,12 +216,13 @@ def test_products_with_static_vnpus_only_publish_no_counters_and_no_candidates_a
 def test_static_vnpus_an_administrator_makes_or_destroys_reach_the_slices_within_two_health_intervals(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """Counted in the daemon's reads of the simulated hardware, not in seconds (see test_device_plugin_vnpu's A27):
-    the vNPUs are re-read once per health interval, opening the state file once per chip. Two such reads after the
-    first publication let the rebuilds the start may have left pending read first. Between the write and the
-    slices showing it: the read under way at the write (at most 7 more opens), the next one, which finds the
-    change, and the read of the slices' rebuild it triggers (8 each), plus the fake backend's one check of the
-    changed file: at most 3 x 8."""
+    """Counted in the daemon's reads of the simulated hardware, not in seconds (see
+    test_device_plugin_vnpu's A27): the vNPUs are re-read once per health interval, opening the
+    state file once per chip. Two such reads after the first publication let the rebuilds the start
+    may have left pending read first. Between the write and the slices showing it: the read under
+    way at the write (at most 7 more opens), the next one, which finds the change, and the read of
+    the slices' rebuild it triggers (8 each), plus the fake backend's one check of the changed file:
+    at most 3 x 8."""
     chips = len(profile_inventory("atlas-800t-a2").devices)
     state = workspace.root / "hw.json"
     state.write_text(json.dumps({"bootId": read_boot_id(), "vnpus": {}}))
@@ -250,7 +253,8 @@ def test_static_vnpus_an_administrator_makes_or_destroys_reach_the_slices_within
 
 
 class DryRunKeepsCounters(KubeClient):
-    """A dry run that answers the body as sent: the probe says "on", the real writes then lose their counters."""
+    """A dry run that answers the body as sent: the probe says "on", the real writes then lose their
+    counters."""
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
         if dry_run:
@@ -270,8 +274,8 @@ def dynamic_chips() -> VnpuChips:
 def publish_until(
     api: FakeKubeAPI, tmp_path: Path, client: KubeClient, done: Any, chips: Callable[[], VnpuChips] = dynamic_chips
 ) -> list[bool]:
-    """Run a publisher with the 910B3 profile's chips (as `chips` reads them) until `done()`; the dynamic-available
-    reports."""
+    """Run a publisher with the 910B3 profile's chips (as `chips` reads them) until `done()`; the
+    dynamic-available reports."""
     available: list[bool] = []
     inventory = Inventory(
         profile_inventory("atlas-800t-a2").devices, failure_threshold=1, recovery_threshold=1, owners=Owner.DRA
@@ -406,7 +410,8 @@ def test_a_chip_running_a_vnpu_is_hidden_when_the_gate_goes_off_until_its_claim_
         before = sum(a.registered for a in kubelet.attempts)
         launch_daemon(*vnpu_args(workspace))
         await kubelet.wait_for(lambda: sum(a.registered for a in kubelet.attempts) > before, timeout=20)
-        # One slice without counters (the old counter slice is deleted in the same burst), npu-0 left out.
+        # One slice without counters (the old counter slice is deleted in the same burst), npu-0
+        # left out.
         await async_wait_until(lambda: layout(fake_api) == [(0, 7)], 10, "one slice of whole NPUs")
         assert published_names(fake_api) == everything[1:]
         assert await kubelet.unprepare([claim]) == {claim.uid: ""}
@@ -416,7 +421,8 @@ def test_a_chip_running_a_vnpu_is_hidden_when_the_gate_goes_off_until_its_claim_
 
 
 class NoDryRun(KubeClient):
-    """An API server that ignores dryRun: the probe is really stored, and must be deleted and never reused."""
+    """An API server that ignores dryRun: the probe is really stored, and must be deleted and never
+    reused."""
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
         return super().create_slice(body)

@@ -1017,7 +1017,8 @@ def server_side(port: int, client_port: int) -> list[int]:
 def test_a_client_hanging_up_before_its_error_answer_prints_no_traceback(
     api: FakeKubeAPI, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """As daemons stopped while the server shuts down do (its 503s then find nobody to read them)."""
+    """As daemons stopped while the server shuts down do (its 503s then find nobody to read
+    them)."""
     api.hold("GET /api/v1/nodes/", 0.5)
     api.fail_next(1, 503, "/api/v1/nodes/")
     peer = socket.create_connection(("127.0.0.1", api.port))

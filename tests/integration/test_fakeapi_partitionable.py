@@ -1,6 +1,6 @@
-"""The fake API server's Kubernetes version and DRAPartitionableDevices gate, over real HTTP: /version, counters
-dropped on write while the gate is off (with the ratchet of kube-apiserver's strategy), dryRun=All creates, and
-the counter rules of 1.34 against those of 1.35+."""
+"""The fake API server's Kubernetes version and DRAPartitionableDevices gate, over real HTTP:
+/version, counters dropped on write while the gate is off (with the ratchet of kube-apiserver's
+strategy), dryRun=All creates, and the counter rules of 1.34 against those of 1.35+."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""At rest nothing is re-announced: health passes over an unchanged node notify no server, and one pass is one
-backend call for every device. Events are counted, never time."""
+"""At rest nothing is re-announced: health passes over an unchanged node notify no server, and one
+pass is one backend call for every device. Events are counted, never time."""
 
 from __future__ import annotations
 
@@ -76,8 +76,8 @@ def test_health_passes_over_an_unchanged_node_notify_no_server(tmp_path: Path) -
         for _ in range(2):  # the failure threshold
             await monitor.sample_once()
             await settle()
-        # The first bad sample changes the device's last level (a new snapshot), the second its verdict; the
-        # kubelet hears about the verdict only.
+        # The first bad sample changes the device's last level (a new snapshot), the second its
+        # verdict; the kubelet hears about the verdict only.
         assert (snapshots, len(messages)) == ([0, 1, 2], 2)
         assert [d.health for d in messages[-1].devices if d.ID == "Ascend910-3"] == ["Unhealthy"]
         service.close_streams()

@@ -1,5 +1,5 @@
-"""A real daemon whose fake inventory file grows huge in a burst of writes: memory stays bounded, the file
-is refused by its size, and the next good rewrite is picked up."""
+"""A real daemon whose fake inventory file grows huge in a burst of writes: memory stays bounded,
+the file is refused by its size, and the next good rewrite is picked up."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The API client against the fake API server over real TLS: a cluster CA, client certificates, bearer
-tokens (fixed, from a file that rotates, from an exec plugin), the pod's service account, and a daemon that
-publishes through all of it without loading the kubernetes package."""
+"""The API client against the fake API server over real TLS: a cluster CA, client certificates,
+bearer tokens (fixed, from a file that rotates, from an exec plugin), the pod's service account, and
+a daemon that publishes through all of it without loading the kubernetes package."""
 
 from __future__ import annotations
 
@@ -160,7 +160,8 @@ def test_in_cluster_the_service_account_token_is_sent_and_followed_when_the_kube
     finally:
         client.close()
     assert last_request(tls_api).authorization == "Bearer first"
-    # The default re-read period is a minute (client-go's); zero shows the rotation without waiting for it.
+    # The default re-read period is a minute (client-go's); zero shows the rotation without waiting
+    # for it.
     endpoint = in_cluster_endpoint(environ, account)
     rotating = KubeClient(Transport(endpoint, TokenFile(account / "token", reload_seconds=0.0)))
     try:
@@ -271,7 +272,8 @@ def test_a_dra_daemon_publishes_over_mutual_tls_loading_neither_kubernetes_nor_t
     lines = daemon.log().splitlines()
     imported = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
     assert "npu_plugin.kubeapi.client" in imported
-    # Neither the kubernetes package nor the device plugin's half is loaded: each costs every node start time.
+    # Neither the kubernetes package nor the device plugin's half is loaded: each costs every node
+    # start time.
     assert not [name for name in imported if name.split(".")[0] == "kubernetes" or "deviceplugin" in name]
 
 
@@ -295,9 +297,10 @@ def test_a_kubeconfig_that_cannot_be_used_is_one_line_naming_the_file(tmp_path: 
 def test_a_request_made_while_the_watch_is_open_leaves_both_connections_kept_without_a_warning(
     tls_api: FakeKubeAPI, authority: Authority, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The informer's watch holds one connection for minutes while the publisher and Prepare make requests
-    on others; when the watch ends its connection goes back to the pool beside theirs, not away with
-    urllib3's "Connection pool is full, discarding connection" warning (and a new TLS handshake next time)."""
+    """The informer's watch holds one connection for minutes while the publisher and Prepare make
+    requests on others; when the watch ends its connection goes back to the pool beside theirs, not
+    away with urllib3's "Connection pool is full, discarding connection" warning (and a new TLS
+    handshake next time)."""
     cluster = {"certificate-authority": str(authority.ca.cert)}
     client = KubeClient(connect(write_kubeconfig(tmp_path / "kc", tls_api.url, cluster, {"token": "w"})))
     try:
@@ -317,8 +320,9 @@ def test_a_request_made_while_the_watch_is_open_leaves_both_connections_kept_wit
 
 
 def keepalive_timers(port: int) -> list[bool]:
-    """For each established TCP connection to 127.0.0.1:`port` (the client's side), whether the kernel runs its
-    keep-alive timer: /proc/net/tcp's `tr` field is 2 for it (0 none, 1 retransmit, 4 zero window)."""
+    """For each established TCP connection to 127.0.0.1:`port` (the client's side), whether the
+    kernel runs its keep-alive timer: /proc/net/tcp's `tr` field is 2 for it (0 none, 1 retransmit,
+    4 zero window)."""
     timers = []
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
@@ -329,7 +333,8 @@ def keepalive_timers(port: int) -> list[bool]:
 
 
 def test_connections_to_the_api_server_send_tcp_keep_alive_probes(tls_api: FakeKubeAPI, tmp_path: Path) -> None:
-    """A watch on a connection the network lost silently ends within about a minute, not at its read timeout."""
+    """A watch on a connection the network lost silently ends within about a minute, not at its read
+    timeout."""
     path = write_kubeconfig(tmp_path / "kc", tls_api.url, {"insecure-skip-tls-verify": True}, {"token": "k"})
     client = KubeClient(connect(path))
     try:

@@ -1,4 +1,5 @@
-"""The kubelet simulator keeps the real kubelet's rules: version, resource name, dial-back, clean-up."""
+"""The kubelet simulator keeps the real kubelet's rules: version, resource name, dial-back,
+clean-up."""
 
 from __future__ import annotations
 

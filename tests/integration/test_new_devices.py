@@ -1,5 +1,5 @@
-"""A device added to the inventory while the daemon serves belongs to the side the mode gives it: DRA in
-`--mode dra` (published and preparable), the partition's side in `--mode both`."""
+"""A device added to the inventory while the daemon serves belongs to the side the mode gives it:
+DRA in `--mode dra` (published and preparable), the partition's side in `--mode both`."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ RINGS = profile_devices("atlas-800-9000")  # ring-0: 0-3, ring-1: 4-7
 
 
 def add_devices(workspace: Workspace, api: FakeKubeAPI, devices: list[Device], *added: Device) -> None:
-    """Add devices to the inventory file until the first of them is published. The file is rewritten while
-    waiting: a daemon still starting may not watch it yet, and the test is about ownership, not the watch."""
+    """Add devices to the inventory file until the first of them is published. The file is rewritten
+    while waiting: a daemon still starting may not watch it yet, and the test is about ownership,
+    not the watch."""
     for device in added:
         make_char_device(workspace.dev / device.device_node)
 
@@ -61,7 +62,8 @@ def test_in_both_mode_a_new_device_follows_the_partition(
 ) -> None:
     write_inventory(workspace.inventory, RINGS)
     daemon = launch_daemon(*both_args(workspace, "ring-1"))
-    # No PodResources here: devices whose holders cannot be read stay with the device plugin at start.
+    # No PodResources here: devices whose holders cannot be read stay with the device plugin at
+    # start.
     daemon.wait_for_log("cannot read the kubelet PodResources API")
     in_ring_1 = replace(RINGS[7], physical_id=8, pci_bus_id="0000:fe:00.0")
     in_ring_0 = replace(RINGS[0], physical_id=9, pci_bus_id="0000:fd:00.0")

@@ -1,4 +1,5 @@
-"""NpuSmiBackend against fake `npu-smi` shell scripts: real processes, real exit codes, a real hang."""
+"""NpuSmiBackend against fake `npu-smi` shell scripts: real processes, real exit codes, a real
+hang."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ NOT_SUPPORTED = "This command is not supported on this device\n"
 
 
 def unsupported(npu_smi: Path, name: str) -> None:
-    """Make the fake answer one query the way npu-smi does on products without it: a message, exit 1."""
+    """Make the fake answer one query the way npu-smi does on products without it: a message, exit
+    1."""
     (npu_smi.parent / f"{name}.txt").write_text(NOT_SUPPORTED)
     (npu_smi.parent / f"{name}.status").write_text("1")
 

@@ -1,4 +1,5 @@
-"""NpuSmiBackend's vNPU commands against a fake `npu-smi` script: real processes, real exit statuses, a real hang."""
+"""NpuSmiBackend's vNPU commands against a fake `npu-smi` script: real processes, real exit
+statuses, a real hang."""
 
 from __future__ import annotations
 
@@ -172,7 +173,8 @@ def test_create_passes_card_chip_template_and_id(host: Path, backend: NpuSmiBack
 
 
 def test_create_with_the_any_id_returns_the_id_npu_smi_gave(host: Path, backend: NpuSmiBackend, tmp_path: Path) -> None:
-    """npu-smi's answer names no id: the new row of info-vnpu does. The wrapper makes the create add one."""
+    """npu-smi's answer names no id: the new row of info-vnpu does. The wrapper makes the create add
+    one."""
     answer(host, "create-vnpu", "create-vnpu.ok.txt")
     listed = host.parent / "info-vnpu-4-0.txt"
     after = tmp_path / "after.txt"

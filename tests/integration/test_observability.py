@@ -1,5 +1,5 @@
-"""Observability end to end: /metrics scraped over HTTP and grpc.health.v1 called over gRPC while the
-real daemon runs as a subprocess against the kubelet simulators and the fake API server."""
+"""Observability end to end: /metrics scraped over HTTP and grpc.health.v1 called over gRPC while
+the real daemon runs as a subprocess against the kubelet simulators and the fake API server."""
 
 from __future__ import annotations
 
@@ -79,7 +79,8 @@ SERIES_AT_START = [
 
 @dataclass(frozen=True)
 class Endpoints:
-    """The ports a daemon started with `--metrics-port 0 --healthcheck-port 0` chose, read from its log."""
+    """The ports a daemon started with `--metrics-port 0 --healthcheck-port 0` chose, read from its
+    log."""
 
     metrics: int
     health: int
@@ -135,7 +136,8 @@ async def endpoints_of(daemon: DaemonProcess) -> Endpoints:
 
 @dataclass
 class HealthWatch:
-    """One grpc.health.v1 Watch stream; each status is recorded with what `context()` said on arrival."""
+    """One grpc.health.v1 Watch stream; each status is recorded with what `context()` said on
+    arrival."""
 
     channel: grpc.aio.Channel
     context: Callable[[], int]
@@ -226,7 +228,8 @@ def test_kubelet_down_is_not_serving_and_each_registration_counts(node: Node, la
             await registered(kubelet, daemon)
             async with watching(endpoints.health) as watch:
                 await watch.until(SERVING, daemon)
-                # The kubelet goes down and takes the plugins' sockets with it, as it does on restart.
+                # The kubelet goes down and takes the plugins' sockets with it, as it does on
+                # restart.
                 await kubelet.stop()
                 remove_sockets(node.plugin_dir)
                 await watch.until(NOT_SERVING, daemon)
@@ -246,7 +249,8 @@ def test_a_stopped_kubelet_is_seen_and_registration_starts_over_when_it_returns(
     node: Node, launch_daemon: Launcher
 ) -> None:
     """A stopped kubelet deletes kubelet.sock but leaves the plugins' sockets (only a starting one
-    removes them): health must turn NOT_SERVING within 3 s and the plugin register again on return."""
+    removes them): health must turn NOT_SERVING within 3 s and the plugin register again on
+    return."""
 
     async def scenario() -> None:
         async with kubelet_at(node.plugin_dir) as kubelet:
@@ -263,8 +267,9 @@ def test_a_stopped_kubelet_is_seen_and_registration_starts_over_when_it_returns(
                 assert asyncio.get_running_loop().time() - stopped <= 3
                 assert await watch.check() == NOT_SERVING
                 await asyncio.to_thread(daemon.wait_for_log, "kubelet.sock was deleted: the kubelet stopped")
-                # The daemon re-binds its own socket to register again (so its presence at one instant proves
-                # nothing); what matters is that kubelet.sock's deletion, not our socket's, was what it saw.
+                # The daemon re-binds its own socket to register again (so its presence at one
+                # instant proves nothing); what matters is that kubelet.sock's deletion, not our
+                # socket's, was what it saw.
                 await until((node.plugin_dir / SOCKET).exists, 5, "our socket served again", daemon)
                 assert "our socket" not in daemon.log(), daemon.log()
                 await until_metric(endpoints.metrics, "npu_plugin_registered", 0, daemon, api=DP)
@@ -327,7 +332,8 @@ def test_telemetry_modules_load_only_when_their_port_is_set(node: Node, launch_d
             return daemon
 
     imported = {line.rsplit("|", 1)[-1].strip() for line in run(scenario()).log().splitlines() if "|" in line}
-    # grpc itself imports the empty top-level grpc_health package; the service lives in grpc_health.v1.
+    # grpc itself imports the empty top-level grpc_health package; the service lives in
+    # grpc_health.v1.
     telemetry = {
         "prometheus_client",
         "grpc_health.v1.health",
@@ -364,7 +370,8 @@ def test_json_log_is_one_event_per_line_with_stable_keys(node: Node, launch_daem
             await rpc_error(kubelet.allocate(RESOURCE, ["Ascend910-42"]))
             write_inventory(node.inventory, with_health(A2, 5, Health.CRITICAL))
             await asyncio.to_thread(daemon.wait_for_log, "turned unhealthy")
-            # Renamed into place: a reader must see this one bad content, not a half-written file first.
+            # Renamed into place: a reader must see this one bad content, not a half-written file
+            # first.
             bad = node.inventory.with_name("bad.yaml")
             bad.write_text("devices:\n  - physicalId: zero\n")
             bad.replace(node.inventory)

@@ -123,7 +123,8 @@ def test_vnpu_dynamic_creates_and_destroys_a_vnpu(mode: str) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     for text in (*DRA_STEPS, *VNPU_STEPS, "health fault", "recovery", "every step succeeded"):
         assert text in run.stdout, f"missing {text!r} in:\n{run.stdout}"
-    # The whole-NPU claim stays on whole NPUs with candidates published beside them; the vNPU claim gets one.
+    # The whole-NPU claim stays on whole NPUs with candidates published beside them; the vNPU claim
+    # gets one.
     assert re.search(r"request npu: npu.huawei.com pool sim-node device npu-\d+\n", run.stdout)
     chip = re.search(r"request vnpu: npu.huawei.com pool sim-node device npu-(\d+)-vir05-1c-16g-\d+\n", run.stdout)
     assert chip is not None, run.stdout

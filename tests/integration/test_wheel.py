@@ -1,12 +1,13 @@
 """The wheel the Dockerfile ships: it builds, installs alone in a clean venv, and its command runs.
 
 How dependencies are found (chosen to stay offline and under ~15 s): the wheel is built without
-build isolation from a copy of the checkout (so no build/ or *.egg-info lands in the work tree), then
-installed with --no-deps into a fresh venv that has no pip and does not see the checkout. The
+build isolation from a copy of the checkout (so no build/ or *.egg-info lands in the work tree),
+then installed with --no-deps into a fresh venv that has no pip and does not see the checkout. The
 runtime dependencies come from the test's own interpreter: a `.pth` file appends its site-packages
 *after* the venv's own, so `npu_plugin` itself can only come from the wheel, and `pip check` proves
 the wheel's Requires-Dist are satisfied by those versions. Set NPU_PLUGIN_TEST_PYPI=1 to also run
-the fully clean variant that resolves the dependencies from the package index, as the Dockerfile does.
+the fully clean variant that resolves the dependencies from the package index, as the Dockerfile
+does.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def test_wheel_contents(wheel: Path) -> None:
     assert "npu_plugin/__main__.py" in names
     assert "npu_plugin/py.typed" in names, "PEP 561 marker missing: package-data not shipped"
     assert not any(n.startswith(("tests/", "manifests/", "scripts/")) for n in names)
-    # The fake API's test-only fidelity (validation, schema, patches, selectors, faults) stays out of the image.
+    # The fake API's test-only fidelity (validation, schema, patches, selectors, faults) stays out
+    # of the image.
     test_only = ("validation", "schema", "patch", "selectors", "faults", "fielderrors", "names")
     assert not [n for n in names if n.startswith("npu_plugin/sim/") and Path(n).stem in test_only]
     assert "npu_plugin/sim/fakeapi.py" in names, "simulate needs the small fake API server"

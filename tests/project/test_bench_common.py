@@ -1,5 +1,5 @@
-"""The benchmarks' pure helpers: complete pools, the peak rate of a running count, --fleet's argument; and the
-bytecode every daemon of a run starts from."""
+"""The benchmarks' pure helpers: complete pools, the peak rate of a running count, --fleet's
+argument; and the bytecode every daemon of a run starts from."""
 
 from __future__ import annotations
 

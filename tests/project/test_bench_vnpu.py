@@ -1,4 +1,5 @@
-"""The vNPU benchmark's pure helpers: its 16-die inventory, health rewrites, complete pools, slice writes."""
+"""The vNPU benchmark's pure helpers: its 16-die inventory, health rewrites, complete pools, slice
+writes."""
 
 from __future__ import annotations
 

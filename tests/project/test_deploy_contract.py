@@ -1,4 +1,5 @@
-"""The manifests and the code agree: DaemonSet args parse, and RBAC covers exactly the API calls made."""
+"""The manifests and the code agree: DaemonSet args parse, and RBAC covers exactly the API calls
+made."""
 
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ def test_seed_daemonset_args_start_dra_mode_unchanged() -> None:
 def api_calls() -> set[tuple[str, str]]:
     """(resource, verb) for every request kube.py makes, read from its syntax tree.
 
-    Each call is `self._json(...)` or `self._request(...)` with an HTTP method literal and one of the
-    module's path constants; a function that mentions "watch" also watches what it lists.
+    Each call is `self._json(...)` or `self._request(...)` with an HTTP method literal and one of
+    the module's path constants; a function that mentions "watch" also watches what it lists.
     """
     calls: set[tuple[str, str]] = set()
     for function in ast.walk(ast.parse(KUBE_MODULE.read_text())):

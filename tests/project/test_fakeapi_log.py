@@ -1,4 +1,5 @@
-"""The fake API's request log: the node a request selects, and how many requests were answered at once."""
+"""The fake API's request log: the node a request selects, and how many requests were answered at
+once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Device-plugin mode must never load the kubernetes client (memory, start-up time, attack surface)."""
+"""Device-plugin mode must never load the kubernetes client (memory, start-up time, attack
+surface)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
-"""The layer table in docs/architecture.md is the rule, and this test reads it from the document itself.
+"""The layer table in docs/architecture.md is the rule, and this test reads it from the document
+itself.
 
 Under a second heading, rows of packages that must never import each other (`deviceplugin/` and
 `dra/`, say) are checked the same way.
 
-Every module of `npu_plugin/` belongs to exactly one layer; a module imports only from its own layer and
-the ones listed above it, and no import cycle joins `npu_plugin` modules. Every `import` statement
-counts wherever it stands: at the top, inside a function (a lazy import is still a dependency), or under
-`if TYPE_CHECKING:` (a type named in a signature is a dependency too). An `__init__.py` with nothing but
-a docstring holds no code and needs no row.
+Every module of `npu_plugin/` belongs to exactly one layer; a module imports only from its own layer
+and the ones listed above it, and no import cycle joins `npu_plugin` modules. Every `import`
+statement counts wherever it stands: at the top, inside a function (a lazy import is still a
+dependency), or under `if TYPE_CHECKING:` (a type named in a signature is a dependency too). An
+`__init__.py` with nothing but a docstring holds no code and needs no row.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def check(root: Path, markdown: str) -> Findings:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """`root/npu_plugin/dra/slices.py` → `npu_plugin.dra.slices`; an `__init__.py` names its package."""
+    """`root/npu_plugin/dra/slices.py` → `npu_plugin.dra.slices`; an `__init__.py` names its
+    package."""
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -83,9 +85,9 @@ def package_modules(root: Path) -> dict[str, Path]:
 
 
 def layer_table(markdown: str) -> list[Layer]:
-    """The rows of the table under the "Layers" heading, top row first: the first cell names the layer,
-    the second lists its modules as backticked paths under `npu_plugin/` (`a/{b,c}.py` expands to two
-    files; `dir/` is everything under it; text in parentheses is a remark)."""
+    """The rows of the table under the "Layers" heading, top row first: the first cell names the
+    layer, the second lists its modules as backticked paths under `npu_plugin/` (`a/{b,c}.py`
+    expands to two files; `dir/` is everything under it; text in parentheses is a remark)."""
     rows = table_rows(markdown, HEADING)
     layers = [Layer(rank, row[0], entries_in(row[1])) for rank, row in enumerate(rows)]
     if not layers:
@@ -109,14 +111,14 @@ def table_rows(markdown: str, heading: str) -> list[list[str]]:
 
 
 def independence_rows(markdown: str) -> list[tuple[str, ...]]:
-    """The rows under the "Independent packages" heading: each names packages (`dir/`) that never import
-    each other."""
+    """The rows under the "Independent packages" heading: each names packages (`dir/`) that never
+    import each other."""
     return [entries_in(row[0]) for row in table_rows(markdown, INDEPENDENCE_HEADING)]
 
 
 def crossings(root: Path, markdown: str) -> list[str]:
-    """Imports between packages that a row of the independence table keeps apart, and entries naming no
-    package."""
+    """Imports between packages that a row of the independence table keeps apart, and entries naming
+    no package."""
     modules = package_modules(root)
     relative = {name: path.relative_to(root / PACKAGE).as_posix() for name, path in modules.items()}
     problems, rows = [], []
@@ -152,8 +154,8 @@ def expand(token: str) -> list[str]:
 
 
 def assign_layers(layers: list[Layer], modules: Mapping[str, Path], root: Path) -> tuple[dict[str, Layer], list[str]]:
-    """Each module's layer, and what is wrong with the table: entries naming nothing, modules in two rows
-    or in none."""
+    """Each module's layer, and what is wrong with the table: entries naming nothing, modules in two
+    rows or in none."""
     problems = []
     placed: dict[str, Layer] = {}
     relative = {name: path.relative_to(root / PACKAGE).as_posix() for name, path in modules.items()}
@@ -182,7 +184,8 @@ def covers(entry: str, relative_path: str) -> bool:
 
 
 def imports_of(name: str, path: Path, modules: Mapping[str, Path]) -> Iterator[Import]:
-    """The other `npu_plugin` modules that the module `name` at `path` imports, anywhere in its body."""
+    """The other `npu_plugin` modules that the module `name` at `path` imports, anywhere in its
+    body."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -228,7 +231,8 @@ def find_cycles(edges: Iterable[Import]) -> list[list[str]]:
 
 
 def strongly_connected(graph: Mapping[str, set[str]]) -> list[set[str]]:
-    """Tarjan's algorithm, iterative so that a long import chain cannot reach the recursion limit."""
+    """Tarjan's algorithm, iterative so that a long import chain cannot reach the recursion
+    limit."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

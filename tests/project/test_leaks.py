@@ -1,5 +1,5 @@
-"""The leak check itself: run on tests that leak on purpose (in a pytest of their own, so the leaks stay
-there), it fails each one naming what was left, and kills the processes it reports."""
+"""The leak check itself: run on tests that leak on purpose (in a pytest of their own, so the leaks
+stay there), it fails each one naming what was left, and kills the processes it reports."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The optional kustomize Components (monitoring, NFD node selection), the image override the daemonset
-kustomization's comment documents, and namespaces: each checked on real `kubectl kustomize` output of an
-operator's own overlay over overlays/<mode>."""
+"""The optional kustomize Components (monitoring, NFD node selection), the image override the
+daemonset kustomization's comment documents, and namespaces: each checked on real `kubectl
+kustomize` output of an operator's own overlay over overlays/<mode>."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ NFD_LABEL = "feature.node.kubernetes.io/pci-19e5.present"
 
 
 def own_overlay(directory: Path, mode: str, components: tuple[str, ...] = (), **extra: Any) -> tuple[Obj, ...]:
-    """`kubectl kustomize` of an operator's overlay in `directory` over overlays/<mode>, with `components`."""
+    """`kubectl kustomize` of an operator's overlay in `directory` over overlays/<mode>, with
+    `components`."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl (with its built-in kustomize) is not installed")
@@ -76,7 +77,8 @@ def test_cluster_scoped_objects_carry_no_namespace(mode: str, tmp_path: Path) ->
 
 
 def documented_image_command() -> tuple[str, str]:
-    """The `kustomize edit set image NAME=REGISTRY/...` the daemonset kustomization's comment gives."""
+    """The `kustomize edit set image NAME=REGISTRY/...` the daemonset kustomization's comment
+    gives."""
     text = (MANIFESTS / "daemonset" / "kustomization.yaml").read_text()
     found = re.search(r"^#\s+kustomize edit set image (\S+)=(\S+)$", text, re.MULTILINE)
     assert found, "the comment no longer shows the override command"
@@ -109,7 +111,8 @@ _METADATA = {
     "additionalProperties": False,
 }
 # The parts of the Prometheus Operator CRDs (monitoring.coreos.com/v1) these objects use, with the
-# CRDs' required fields; unknown fields are refused so a misspelt one fails here, not in the cluster.
+# CRDs' required fields; unknown fields are refused so a misspelt one fails here, not in the
+# cluster.
 POD_MONITOR = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -220,7 +223,8 @@ def test_monitoring_component_objects_are_well_formed(mode: str, tmp_path: Path)
 
 
 def served_series() -> set[str]:
-    """Every sample name the daemon's /metrics serves (both APIs enabled, so every series exists)."""
+    """Every sample name the daemon's /metrics serves (both APIs enabled, so every series
+    exists)."""
     metrics = Metrics()
     metrics.serving(list(APIS))
     text = generate_latest(metrics.registry).decode()

@@ -453,8 +453,8 @@ def test_device_class_selects_exactly_its_device_types(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SELECTED_TYPES))
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_only_the_vnpu_class_selects_vnpus(name: str, mode: str) -> None:
-    """vNPUs overlap their NPU: a whole-NPU class that selected one would hand out part of a chip as a chip, and
-    make `allocationMode: All` unsatisfiable."""
+    """vNPUs overlap their NPU: a whole-NPU class that selected one would hand out part of a chip as
+    a chip, and make `allocationMode: All` unsatisfiable."""
     (expression,) = _cel(_device_classes()[name])
     for family in FAMILIES:
         vnpu = _device(deviceType=family, vnpuTemplate="vir05_1c_16g", vnpuMode=mode)

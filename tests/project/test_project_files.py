@@ -1,5 +1,5 @@
-"""Project hygiene: the LICENSE matches pyproject's license, and every relative link in the docs resolves
-inside the repository (no link to a document the repository does not ship)."""
+"""Project hygiene: the LICENSE matches pyproject's license, and every relative link in the docs
+resolves inside the repository (no link to a document the repository does not ship)."""
 
 from __future__ import annotations
 

@@ -460,8 +460,9 @@ def channel() -> Iterator[grpc.Channel]:
     """A server per test, so its worker threads start and stop within the test that uses them."""
     with futures.ThreadPoolExecutor(max_workers=2) as workers:
         server = grpc.server(workers)
-        # The servicers implement only what the tests call; the generated runtime base classes answer
-        # UNIMPLEMENTED for the rest, while the .pyi marks every method abstract to make real servers complete.
+        # The servicers implement only what the tests call; the generated runtime base classes
+        # answer UNIMPLEMENTED for the rest, while the .pyi marks every method abstract to make real
+        # servers complete.
         deviceplugin_v1beta1_pb2_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(), server)  # type: ignore[abstract]
         pluginregistration_v1_pb2_grpc.add_RegistrationServicer_to_server(_Registration(), server)  # type: ignore[abstract]
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(_DRAv1(), server)  # type: ignore[abstract]

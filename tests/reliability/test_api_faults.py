@@ -1,12 +1,15 @@
-"""API faults while the daemon publishes AND prepares at once: refused connections, 503s, 500s, a 409 storm,
-a 2 s slow server. Prepare fails per claim (the kubelet retries) or succeeds; nothing half-done stays
-behind; publishing retries with back-off; everything converges when the API recovers.
+"""API faults while the daemon publishes AND prepares at once: refused connections, 503s, 500s, a
+409 storm, a 2 s slow server. Prepare fails per claim (the kubelet retries) or succeeds; nothing
+half-done stays behind; publishing retries with back-off; everything converges when the API
+recovers.
 
-Then bodies that are not what was asked for (non-JSON answers to the Node GET, the slice LIST and a claim
-GET), broken watch streams (garbage, an ERROR event, a cut mid-event, a resourceVersion going
-backwards), 429 with Retry-After, and an idle daemon's requests, all counted from the fake API's log.
+Then bodies that are not what was asked for (non-JSON answers to the Node GET, the slice LIST and a
+claim GET), broken watch streams (garbage, an ERROR event, a cut mid-event, a resourceVersion going
+backwards), 429 with Retry-After, and an idle daemon's requests, all counted from the fake API's
+log.
 
-test_dra_api_faults covers publishing alone (500s at start, a conflict storm, outages, 0.3 s latency)."""
+test_dra_api_faults covers publishing alone (500s at start, a conflict storm, outages, 0.3 s
+latency)."""
 
 from __future__ import annotations
 
@@ -139,7 +142,8 @@ def test_a_2s_slow_api_delays_but_never_fails_publishing_or_prepare(
         fake_api.set_latency(2.0)
         write_inventory(workspace.inventory, with_health(A2, {3}))
         waiting = asyncio.ensure_future(kubelet.prepare([fresh]))
-        # The slow GET of the fresh claim happens outside the state lock: a prepared claim is not held up.
+        # The slow GET of the fresh claim happens outside the state lock: a prepared claim is not
+        # held up.
         assert (await kubelet.prepare([held]))[held.uid].error == ""
         assert not waiting.done()
         assert (await waiting)[fresh.uid].error == ""
@@ -261,7 +265,8 @@ def test_429_with_retry_after_is_honoured(workspace: Workspace, fake_api: FakeKu
 
 
 def watch_open_for(api: FakeKubeAPI, seconds: float) -> Callable[[], bool]:
-    """The latest watch is still open and has been for `seconds` (so its end is not a watch ending at once)."""
+    """The latest watch is still open and has been for `seconds` (so its end is not a watch ending
+    at once)."""
 
     def check() -> bool:
         watches = [r for r in api.requests if r.verb == "watch"]
@@ -292,11 +297,12 @@ ROUNDING = 0.05  # the log shows pauses to a tenth of a second
 def test_watches_breaking_one_after_another_back_off_with_growing_pauses_then_converge(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """Five watches in a row fail, one of each kind (a 410, garbage, an ERROR event, a cut mid-event, a
-    resourceVersion going backwards): each failure is logged once with the pause the daemon chose, each pause
-    falls in the next doubled step of the watch back-off and the daemon really waits it (from the fake API's
-    request times), so the burst costs 5 watches and 4 LISTs (a cut resumes without one), not a tight loop;
-    then one watch stays open and the slices converge without another LIST or WATCH."""
+    """Five watches in a row fail, one of each kind (a 410, garbage, an ERROR event, a cut
+    mid-event, a resourceVersion going backwards): each failure is logged once with the pause the
+    daemon chose, each pause falls in the next doubled step of the watch back-off and the daemon
+    really waits it (from the fake API's request times), so the burst costs 5 watches and 4 LISTs (a
+    cut resumes without one), not a tight loop; then one watch stays open and the slices converge
+    without another LIST or WATCH."""
     daemon = started_idle(fake_api, launch_daemon, workspace)
     wait_until(watch_open_for(fake_api, 1.5), CONVERGE, "a watch open for over a second")
     fake_api.answer_next(1, "WATCH ", status=410, body=GONE.encode(), headers={"Content-Type": "application/json"})
@@ -331,7 +337,8 @@ LIST_HELD_S = 1.0  # well under the daemon's 10 s request timeout: the LIST is s
 
 
 def expire(api: FakeKubeAPI) -> None:
-    """A change the daemon's watch does not show (a new Node), then compaction: its watch gets 410."""
+    """A change the daemon's watch does not show (a new Node), then compaction: its watch gets
+    410."""
     api.add_node(f"other-{api.resource_version}")
     api.compact_history()
     api.end_watches()
@@ -347,14 +354,14 @@ def relist(api: FakeKubeAPI) -> None:
 def test_never_more_than_one_list_in_flight_while_relisting_again_and_again(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    """Every slice LIST takes a second to answer while the daemon is driven to relist: 410s on resuming, a
-    device changing during the held LIST, an ERROR event, the API server restarting while a LIST is held.
-    The fake API's record of when each LIST arrived and was answered shows at most one of this node's
-    LISTs in flight at any moment."""
+    """Every slice LIST takes a second to answer while the daemon is driven to relist: 410s on
+    resuming, a device changing during the held LIST, an ERROR event, the API server restarting
+    while a LIST is held. The fake API's record of when each LIST arrived and was answered shows at
+    most one of this node's LISTs in flight at any moment."""
     fake_api.hold(SLICE_LIST, LIST_HELD_S)
     daemon = started_idle(fake_api, launch_daemon, workspace)
-    # Each round starts once the watch has been open a while, so that the back-off starts again from its
-    # first step (a watch ended at once counts as a failure) and the rounds stay short.
+    # Each round starts once the watch has been open a while, so that the back-off starts again from
+    # its first step (a watch ended at once counts as a failure) and the rounds stay short.
     settled = watch_open_for(fake_api, 1.5)
     for unhealthy in ({3}, set(), {3}):
         wait_until(settled, CONVERGE, "a settled watch")

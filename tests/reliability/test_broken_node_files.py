@@ -1,9 +1,10 @@
-"""A real DRA daemon on a node whose files turn against it: read-only mounts, a full disk, a directory where the
-checkpoint should be, a checkpoint garbled while serving, a planted symlink, a permissive umask.
+"""A real DRA daemon on a node whose files turn against it: read-only mounts, a full disk, a
+directory where the checkpoint should be, a checkpoint garbled while serving, a planted symlink, a
+permissive umask.
 
-Read-only and full file systems are real mounts in a private mount namespace (`unshare -m`), so they fail
-even for root; the daemon runs inside it and keeps its pid, and the test reaches its view of the files
-through /proc/<pid>/root.
+Read-only and full file systems are real mounts in a private mount namespace (`unshare -m`), so they
+fail even for root; the daemon runs inside it and keeps its pid, and the test reaches its view of
+the files through /proc/<pid>/root.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ needs_mounts = pytest.mark.skipif(
 
 
 def in_namespace(*setup: str) -> list[str]:
-    """A wrapper running shell `setup` commands in a private mount namespace, then exec'ing the daemon."""
+    """A wrapper running shell `setup` commands in a private mount namespace, then exec'ing the
+    daemon."""
     script = " && ".join([*setup, 'exec "$@"'])
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
 
@@ -146,7 +148,8 @@ def test_a_full_state_dir_fails_the_claim_and_keeps_the_state(
 
 
 def remount(daemon: DaemonProcess, path: Path, option: str) -> None:
-    """Remount `path`, a bind mount in the daemon's namespace, read-only or read-write (the daemon serves)."""
+    """Remount `path`, a bind mount in the daemon's namespace, read-only or read-write (the daemon
+    serves)."""
     command = ["nsenter", "-t", str(daemon.pid), "-m", "mount", "-o", f"remount,bind,{option}", str(path)]
     subprocess.run(command, check=True, capture_output=True, timeout=10)
 

@@ -1,4 +1,5 @@
-"""The checkpoint under faults: every kind of corrupt file at start, and a reboot (new boot id, empty CDI dir)."""
+"""The checkpoint under faults: every kind of corrupt file at start, and a reboot (new boot id,
+empty CDI dir)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_a_corrupt_checkpoint_is_moved_aside_loudly_and_the_daemon_serves_empty(
 
 
 def reboot(workspace: Workspace) -> None:
-    """What a reboot does to the node: a new boot id, and /var/run/cdi (a tmpfs) comes back empty."""
+    """What a reboot does to the node: a new boot id, and /var/run/cdi (a tmpfs) comes back
+    empty."""
     stored = json.loads(workspace.checkpoint.read_text())
     workspace.checkpoint.write_text(json.dumps({**stored, "bootId": "the-boot-before"}))
     shutil.rmtree(workspace.cdi)

@@ -1,5 +1,6 @@
-"""`kill -9` at random points of Prepare and Unprepare, fifty times in a row: what is on disk is always
-consistent, a restart cleans up what a crash left half done, and the kubelet's retries converge."""
+"""`kill -9` at random points of Prepare and Unprepare, fifty times in a row: what is on disk is
+always consistent, a restart cleans up what a crash left half done, and the kubelet's retries
+converge."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ pytest_plugins = ["tests.support.dra_fixtures"]
 ITERATIONS = 50
 SEED = 9  # the kill points are random, but the same on every run
 CLAIMS = 6
-# A batch of Prepares and Unprepares takes a few to a few tens of milliseconds (mostly fsyncs). Kill points
-# spread over 20 ms land before the call is read, in the middle of it (about a third of the iterations:
-# PrepareStarted entries, CDI files without a record, temporary files, records without a file), or after it.
+# A batch of Prepares and Unprepares takes a few to a few tens of milliseconds (mostly fsyncs). Kill
+# points spread over 20 ms land before the call is read, in the middle of it (about a third of the
+# iterations: PrepareStarted entries, CDI files without a record, temporary files, records without a
+# file), or after it.
 KILL_WITHIN = 0.02
 
 
@@ -100,7 +102,8 @@ def test_kill_9_at_random_points_never_leaves_inconsistent_state(
         prepared: set[str] = set()
         for iteration in range(ITERATIONS):
             prepare, unprepare = choose(rng, claims, prepared)
-            # The rival comes along only while claims[0] surely holds npu-0: its answer is always a refusal.
+            # The rival comes along only while claims[0] surely holds npu-0: its answer is always a
+            # refusal.
             rivalry = [rival] if claims[0].uid in prepared and claims[0] not in unprepare else []
             calls = [kubelet.prepare([*prepare, *rivalry])] if prepare or rivalry else []
             calls += [kubelet.unprepare(unprepare)] if unprepare else []
@@ -110,7 +113,8 @@ def test_kill_9_at_random_points_never_leaves_inconsistent_state(
             await loop.start()
             assert rival.uid not in check_restart_cleaned_up(workspace, doomed, iteration).claims
 
-            # The kubelet never heard back, so it asks again: the same answers, and Unprepare finishes.
+            # The kubelet never heard back, so it asks again: the same answers, and Unprepare
+            # finishes.
             answers = await retry_prepare(kubelet, [*prepare, *rivalry]) if prepare or rivalry else {}
             for claim in prepare:
                 assert answers[claim.uid] == expected_answer(claim, claims.index(claim)), f"iteration {iteration}"

@@ -1,10 +1,11 @@
-"""Bad input at every gRPC method of one running daemon (both mode: device plugin on 0-3, DRA on 4-7).
+"""Bad input at every gRPC method of one running daemon (both mode: device plugin on 0-3, DRA on
+4-7).
 
-Hypothesis sends random ids, thousands of ids, empty / unicode / 1 MiB strings, raw bytes that are no
-message at all, and plants ResourceClaims whose status.allocation has the wrong type at every level. The
-daemon answers OK or INVALID_ARGUMENT (per-claim errors for DRA), never crashes, keeps serving, and never
-leaves a bad file: after every example the checkpoint parses, every CDI spec validates, no device is held
-twice, and the claim prepared at the start still holds npu-5.
+Hypothesis sends random ids, thousands of ids, empty / unicode / 1 MiB strings, raw bytes that are
+no message at all, and plants ResourceClaims whose status.allocation has the wrong type at every
+level. The daemon answers OK or INVALID_ARGUMENT (per-claim errors for DRA), never crashes, keeps
+serving, and never leaves a bad file: after every example the checkpoint parses, every CDI spec
+validates, no device is held twice, and the claim prepared at the start still holds npu-5.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ DP_IDS = [f"Ascend910-{i}" for i in range(8)]
 SERVED_BY_DP = DP_IDS[:4]
 HOLDER_DEVICE = "npu-5"
 FREE_FOR_DRA = {"npu-4", "npu-6", "npu-7"}
-# Other spellings of our names, paths, control characters and scripts that `\d` would take for digits.
+# Other spellings of our names, paths, control characters and scripts that `\d` would take for
+# digits.
 ODD = [
     "",
     " ",
@@ -81,7 +83,8 @@ Ref = tuple[str, str, str]  # namespace, name, uid
 
 
 def dra(channels: dict[str, grpc.Channel], version: str, method: str, refs: list[Ref]) -> Any:
-    """NodePrepareResources (`method` "Prepare") or NodeUnprepareResources ("Unprepare") through `version`."""
+    """NodePrepareResources (`method` "Prepare") or NodeUnprepareResources ("Unprepare") through
+    `version`."""
     pb, pb_grpc = DRA_VERSIONS[version]
     request = getattr(pb, f"Node{method}ResourcesRequest")(
         claims=[pb.Claim(namespace=ns, name=name, uid=uid) for ns, name, uid in refs]
@@ -167,7 +170,8 @@ def test_get_preferred_allocation(
             for a, m, n in requests
         ]
     )
-    # What the kubelet could send; anything else may still be answered, but never with a wrong choice.
+    # What the kubelet could send; anything else may still be answered, but never with a wrong
+    # choice.
     sane = all(
         set(a) <= set(SERVED_BY_DP) and set(m) <= set(a) and len(set(m)) <= n <= len(set(a)) for a, m, n in requests
     )
@@ -206,13 +210,15 @@ refs = st.tuples(names, names, uids)
 
 @st.composite
 def with_a_huge_field(draw: st.DrawFn) -> Ref:
-    """A reference with one of its three strings 1 MiB long (one per request: gRPC takes 4 MiB at most)."""
+    """A reference with one of its three strings 1 MiB long (one per request: gRPC takes 4 MiB at
+    most)."""
     ref = list(draw(refs))
     ref[draw(st.integers(0, 2))] = draw(st.sampled_from(HUGE))
     return ref[0], ref[1], ref[2]
 
 
-# Thousands of references; each well-formed one costs the daemon an API read, so a few thousand at most.
+# Thousands of references; each well-formed one costs the daemon an API read, so a few thousand at
+# most.
 ref_lists = st.builds(
     lambda few, huge: few + huge, st.lists(refs, max_size=4), st.lists(with_a_huge_field(), max_size=1)
 ) | st.builds(lambda ref, n: [ref] * n, refs, st.integers(1000, 2000))
@@ -363,8 +369,8 @@ STREAMING = {"dp": "/v1beta1.DevicePlugin/ListAndWatch", "dra": "/v1alpha1.DRARe
 METHODS = [(socket, m, False) for socket, methods in UNARY.items() for m in methods] + [
     (socket, m, True) for socket, m in STREAMING.items()
 ]
-# gRPC answers a request it cannot decode with UNKNOWN naming protobuf's DecodeError, before our code runs;
-# any other UNKNOWN would be an exception escaping our code.
+# gRPC answers a request it cannot decode with UNKNOWN naming protobuf's DecodeError, before our
+# code runs; any other UNKNOWN would be an exception escaping our code.
 UNDECODABLE = "Unexpected <class 'google.protobuf.message.DecodeError'>"
 
 
@@ -419,6 +425,7 @@ def test_still_serving_after_all_of_it(served: Served, channels: dict[str, grpc.
     assert dra(channels, "v1", "Prepare", [ref]).claims[claim.uid].error == ""
     assert dra(channels, "v1", "Unprepare", [ref]).claims[claim.uid].error == ""
     check(served, holder)
-    # gRPC itself logs the requests it could not decode (the raw bytes above); nothing else may fail loudly.
+    # gRPC itself logs the requests it could not decode (the raw bytes above); nothing else may fail
+    # loudly.
     failures = [line for line in served.daemon.log().splitlines() if "Traceback" in line]
     assert all("grpc._cython.cygrpc: Unexpected [DecodeError] raised by servicer method" in f for f in failures)

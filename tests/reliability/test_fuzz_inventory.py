@@ -1,10 +1,11 @@
-"""The fake inventory file rewritten with garbage while the daemon serves (both mode): random bytes, random
-text, truncated YAML, and the real document with a wrong value somewhere. Writes go in place, the way a
-careless writer makes them, so the daemon also reads empty and half-written files. It keeps the last good
-inventory, keeps serving, and takes the next good file.
+"""The fake inventory file rewritten with garbage while the daemon serves (both mode): random bytes,
+random text, truncated YAML, and the real document with a wrong value somewhere. Writes go in place,
+the way a careless writer makes them, so the daemon also reads empty and half-written files. It
+keeps the last good inventory, keeps serving, and takes the next good file.
 
-npu-smi output is fuzzed at the parser (tests/unit/backends/npusmi/test_parse.py: random and mutated tables raise
-nothing but NpuSmiParseError) and the backend reads a failing npu-smi as Unknown (test_npusmi_backend)."""
+npu-smi output is fuzzed at the parser (tests/unit/backends/npusmi/test_parse.py: random and mutated
+tables raise nothing but NpuSmiParseError) and the backend reads a failing npu-smi as Unknown
+(test_npusmi_backend)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ values = (
 
 @st.composite
 def wrong_documents(draw: st.DrawFn) -> bytes:
-    """The good inventory with one field of one device changed, or a device dropped, or the list gone."""
+    """The good inventory with one field of one device changed, or a device dropped, or the list
+    gone."""
     document: dict[str, Any] = copy.deepcopy(inventory_document(A2))
     device = draw(st.sampled_from(document["devices"]))
     change = draw(st.sampled_from(["value", "drop-field", "devices-not-a-list", "duplicate"]))
@@ -63,7 +65,8 @@ rewrites = st.binary(max_size=2000) | st.text(max_size=500).map(str.encode) | tr
 
 
 def malformed(data: bytes) -> bool:
-    """Whether the parser refuses `data` (in any way: whether it refuses it well is what the daemon shows)."""
+    """Whether the parser refuses `data` (in any way: whether it refuses it well is what the daemon
+    shows)."""
     try:
         parse_inventory(data.decode("utf-8"), "fuzz")
     except Exception:
@@ -89,7 +92,8 @@ def listed(served: Served) -> dict[str, str]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(rewrites)
 def test_garbage_rewrites_while_serving(served: Served, data: bytes) -> None:
-    """A good slice before, the same slice after: what the daemon serves does not move with garbage."""
+    """A good slice before, the same slice after: what the daemon serves does not move with
+    garbage."""
     assume(malformed(data))
     served.workspace.inventory.write_bytes(data)
     time.sleep(0.02)  # a poll or a file event of the daemon sees it now and then, not every time
@@ -111,7 +115,8 @@ def test_the_last_good_inventory_is_still_served_and_the_next_good_one_taken(ser
 
 
 def test_a_stream_open_through_the_garbage_receives_nothing(served: Served) -> None:
-    """No list differs while only garbage is written, so an open ListAndWatch stream gets its first list only."""
+    """No list differs while only garbage is written, so an open ListAndWatch stream gets its first
+    list only."""
     received: list[dp_pb.ListAndWatchResponse] = []
     with served.channel(served.dp_socket) as channel:
         stream = dp_grpc.DevicePluginStub(channel).ListAndWatch(dp_pb.Empty())

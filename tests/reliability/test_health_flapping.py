@@ -1,8 +1,8 @@
-"""Health flapping every 100 ms for 10 s, one device on each side of a both-mode daemon: slice writes stay
-coalesced, ListAndWatch sends only real verdict changes, and the end state is right.
+"""Health flapping every 100 ms for 10 s, one device on each side of a both-mode daemon: slice
+writes stay coalesced, ListAndWatch sends only real verdict changes, and the end state is right.
 
-The daemon runs with the fastest health settings (0.1 s polls, one sample to fall or to rise), so nearly
-every flip of the file becomes a verdict change: the worst case for both APIs."""
+The daemon runs with the fastest health settings (0.1 s polls, one sample to fall or to rise), so
+nearly every flip of the file becomes a verdict change: the worst case for both APIs."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def test_flapping_health_is_coalesced_on_both_sides(
             flips = verdict_changes(daemon, DP_DEVICE)
             assert flips > 0 and verdict_changes(daemon, DRA_DEVICE) > 0, "the flapping reached the verdicts"
             assert slice_writes(fake_api) - writes <= MAX_SLICE_WRITES
-            # DRA's device is not in the device plugin's list: its flips must not reach ListAndWatch at all.
+            # DRA's device is not in the device plugin's list: its flips must not reach ListAndWatch
+            # at all.
             assert sim.kubelet.plugin(RESOURCE).updates - updates <= flips
 
     asyncio.run(scenario())

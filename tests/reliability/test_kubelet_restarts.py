@@ -1,5 +1,5 @@
-"""Twenty kubelet restarts in a row against a daemon in both mode: the device plugin registers again every
-time, and the DRA plugin registers again and republishes the slices each restart wiped."""
+"""Twenty kubelet restarts in a row against a daemon in both mode: the device plugin registers again
+every time, and the DRA plugin registers again and republishes the slices each restart wiped."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""A rolling update under load: the old and the new pod (different --pod-uid, same --state-dir and --cdi-root)
-serve together while the kubelet prepares and unprepares through both, then the old one stops mid-stream.
+"""A rolling update under load: the old and the new pod (different --pod-uid, same --state-dir and
+--cdi-root) serve together while the kubelet prepares and unprepares through both, then the old one
+stops mid-stream.
 
-Their Prepares must never interleave (the flock in --state-dir): two read-modify-write rounds of the one
-checkpoint running at once would lose one side's claims, so "every claim prepared through either is in the
-checkpoint" is what serialisation guarantees. test_dra_state shows one daemon waiting on the lock."""
+Their Prepares must never interleave (the flock in --state-dir): two read-modify-write rounds of the
+one checkpoint running at once would lose one side's claims, so "every claim prepared through either
+is in the checkpoint" is what serialisation guarantees. test_dra_state shows one daemon waiting on
+the lock."""
 
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ async def through(
     plugins: Sequence[PluginConnection],
     rng: random.Random,
 ) -> dict[str, str]:
-    """One call per claim, all at once, each through a plugin picked at random; the error by claim UID
-    (a call the plugin did not answer, e.g. because it stopped, reads as its gRPC status)."""
+    """One call per claim, all at once, each through a plugin picked at random; the error by claim
+    UID (a call the plugin did not answer, e.g. because it stopped, reads as its gRPC status)."""
 
     async def one(claim: Claim) -> str:
         plugin = rng.choice(plugins)
@@ -73,8 +75,8 @@ def test_two_overlapping_pods_serialise_and_lose_no_claim(
         assert set(checked_state(workspace).claims) == {c.uid for c in claims}
         first_answers = await kubelet.prepare(claims, plugin=pods[1])
 
-        # Half are unprepared through both while the old pod is told to stop: the kubelet retries what the
-        # stopping pod did not answer through the new one.
+        # Half are unprepared through both while the old pod is told to stop: the kubelet retries
+        # what the stopping pod did not answer through the new one.
         leaving, staying = claims[::2], claims[1::2]
         stopping = asyncio.ensure_future(asyncio.to_thread(old.signal, signal.SIGTERM, 10))
         errors = await through(kubelet, "unprepare", leaving, pods, rng)

@@ -1,5 +1,5 @@
-"""What the daemon may touch: 0600 sockets in 0750 directories, claim references that never become paths
-outside --cdi-root, and no file written anywhere but the directories it was given."""
+"""What the daemon may touch: 0600 sockets in 0750 directories, claim references that never become
+paths outside --cdi-root, and no file written anywhere but the directories it was given."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ def test_sockets_are_0600_in_0750_directories_and_kubelet_directories_are_the_ku
 
 
 def prepared(workspace: Workspace, claim: Claim) -> bool:
-    """Prepare through the DRA socket (both mode settles its partition first, so the first tries may fail)."""
+    """Prepare through the DRA socket (both mode settles its partition first, so the first tries may
+    fail)."""
     with grpc.insecure_channel(f"unix://{workspace.dra_socket()}") as channel:
         request = dra_v1_pb2.NodePrepareResourcesRequest(
             claims=[dra_v1_pb2.Claim(namespace=claim.namespace, name=claim.name, uid=claim.uid)]
@@ -107,8 +108,9 @@ TRAVERSALS = [
 def test_claim_references_never_become_paths_or_urls(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
-    # Were a UID used unchecked, `npu.huawei.com-claim_../../../victim.json` would resolve through this folder
-    # to <root>/victim.json: the folder is there so that a missing check shows as a written or deleted file.
+    # Were a UID used unchecked, `npu.huawei.com-claim_../../../victim.json` would resolve through
+    # this folder to <root>/victim.json: the folder is there so that a missing check shows as a
+    # written or deleted file.
     (workspace.cdi / f"{DRIVER}-claim_..").mkdir()
     victim = workspace.root / "victim.json"
     victim.write_text("keep")
@@ -140,12 +142,13 @@ def tree(root: Path) -> dict[str, tuple[int, int]]:
 # Left out of the walk, and why. Everything else on the root file system must be unchanged.
 PSEUDO = ("/proc", "/sys", "/dev", "/run")  # the kernel's and the running services' views, not files we write
 CACHES = ("__pycache__", ".pytest_cache", ".hypothesis")  # CPython's bytecode (written next to any module whose
-# cache is missing or stale when it is imported: the daemon's, the venv's, the standard library's), and the
-# test runner's own caches in the checkout.
+# cache is missing or stale when it is imported: the daemon's, the venv's, the standard library's),
+# and the test runner's own caches in the checkout.
 
 
 def excluded(own: tuple[Path, ...]) -> Callable[[str], bool]:
-    """Paths the walk skips: the list above, and this test's own directories (checked on their own)."""
+    """Paths the walk skips: the list above, and this test's own directories (checked on their
+    own)."""
     own_dirs = tuple(str(p) for p in own)
 
     def skip(path: str) -> bool:
@@ -159,8 +162,8 @@ def excluded(own: tuple[Path, ...]) -> Callable[[str], bool]:
 
 
 def walk(skip: Callable[[str], bool]) -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every path on the root file system; other mounts (tmpfs, overlays of other tools)
-    are recorded but not entered: nothing of ours lives on them in this test."""
+    """(size, mtime) of every path on the root file system; other mounts (tmpfs, overlays of other
+    tools) are recorded but not entered: nothing of ours lives on them in this test."""
     device = os.lstat("/").st_dev
     found: dict[str, tuple[int, int]] = {}
     folders = ["/"]
@@ -187,8 +190,9 @@ def changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]
 
 
 def on_their_own(noise: list[str]) -> Callable[[str], bool]:
-    """Paths that change on their own (a CI runner's logs, a journal): those that changed between two walks
-    before the daemon started, and what appears in their directories. They are named on failure."""
+    """Paths that change on their own (a CI runner's logs, a journal): those that changed between
+    two walks before the daemon started, and what appears in their directories. They are named on
+    failure."""
     moving = set(noise)
 
     def moved(path: str) -> bool:
@@ -230,8 +234,9 @@ CYCLES = {"dra": (dra_args, dra_cycle), "both": (both_args, both_cycle)}
 def test_no_file_is_written_outside_the_given_directories(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, tmp_path: Path, served: str
 ) -> None:
-    """A whole life — start, register, publish, Allocate, Prepare, Unprepare, stop — changes nothing on the
-    root file system outside this test's directories, and inside them nothing outside the daemon's flags."""
+    """A whole life — start, register, publish, Allocate, Prepare, Unprepare, stop — changes nothing
+    on the root file system outside this test's directories, and inside them nothing outside the
+    daemon's flags."""
     args, cycle = CYCLES[served]
     scratch = workspace.root / "tmp"  # the daemon's TMPDIR: Python's tempfile (and so libraries) write here
     scratch.mkdir()
@@ -251,7 +256,8 @@ def test_no_file_is_written_outside_the_given_directories(
 
     written = one_life("first")
     if written:
-        # Another process on the machine may have written once meanwhile; the daemon writes in every life.
+        # Another process on the machine may have written once meanwhile; the daemon writes in every
+        # life.
         written = sorted(set(written) & set(one_life("second")))
     assert written == []
     flags = [workspace.reg, workspace.plugins, workspace.cdi, workspace.state, workspace.root / "dp"]

@@ -1,5 +1,5 @@
-"""Real signals to a real daemon: every catchable signal that would end it stops it in order and leaves no socket
-behind; SIGHUP is logged and ignored."""
+"""Real signals to a real daemon: every catchable signal that would end it stops it in order and
+leaves no socket behind; SIGHUP is logged and ignored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers of the tests that drive a daemon in both mode: the node's kubelet side and the daemon arguments."""
+"""Helpers of the tests that drive a daemon in both mode: the node's kubelet side and the daemon
+arguments."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Run `npu-plugin serve` so that it kills itself with SIGKILL at one exact point of a vNPU claim's life, for the
-crash-table tests; the product has no switch for this.
+"""Run `npu-plugin serve` so that it kills itself with SIGKILL at one exact point of a vNPU claim's
+life, for the crash-table tests; the product has no switch for this.
 
     python -m tests.support.crash_point POINT PYTHON -m npu_plugin serve ARGS...
 
-(the tail is what `tests.conftest.Daemons` runs after a `wrapper`). The checkpoint write that would record POINT
-sends SIGKILL to its own process instead, so the daemon dies with everything before that write on disk:
+(the tail is what `tests.conftest.Daemons` runs after a `wrapper`). The checkpoint write that would
+record POINT sends SIGKILL to its own process instead, so the daemon dies with everything before
+that write on disk:
 
 - `prepare-completed`: the write recording PrepareCompleted for a claim holding a vNPU (the vNPU is made, its
   CDI file written, the entry still PrepareStarted);

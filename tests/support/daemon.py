@@ -1,5 +1,5 @@
-"""The real daemon as a subprocess (stopped by pid), a fake /dev and inventory files: the helpers most
-integration and reliability tests share (their fixtures are in tests/conftest.py)."""
+"""The real daemon as a subprocess (stopped by pid), a fake /dev and inventory files: the helpers
+most integration and reliability tests share (their fixtures are in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,8 @@ Launcher = Callable[..., DaemonProcess]
 
 
 class Daemons:
-    """Starts `npu-plugin serve ARGS...` with its output in `log_dir`; `kill_all` kills each one by its pid."""
+    """Starts `npu-plugin serve ARGS...` with its output in `log_dir`; `kill_all` kills each one by
+    its pid."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir

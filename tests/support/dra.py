@@ -1,4 +1,5 @@
-"""Helpers of the DRA integration tests: workspace, daemon arguments, claims, polling (fixtures: dra_fixtures)."""
+"""Helpers of the DRA integration tests: workspace, daemon arguments, claims, polling (fixtures:
+dra_fixtures)."""
 
 from __future__ import annotations
 
@@ -121,7 +122,8 @@ def many_devices(count: int) -> list[Device]:
 
 def make_workspace(root: Path, devices: Sequence[Device] | None = None) -> Workspace:
     workspace = Workspace(root)
-    # The kubelet's directories (registry, plugins, dp for device plugins) exist, as on a node with a kubelet.
+    # The kubelet's directories (registry, plugins, dp for device plugins) exist, as on a node with
+    # a kubelet.
     for folder in (
         workspace.dev,
         workspace.reg,
@@ -148,8 +150,8 @@ def fake_api_with_node() -> Iterator[FakeKubeAPI]:
 
 @contextlib.contextmanager
 def temporary_workspace(api: FakeKubeAPI) -> Iterator[Workspace]:
-    """A workspace under a short root in /tmp (Unix socket paths must stay under 108 bytes) whose kubeconfig
-    points at `api`, with the atlas-800t-a2 inventory; removed afterwards."""
+    """A workspace under a short root in /tmp (Unix socket paths must stay under 108 bytes) whose
+    kubeconfig points at `api`, with the atlas-800t-a2 inventory; removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
     try:
         workspace = make_workspace(root)
@@ -207,8 +209,8 @@ async def async_wait_until(condition: Callable[[], Any], timeout: float = 10.0, 
 async def retry_prepare(
     kubelet: DraKubeletSimulator, claims: Sequence[Claim], **options: Any
 ) -> dict[str, PrepareResult]:
-    """Prepare as the kubelet retries it after a plugin restart: the first tries may reach the dead daemon's
-    socket, or find no plugin while the new one is still registering."""
+    """Prepare as the kubelet retries it after a plugin restart: the first tries may reach the dead
+    daemon's socket, or find no plugin while the new one is still registering."""
     for _ in range(200):
         try:
             return await kubelet.prepare(claims, **options)
@@ -223,8 +225,9 @@ def claims_in_checkpoint(workspace: Workspace) -> dict[str, Any]:
 
 
 def checked_state(workspace: Workspace) -> Checkpoint:
-    """What is on disk, checked the way a crash must leave it: the checkpoint parses, every spec a runtime
-    would read from --cdi-root (`*.json`) is valid CDI, and no device is held by two claims."""
+    """What is on disk, checked the way a crash must leave it: the checkpoint parses, every spec a
+    runtime would read from --cdi-root (`*.json`) is valid CDI, and no device is held by two
+    claims."""
     stored = Checkpoint.from_bytes(workspace.checkpoint.read_bytes()) if workspace.checkpoint.exists() else None
     for path in workspace.cdi.glob("*.json"):
         assert_valid_cdi(json.loads(path.read_bytes()))
@@ -244,7 +247,8 @@ def published_names(api: FakeKubeAPI) -> list[str]:
 
 
 def pool_settled(api: FakeKubeAPI) -> list[dict[str, Any]] | None:
-    """The slices when the pool is complete and consistent (one generation, count = slices), else None."""
+    """The slices when the pool is complete and consistent (one generation, count = slices), else
+    None."""
     slices = node_slices(api)
     pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices}
     if len(pools) != 1 or next(iter(pools))[1] != len(slices):
@@ -276,7 +280,8 @@ def allocate(
 def plant_claim(
     api: FakeKubeAPI, name: str, uid_of: str | None, results: list[dict[str, str]] | None, namespace: str = "default"
 ) -> Claim:
-    """A claim with any allocation status (None: not allocated) — states the scheduler would not write."""
+    """A claim with any allocation status (None: not allocated) — states the scheduler would not
+    write."""
     body: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace}, "spec": {"devices": {}}}
     if results is not None:
         body["status"] = {"allocation": {"devices": {"results": results}}}
@@ -289,7 +294,8 @@ def result(device: str, request: str = "npu", pool: str = NODE, driver: str = DR
 
 
 class CheckedKubelet(DraKubeletSimulator):
-    """The simulator, checking every CDI spec a successful Prepare leaves behind against the CDI rules."""
+    """The simulator, checking every CDI spec a successful Prepare leaves behind against the CDI
+    rules."""
 
     def __init__(self, workspace: Workspace, **options: Any) -> None:
         super().__init__(workspace.reg, node_name=NODE, **options)

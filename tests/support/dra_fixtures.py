@@ -1,4 +1,5 @@
-"""Fixtures of the DRA integration tests, loaded with `pytest_plugins = ["tests.support.dra_fixtures"]`."""
+"""Fixtures of the DRA integration tests, loaded with `pytest_plugins =
+["tests.support.dra_fixtures"]`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def fake_api() -> Iterator[FakeKubeAPI]:
 
 @pytest.fixture
 def workspace(fake_api: FakeKubeAPI) -> Iterator[Workspace]:
-    """A short root (Unix socket paths must stay under 108 bytes) with the atlas-800t-a2 inventory."""
+    """A short root (Unix socket paths must stay under 108 bytes) with the atlas-800t-a2
+    inventory."""
     with temporary_workspace(fake_api) as ws:
         yield ws

@@ -1,5 +1,6 @@
-"""Simulated Ascend hosts for the backend tests: a fake libdcmi.so (compiled from tests/fakedcmi/fake_dcmi.c)
-with its host description, and a fake `npu-smi` shell script answering from files beside it."""
+"""Simulated Ascend hosts for the backend tests: a fake libdcmi.so (compiled from
+tests/fakedcmi/fake_dcmi.c) with its host description, and a fake `npu-smi` shell script answering
+from files beside it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
 CONFIG_ENV = "FAKE_DCMI_CONFIG"
 NPU_SMI_FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
 
-# Answers `info`, `info -m`, `info -t topo` and the vNPU commands from files beside it, so tests can rewrite
-# them: `template-info-<card>.txt`, `info-vnpu-<card>-<chip>.txt`, `vnpu-mode.txt`, `create-vnpu.txt`,
-# `destroy-vnpu.txt` (a missing file makes the query fail as an unsupported one does). `<name>.status` beside
-# `<name>.txt` makes that query exit with the status it holds. `set` command lines are appended to set.log.
+# Answers `info`, `info -m`, `info -t topo` and the vNPU commands from files beside it, so tests can
+# rewrite them: `template-info-<card>.txt`, `info-vnpu-<card>-<chip>.txt`, `vnpu-mode.txt`,
+# `create-vnpu.txt`, `destroy-vnpu.txt` (a missing file makes the query fail as an unsupported one
+# does). `<name>.status` beside `<name>.txt` makes that query exit with the status it holds. `set`
+# command lines are appended to set.log.
 FAKE_NPU_SMI = """#!/bin/sh
 dir=$(dirname "$0")
 case "$*" in
@@ -81,7 +83,8 @@ class FakeDie:
 
 @dataclass(frozen=True)
 class FakeResources:
-    """A chip's vNPU totals or what a template takes, as DCMI reports them; -1 is NA (aicpu 0xFFFF, media -1.0)."""
+    """A chip's vNPU totals or what a template takes, as DCMI reports them; -1 is NA (aicpu 0xFFFF,
+    media -1.0)."""
 
     aic: int
     aicpu: int
@@ -99,7 +102,8 @@ class FakeResources:
 
 @dataclass(frozen=True)
 class FakeTemplate:
-    """A template: what a vNPU of it is given (DCMI), and the memory npu-smi's template-info shows (GB)."""
+    """A template: what a vNPU of it is given (DCMI), and the memory npu-smi's template-info shows
+    (GB)."""
 
     name: str
     uses: FakeResources
@@ -152,7 +156,8 @@ class FakeHost:
 
 
 def fake_npu_smi(directory: Path, info: str, mapping: str | None = None, topo: str | None = None) -> Path:
-    """A fake npu-smi in `directory` answering with the named fixture files (tests/fixtures/npu-smi)."""
+    """A fake npu-smi in `directory` answering with the named fixture files
+    (tests/fixtures/npu-smi)."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in (("info", info), ("mapping", mapping), ("topo", topo)):
         if source is not None:
@@ -179,7 +184,8 @@ def _row(first: str, second: str, third: str) -> str:
 
 
 def npu_smi_info(host: FakeHost) -> str:
-    """`npu-smi info` of an A3 host, in the layout npu-smi 24.1 prints (dies in card, then chip order)."""
+    """`npu-smi info` of an A3 host, in the layout npu-smi 24.1 prints (dies in card, then chip
+    order)."""
     version = host.driver or "24.1.rc3"
     lines = [
         _RULE,
@@ -205,7 +211,8 @@ def npu_smi_info(host: FakeHost) -> str:
 
 
 def npu_smi_mapping(host: FakeHost) -> str:
-    """`npu-smi info -m` of an A3 host: TAB-led rows with a `Chip Phy-ID` column and each card's Mcu."""
+    """`npu-smi info -m` of an A3 host: TAB-led rows with a `Chip Phy-ID` column and each card's
+    Mcu."""
     columns = ("NPU ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID", "Chip Name")
     lines = ["\t" + "".join(f"{name:<31}" for name in columns)]
     for card in sorted({d.card for d in host.dies}):
@@ -216,7 +223,8 @@ def npu_smi_mapping(host: FakeHost) -> str:
 
 
 def npu_smi_topology(host: FakeHost) -> str:
-    """`npu-smi info -t topo`: the link matrix by logic id, as the fake libdcmi answers pair by pair."""
+    """`npu-smi info -t topo`: the link matrix by logic id, as the fake libdcmi answers pair by
+    pair."""
     dies = sorted(host.dies, key=lambda d: d.logic)
 
     def link(first: FakeDie, second: FakeDie) -> str:
@@ -231,7 +239,8 @@ def npu_smi_topology(host: FakeHost) -> str:
 
 
 def npu_smi_template_info(host: FakeHost) -> str:
-    """`npu-smi info -t template-info`, in the driver's printf formats (npu_card_info.c printf_template_info)."""
+    """`npu-smi info -t template-info`, in the driver's printf formats (npu_card_info.c
+    printf_template_info)."""
     rule = "+" + "-" * 90 + "+"
     lines = [
         rule,
@@ -248,8 +257,9 @@ def npu_smi_template_info(host: FakeHost) -> str:
 
 
 def npu_smi_info_vnpu(host: FakeHost, phy: int) -> str:
-    """`npu-smi info -t info-vnpu` of one die, in the driver's printf formats (npu_chip_info.c): Free/Total from
-    the totals less the templates of its vNPUs, the 910B memory total rounded up to 32 or 64 GB."""
+    """`npu-smi info -t info-vnpu` of one die, in the driver's printf formats (npu_chip_info.c):
+    Free/Total from the totals less the templates of its vNPUs, the 910B memory total rounded up to
+    32 or 64 GB."""
     total = host.vnpu_totals[phy]
     vnpus = [(vnpu_id, name) for die, vnpu_id, name in host.vnpus if die == phy]
     templates = {t.name: t.uses for t in host.vnpu_templates}
@@ -285,7 +295,8 @@ def npu_smi_info_vnpu(host: FakeHost, phy: int) -> str:
 
 
 def npu_smi_for(directory: Path, host: FakeHost) -> Path:
-    """A fake npu-smi printing `host`, the host the fake libdcmi.so simulates from the same FakeHost."""
+    """A fake npu-smi printing `host`, the host the fake libdcmi.so simulates from the same
+    FakeHost."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "info.txt").write_text(npu_smi_info(host))
     (directory / "mapping.txt").write_text(npu_smi_mapping(host))

@@ -1,4 +1,5 @@
-"""An in-memory `KubeApi` for unit tests: slices with resourceVersions, a watch history, call counts, faults.
+"""An in-memory `KubeApi` for unit tests: slices with resourceVersions, a watch history, call
+counts, faults.
 
 It behaves like the API server where the product relies on it (generateName, resourceVersion
 preconditions, 404 on a missing slice, 410 for a watch from before the history) and counts every
@@ -26,7 +27,8 @@ from npu_plugin.kubeapi.protocol import (
 
 
 class InMemoryKube:
-    """Thread-safe. `calls` counts requests by name (`list_slices`, `watch_slices`, `create_slice`, ...)."""
+    """Thread-safe. `calls` counts requests by name (`list_slices`, `watch_slices`, `create_slice`,
+    ...)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -51,8 +53,8 @@ class InMemoryKube:
         self._claims[(meta.get("namespace", "default"), meta.get("name", ""))] = claim
 
     def fail_next(self, call: str, *faults: BaseException | SliceEvent) -> None:
-        """The next calls named `call` raise these errors, in order; a SliceEvent (for `watch_slices`) is
-        that watch's only event, however wrong, before it ends."""
+        """The next calls named `call` raise these errors, in order; a SliceEvent (for
+        `watch_slices`) is that watch's only event, however wrong, before it ends."""
         with self._cond:
             self._faults.setdefault(call, []).extend(faults)
 
@@ -68,7 +70,8 @@ class InMemoryKube:
             self._at_once = count
 
     def inject_event(self, event: SliceEvent) -> None:
-        """Send `event` to every watcher as it is, however wrong (a resourceVersion going backwards, say)."""
+        """Send `event` to every watcher as it is, however wrong (a resourceVersion going backwards,
+        say)."""
         with self._cond:
             self._history.append(event)
             self._version += 1
@@ -79,7 +82,8 @@ class InMemoryKube:
             return self._version
 
     def compact(self) -> None:
-        """Forget the event history, and the current resourceVersion with it: every watcher resuming gets 410."""
+        """Forget the event history, and the current resourceVersion with it: every watcher resuming
+        gets 410."""
         with self._cond:
             self._history.clear()
             self._version += 1

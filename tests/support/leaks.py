@@ -1,20 +1,21 @@
-"""What a test leaves running: asyncio tasks, threads and child processes it started and did not stop.
+"""What a test leaves running: asyncio tasks, threads and child processes it started and did not
+stop.
 
-Tests run asyncio through `asyncio.run` (or a loop of their own). `asyncio.run` quietly cancels whatever
-tasks are still pending when the main coroutine returns, so the check looks at that moment: it wraps the
-runner's final cancellation and records the tasks it is about to cancel. Loops made with
-`new_event_loop()` are recorded too, and any task still pending on one of them at the end of the test is
-a leak, as is a loop never closed (its selector and self-pipe stay open).
+Tests run asyncio through `asyncio.run` (or a loop of their own). `asyncio.run` quietly cancels
+whatever tasks are still pending when the main coroutine returns, so the check looks at that moment:
+it wraps the runner's final cancellation and records the tasks it is about to cancel. Loops made
+with `new_event_loop()` are recorded too, and any task still pending on one of them at the end of
+the test is a leak, as is a loop never closed (its selector and self-pipe stay open).
 
-One kind of task gets time to finish instead: gRPC AsyncIO's own per-call tasks (GRPC_CALL_TASKS), on
-the client (the call's status) and on the server (each RPC's handler and its cancellation watch). After
-a call is ended (cancelled, its channel closed, its server stopped), gRPC core reports it from its
-poller thread a moment later, and no public API awaits that report; so these tasks get up to
+One kind of task gets time to finish instead: gRPC AsyncIO's own per-call tasks (GRPC_CALL_TASKS),
+on the client (the call's status) and on the server (each RPC's handler and its cancellation watch).
+After a call is ended (cancelled, its channel closed, its server stopped), gRPC core reports it from
+its poller thread a moment later, and no public API awaits that report; so these tasks get up to
 GRPC_SETTLE_SECONDS to end. One that does not end belongs to a call nobody ended, and is reported.
 
 Threads started during the test must have ended by its end (each gets up to THREAD_GRACE_SECONDS to
-finish what it was told to stop doing); garbage is collected first, because gRPC AsyncIO's poller thread
-stops only when its last channel or server is collected. No thread is exempt.
+finish what it was told to stop doing); garbage is collected first, because gRPC AsyncIO's poller
+thread stops only when its last channel or server is collected. No thread is exempt.
 
 Child processes of this process (any thread's) that were not there before the test must be gone and
 waited for; the fixture kills and reaps the ones it reports, by pid.
@@ -37,8 +38,8 @@ from typing import Any
 
 THREAD_GRACE_SECONDS = 5.0
 GRPC_SETTLE_SECONDS = 5.0
-# gRPC AsyncIO's own per-call tasks: a client call's status, and a server RPC's scheduling, exception
-# handling and cancellation watch. Each ends only after gRPC core reports the call's end.
+# gRPC AsyncIO's own per-call tasks: a client call's status, and a server RPC's scheduling,
+# exception handling and cancellation watch. Each ends only after gRPC core reports the call's end.
 GRPC_CALL_TASKS = frozenset(
     {
         "_AioCall._handle_status_once_received",
@@ -58,7 +59,8 @@ class Child:
 
 
 def children() -> dict[tuple[int, int], Child]:
-    """The children of this process (every thread's, zombies included), keyed by pid and start time."""
+    """The children of this process (every thread's, zombies included), keyed by pid and start
+    time."""
     found = {}
     for task in Path("/proc/self/task").iterdir():
         try:
@@ -82,8 +84,10 @@ def describe(pid: int) -> Child | None:
 
 
 def parse_stat(stat: str, command: str) -> Child:
-    """A child from its /proc/PID/stat line; `command` (its argv) if it has one, else the name in `stat`."""
-    # The name in parentheses may itself hold spaces and parentheses: the fields start after the last ")".
+    """A child from its /proc/PID/stat line; `command` (its argv) if it has one, else the name in
+    `stat`."""
+    # The name in parentheses may itself hold spaces and parentheses: the fields start after the
+    # last ")".
     name_end = stat.rindex(")")
     fields = stat[name_end + 2 :].split()
     return Child(
@@ -95,7 +99,8 @@ def parse_stat(stat: str, command: str) -> Child:
 
 
 class LeakWatch:
-    """Use around one test: `with LeakWatch() as watch: ...`, then `watch.leaks()` names what is left."""
+    """Use around one test: `with LeakWatch() as watch: ...`, then `watch.leaks()` names what is
+    left."""
 
     def __init__(self) -> None:
         self.threads_before: set[threading.Thread] = set()
@@ -107,7 +112,8 @@ class LeakWatch:
     def __enter__(self) -> LeakWatch:
         self.threads_before = set(threading.enumerate())
         self.children_before = set(children())
-        # asyncio.run cancels leftover tasks in this private function, the one moment they are visible.
+        # asyncio.run cancels leftover tasks in this private function, the one moment they are
+        # visible.
         self._wrap(asyncio.runners, "_cancel_all_tasks", self._before_runner_cancels)
         self._wrap(asyncio.events.BaseDefaultEventLoopPolicy, "new_event_loop", self._after_new_loop)
         return self

@@ -1,5 +1,5 @@
-"""A throwaway certificate authority made with the openssl command: a server certificate for the fake API
-server and client certificates, as a cluster's CA would issue them."""
+"""A throwaway certificate authority made with the openssl command: a server certificate for the
+fake API server and client certificates, as a cluster's CA would issue them."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class Authority:
         return cls(root, ca)
 
     def issue(self, name: str, *, dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> Pair:
-        """A certificate with common name `name` (a client's identity) and these subject alternative names."""
+        """A certificate with common name `name` (a client's identity) and these subject alternative
+        names."""
         pair = Pair(self.root / f"{name}.crt", self.root / f"{name}.key")
         request = self.root / f"{name}.csr"
         _key(pair.key)
@@ -54,8 +55,9 @@ class Authority:
         return pair
 
     def server_context(self, server: Pair, *, client_ca: Path | None = None) -> ssl.SSLContext:
-        """A server-side context presenting `server`; with `client_ca`, clients may present a certificate it
-        issued (one without a certificate is still served, as kube-apiserver serves token users)."""
+        """A server-side context presenting `server`; with `client_ca`, clients may present a
+        certificate it issued (one without a certificate is still served, as kube-apiserver serves
+        token users)."""
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(server.cert, server.key)
         if client_ca is not None:

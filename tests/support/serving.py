@@ -1,4 +1,5 @@
-"""One both-mode daemon serving for a whole test module (no kubelet: the tests call its sockets directly)."""
+"""One both-mode daemon serving for a whole test module (no kubelet: the tests call its sockets
+directly)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class Served:
 
 @contextlib.contextmanager
 def pod_resources(socket: Path) -> Iterator[PodResourcesSimulator]:
-    """The kubelet's PodResources endpoint, served from a loop of its own (these tests are synchronous)."""
+    """The kubelet's PodResources endpoint, served from a loop of its own (these tests are
+    synchronous)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="pod-resources", daemon=True)
     thread.start()
@@ -59,8 +61,9 @@ def pod_resources(socket: Path) -> Iterator[PodResourcesSimulator]:
 
 @contextlib.contextmanager
 def serving(log_dir: Path) -> Iterator[Served]:
-    """A both-mode daemon (device plugin on 0-3, DRA on 4-7) with its fake API server and a PodResources
-    endpoint holding nothing (so the partition applies at once); the daemon is killed by its pid."""
+    """A both-mode daemon (device plugin on 0-3, DRA on 4-7) with its fake API server and a
+    PodResources endpoint holding nothing (so the partition applies at once); the daemon is killed
+    by its pid."""
     daemons = Daemons(log_dir)
     with (
         fake_api_with_node() as api,
@@ -71,8 +74,9 @@ def serving(log_dir: Path) -> Iterator[Served]:
             daemon = daemons(*both_args(workspace))
             sockets = [workspace.root / DP_SOCKET, workspace.dra_socket(), workspace.registration_socket()]
             wait_until(lambda: all(s.exists() for s in sockets), 20, "the daemon's three sockets")
-            # Settled: its slice watch is open. A module-scoped daemon still opening connections would start the
-            # fake API's handler threads inside the first test, which the leak check then reports.
+            # Settled: its slice watch is open. A module-scoped daemon still opening connections
+            # would start the fake API's handler threads inside the first test, which the leak check
+            # then reports.
             wait_until(lambda: any(r.verb == "watch" for r in api.requests), 20, "the daemon's slice watch")
             yield Served(workspace, api, daemon)
         finally:

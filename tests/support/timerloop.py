@@ -1,6 +1,8 @@
-"""An event loop that notes every timer it is asked for and which task asked: a poll, however slow, needs one.
+"""An event loop that notes every timer it is asked for and which task asked: a poll, however slow,
+needs one.
 
-Counting timers rather than wakeups over a window keeps a "nothing polls" test independent of the machine's speed.
+Counting timers rather than wakeups over a window keeps a "nothing polls" test independent of the
+machine's speed.
 """
 
 from __future__ import annotations

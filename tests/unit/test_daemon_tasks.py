@@ -1,5 +1,6 @@
-"""No background task of the daemon dies unnoticed: a task failing on an unexpected error (a bug) stops the
-whole daemon in order and the error reaches the caller, which exits 1 (the DaemonSet then restarts it)."""
+"""No background task of the daemon dies unnoticed: a task failing on an unexpected error (a bug)
+stops the whole daemon in order and the error reaches the caller, which exits 1 (the DaemonSet then
+restarts it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from npu_plugin.daemon import Daemon
 
 
 class BrokenSample(FakeBackend):
-    """The Backend seam: a backend whose `sample` breaks its never-raises promise, as a bug would."""
+    """The Backend seam: a backend whose `sample` breaks its never-raises promise, as a bug
+    would."""
 
     def sample(self) -> dict[int, Health]:
         raise RuntimeError("a bug in the health sample")

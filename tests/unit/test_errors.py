@@ -1,4 +1,5 @@
-"""errors.describe_os_error: every OSError the daemon reports is one line with the path and the errno meaning."""
+"""errors.describe_os_error: every OSError the daemon reports is one line with the path and the
+errno meaning."""
 
 from __future__ import annotations
 

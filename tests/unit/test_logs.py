@@ -29,7 +29,8 @@ def emit(
     raised: BaseException | None = None,
     **extra: Any,
 ) -> str:
-    """What one log call writes through `formatter` (raised: logged from inside its except block)."""
+    """What one log call writes through `formatter` (raised: logged from inside its except
+    block)."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)

@@ -32,9 +32,9 @@ TOPO_BUTT = 9
 
 _PEER_LINKS = frozenset({TOPO_HCCS, TOPO_HCCS_SW, TOPO_SIO})
 
-# dcmi_board_info.board_id of Atlas A3 (910C) boards: A900/A9000 A3 SuperPoD bins 1-3 (0xb0-0xb2) and
-# Atlas 800I A3 (0xb3, 0xb4), as mind-cluster's devmanager lists them. Their dies answer the v1 chip call
-# with plain `Ascend910`, like a 910A.
+# dcmi_board_info.board_id of Atlas A3 (910C) boards: A900/A9000 A3 SuperPoD bins 1-3 (0xb0-0xb2)
+# and Atlas 800I A3 (0xb3, 0xb4), as mind-cluster's devmanager lists them. Their dies answer the v1
+# chip call with plain `Ascend910`, like a 910A.
 A3_BOARD_IDS = frozenset({0xB0, 0xB1, 0xB2, 0xB3, 0xB4})
 
 _HEALTH_CODES = {0: Health.OK, 1: Health.WARNING, 2: Health.ALARM, 3: Health.CRITICAL}
@@ -103,7 +103,8 @@ class HbmInfo(ctypes.Structure):
 
 
 class MemoryInfoV3(ctypes.Structure):
-    """struct dcmi_get_memory_info_stru (DDR), filled by dcmi_get_device_memory_info_v3; sizes in MB."""
+    """struct dcmi_get_memory_info_stru (DDR), filled by dcmi_get_device_memory_info_v3; sizes in
+    MB."""
 
     _fields_ = [
         ("memory_size", ctypes.c_ulonglong),
@@ -117,7 +118,8 @@ class MemoryInfoV3(ctypes.Structure):
     ]
 
 
-# ---- vNPUs: dcmi_get_device_info(card, device, DCMI_MAIN_CMD_VDEV_MNG, <sub command>, buffer, &size)
+# ---- vNPUs: dcmi_get_device_info(card, device, DCMI_MAIN_CMD_VDEV_MNG, <sub command>, buffer,
+# &size)
 
 MAIN_CMD_VDEV_MNG = 52
 VDEV_SUB_CMD_ONE = 0  # one vNPU: the caller sets dcmi_vdev_query_stru.vdev_id
@@ -236,7 +238,8 @@ class SocFreeResource(ctypes.Structure):
 
 
 class SocTotalResource(ctypes.Structure):
-    """struct dcmi_soc_total_resource: sub-command 1's buffer, the chip's totals and its vNPU ids."""
+    """struct dcmi_soc_total_resource: sub-command 1's buffer, the chip's totals and its vNPU
+    ids."""
 
     _fields_ = [
         ("vdev_num", ctypes.c_uint),
@@ -293,7 +296,8 @@ def health_from_code(code: int) -> Health:
 
 
 def format_bus_id(domain: int, bus: int, device: int, function: int) -> str:
-    """Pure: PCI address as sysfs spells it, `0000:c1:00.0`; ValueError when a part is out of range."""
+    """Pure: PCI address as sysfs spells it, `0000:c1:00.0`; ValueError when a part is out of
+    range."""
     limits = (("domain", domain, 0xFFFFFFFF), ("bus", bus, 0xFF), ("device", device, 0x1F))
     for name, value, top in (*limits, ("function", function, 0x7)):
         if not 0 <= value <= top:
@@ -309,8 +313,8 @@ def decode_c_string(raw: bytes) -> str:
 def chip_name_from(chip_type: bytes, chip_name: bytes) -> str:
     """Pure: npu-smi's chip name (`910B3`) from dcmi_chip_info's chip_type/chip_name arrays.
 
-    Drivers fill chip_type with `Ascend` and chip_name with `910B3`; some put the whole `Ascend910B3`
-    in chip_name. Empty when the driver left chip_name blank.
+    Drivers fill chip_type with `Ascend` and chip_name with `910B3`; some put the whole
+    `Ascend910B3` in chip_name. Empty when the driver left chip_name blank.
     """
     name = decode_c_string(chip_name)
     prefix = decode_c_string(chip_type) or "Ascend"
@@ -320,8 +324,9 @@ def chip_name_from(chip_type: bytes, chip_name: bytes) -> str:
 def device_type_from(chip_name: str, npu_name: str, board_id: int | None) -> str:
     """Pure: a die's family, the way mind-cluster's devmanager tells it.
 
-    An A3 board id means Ascend910C whatever the chip call said; otherwise the v2 call's npu_name (the
-    real model) when it names a known chip, else the chip name. ValueError when neither is known.
+    An A3 board id means Ascend910C whatever the chip call said; otherwise the v2 call's npu_name
+    (the real model) when it names a known chip, else the chip name. ValueError when neither is
+    known.
     """
     if board_id in A3_BOARD_IDS:
         return "Ascend910C"
@@ -341,7 +346,8 @@ def megabytes_to_bytes(megabytes: int) -> int:
 def is_hccs_peer(topo_type: int) -> bool:
     """Pure: whether a dcmi_get_topo_info_by_device_id answer makes two devices HCCS peers.
 
-    HCCS, HCCS through a switch (910C boxes), and SIO, the on-package link between a 910C card's dies.
+    HCCS, HCCS through a switch (910C boxes), and SIO, the on-package link between a 910C card's
+    dies.
     """
     return topo_type in _PEER_LINKS
 
@@ -352,7 +358,8 @@ def _amount(value: float) -> Decimal:
 
 
 def resources(computing: ComputingResource, media: MediaResource) -> dict[str, Decimal]:
-    """Pure: AI cores, AI CPUs and DVPP units a resource pair reports, by the vNPU model's names; NA ones left out."""
+    """Pure: AI cores, AI CPUs and DVPP units a resource pair reports, by the vNPU model's names; NA
+    ones left out."""
     found: dict[str, Decimal] = {}
     if computing.aic >= 0:
         found["aicore"] = _amount(computing.aic)

@@ -31,9 +31,10 @@ from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, DcmiError, VnpuError
 
 DEFAULT_LIBRARY = "libdcmi.so"
-# How long a caller waits for the library while another call runs in it. Longer than any DCMI call of a healthy
-# driver (a vNPU create included: npu-smi, whose create makes the same call, is given 10 s), far shorter than the
-# kubelet's 45 s Prepare deadline, so a Prepare queued behind a hung call still gets an error of its own in time.
+# How long a caller waits for the library while another call runs in it. Longer than any DCMI call
+# of a healthy driver (a vNPU create included: npu-smi, whose create makes the same call, is given
+# 10 s), far shorter than the kubelet's 45 s Prepare deadline, so a Prepare queued behind a hung
+# call still gets an error of its own in time.
 DEFAULT_LOCK_TIMEOUT_SECONDS = 15.0
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ class _Slot:
 
 @dataclass(frozen=True, slots=True)
 class _Running:
-    """The library call in progress: what a caller that cannot get the library is told it waits on."""
+    """The library call in progress: what a caller that cannot get the library is told it waits
+    on."""
 
     call: str
     args: tuple[object, ...]
@@ -88,10 +90,10 @@ class DcmiBackend:
     dcmi_get_driver_version (dcmi_get_dcmi_version is the library's own version, not the driver's).
     `npu_smi` is run only for vNPU templates, which DCMI has no public call for (see dcmi_vnpu).
 
-    The library is called by one thread at a time. A caller waits for it at most `lock_timeout` seconds: a driver
-    call that never returns (a hung vNPU create, say) then makes health read Unknown and the other methods raise
-    BackendError naming that call, instead of stalling every thread behind it; later callers are told at once, and
-    all works again once it returns.
+    The library is called by one thread at a time. A caller waits for it at most `lock_timeout`
+    seconds: a driver call that never returns (a hung vNPU create, say) then makes health read
+    Unknown and the other methods raise BackendError naming that call, instead of stalling every
+    thread behind it; later callers are told at once, and all works again once it returns.
     """
 
     name = "dcmi"
@@ -115,7 +117,8 @@ class DcmiBackend:
         self._lock = threading.Lock()
         self._lock_timeout = lock_timeout
         self._running: _Running | None = None
-        # The overdue call already logged, so each hang is reported once when noticed and once when it ends.
+        # The overdue call already logged, so each hang is reported once when noticed and once when
+        # it ends.
         self._overdue: _Running | None = None
         self._overdue_lock = threading.Lock()
         self._initialized = False
@@ -136,8 +139,8 @@ class DcmiBackend:
         return devices
 
     def sample(self) -> dict[int, Health]:
-        """Health per physical id; a device whose query fails, or every device while the library is busy past
-        the lock timeout, is Unknown. Never raises."""
+        """Health per physical id; a device whose query fails, or every device while the library is
+        busy past the lock timeout, is Unknown. Never raises."""
         if not self._acquire():
             self._busy()
             return {slot.physical_id: Health.UNKNOWN for slot in self._slots}
@@ -150,7 +153,8 @@ class DcmiBackend:
             self._lock.release()
 
     def hccs_peers(self) -> dict[int, frozenset[int]]:
-        """HCCS (or SIO) peers per physical id, for devices the driver answered about; {} when unsupported."""
+        """HCCS (or SIO) peers per physical id, for devices the driver answered about; {} when
+        unsupported."""
         with self._exclusive():
             slots = self._known_slots()
             if self._closed or len(slots) < 2:
@@ -160,15 +164,17 @@ class DcmiBackend:
     def close(self) -> None:
         """Stop using the library; later discover() raises, sample() reports every device Unknown.
 
-        Does not wait for the library: a call in progress (one that never returns, at worst) ends as it would,
-        and the next call sees the flag, so a hung driver call cannot hold up the daemon's exit.
+        Does not wait for the library: a call in progress (one that never returns, at worst) ends as
+        it would, and the next call sees the flag, so a hung driver call cannot hold up the daemon's
+        exit.
         """
         self._closed = True
 
     # ---- vNPUs ----
 
     def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
-        """Totals and vNPUs from the driver, templates from npu-smi; None when the driver cannot split the chip."""
+        """Totals and vNPUs from the driver, templates from npu-smi; None when the driver cannot
+        split the chip."""
         with self._exclusive():
             slot = self._slot_of(physical_id)
             facts = dcmi_vnpu.read_chip(self._call, slot.card_id, slot.device_index)
@@ -219,7 +225,8 @@ class DcmiBackend:
             dcmi_vnpu.destroy(self._call, slot.card_id, slot.device_index, vnpu_id)
 
     def _templates(self, slot: _Slot, facts: dcmi_vnpu.ChipFacts) -> tuple[tuple[VnpuTemplate, ...], bool]:
-        """npu-smi's templates for the card, and True; without npu-smi, those of the chip's vNPUs, and False."""
+        """npu-smi's templates for the card, and True; without npu-smi, those of the chip's vNPUs,
+        and False."""
         try:
             return self._npu_smi.templates(slot.card_id), True
         except BackendError as error:
@@ -247,7 +254,8 @@ class DcmiBackend:
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """The library to this thread alone; BackendError naming the call in the way when it stays busy."""
+        """The library to this thread alone; BackendError naming the call in the way when it stays
+        busy."""
         if not self._acquire():
             raise BackendError(self._busy())
         try:
@@ -256,8 +264,9 @@ class DcmiBackend:
             self._lock.release()
 
     def _acquire(self) -> bool:
-        """Take the library: False when it stays busy for the lock timeout, and at once while a call already
-        found overdue still runs, so a batch of callers behind one hung call is not kept waiting one after another."""
+        """Take the library: False when it stays busy for the lock timeout, and at once while a call
+        already found overdue still runs, so a batch of callers behind one hung call is not kept
+        waiting one after another."""
         if self._lock.acquire(blocking=False):
             return True
         overdue = self._overdue
@@ -283,8 +292,8 @@ class DcmiBackend:
         return message
 
     def _subject(self, args: tuple[object, ...]) -> str:
-        """` on npu-<physical id>` when the call's first two arguments are a discovered die's card and device,
-        as every per-die DCMI call's are; else nothing."""
+        """` on npu-<physical id>` when the call's first two arguments are a discovered die's card
+        and device, as every per-die DCMI call's are; else nothing."""
         slot = next((slot for slot in self._slots if (slot.card_id, slot.device_index) == args[:2]), None)
         return "" if slot is None else f" on npu-{slot.physical_id}"
 
@@ -371,9 +380,9 @@ class DcmiBackend:
         return _Probe(slot, chip, ai_core, self._memory(slot), self._bus_id(slot), health)
 
     def _chip(self, slot: _Slot) -> tuple[_Chip | None, int | None]:
-        """Chip name and family; like mind-cluster's devmanager, the v2 call first (its npu_name is the
-        real model where the v1 call says plain `Ascend910`), the v1 call when v2 is missing or fails,
-        and an A3 board id overriding both."""
+        """Chip name and family; like mind-cluster's devmanager, the v2 call first (its npu_name is
+        the real model where the v1 call says plain `Ascend910`), the v1 call when v2 is missing or
+        fails, and an A3 board id overriding both."""
         answer = self._chip_info_v2(slot) or self._chip_info_v1(slot)
         if answer is None:
             return None, None
@@ -459,7 +468,8 @@ class DcmiBackend:
         return health
 
     def _driver_version(self) -> str | None:
-        """dcmi_get_driver_version, else the driver's version file; never the DCMI library's own version."""
+        """dcmi_get_driver_version, else the driver's version file; never the DCMI library's own
+        version."""
         buffer = ctypes.create_string_buffer(abi.VERSION_BUFFER_LEN)
         code = self._call("dcmi_get_driver_version", buffer, abi.VERSION_BUFFER_LEN)
         if code == driver_codes.OK and (version := abi.decode_c_string(buffer.raw)):

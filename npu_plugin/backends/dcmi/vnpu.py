@@ -1,8 +1,9 @@
 """vNPU calls into a loaded DCMI library: a chip's totals and vNPUs, the mode, create and destroy.
 
-`call` is the backend's bound caller (`DcmiBackend._call`): it answers NOT_SUPPORT for a function the library
-does not export. Totals and vNPU ids come from `dcmi_get_device_info(card, device, 52, 1)`, each vNPU from
-sub-command 0. DCMI has no public template query: the backend takes templates from npu-smi.
+`call` is the backend's bound caller (`DcmiBackend._call`): it answers NOT_SUPPORT for a function
+the library does not export. Totals and vNPU ids come from `dcmi_get_device_info(card, device, 52,
+1)`, each vNPU from sub-command 0. DCMI has no public template query: the backend takes templates
+from npu-smi.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def read_vnpu(call: Call, card: int, device: int, vnpu_id: int) -> ExistingVnpu 
 
 
 def read_mode(call: Call) -> ChipMode | None:
-    """The host's vNPU mode from dcmi_get_vdevice_mode; None when the library does not export or answer it."""
+    """The host's vNPU mode from dcmi_get_vdevice_mode; None when the library does not export or
+    answer it."""
     mode = ctypes.c_int()
     if call("dcmi_get_vdevice_mode", ctypes.byref(mode)) != driver_codes.OK:
         return None
@@ -84,7 +86,8 @@ def read_mode(call: Call) -> ChipMode | None:
 
 
 def create(call: Call, card: int, device: int, template: str, vnpu_id: int) -> int:
-    """dcmi_create_vdevice with the wanted id and any vGroup; the id the driver gave, or VnpuError with its code."""
+    """dcmi_create_vdevice with the wanted id and any vGroup; the id the driver gave, or VnpuError
+    with its code."""
     name = template.encode()
     where = f"{template} (id {vnpu_id}) on card {card} device {device}"
     if len(name) > _TEMPLATE_NAME_MAX:
@@ -98,7 +101,8 @@ def create(call: Call, card: int, device: int, template: str, vnpu_id: int) -> i
 
 
 def destroy(call: Call, card: int, device: int, vnpu_id: int) -> None:
-    """dcmi_set_destroy_vdevice; VnpuNotFoundError when the chip has no such vNPU. The caller refuses 0xffff."""
+    """dcmi_set_destroy_vdevice; VnpuNotFoundError when the chip has no such vNPU. The caller
+    refuses 0xffff."""
     code = call("dcmi_set_destroy_vdevice", card, device, vnpu_id)
     where = f"vNPU {vnpu_id} on card {card} device {device}"
     if code == driver_codes.DEVICE_NOT_EXIST:
@@ -108,8 +112,8 @@ def destroy(call: Call, card: int, device: int, vnpu_id: int) -> None:
 
 
 def existing_templates(vnpus: Iterable[ExistingVnpu]) -> tuple[VnpuTemplate, ...]:
-    """The templates of the chip's vNPUs, each once: all DCMI can tell without npu-smi. Memory is what the vNPU
-    was given, which on 910B is less than the template's nominal figure."""
+    """The templates of the chip's vNPUs, each once: all DCMI can tell without npu-smi. Memory is
+    what the vNPU was given, which on 910B is less than the template's nominal figure."""
     by_name: dict[str, VnpuTemplate] = {}
     for vnpu in vnpus:
         by_name.setdefault(vnpu.template.name, vnpu.template)

@@ -1,5 +1,5 @@
-"""The fake backend: a built-in profile or an inventory file that tests rewrite to inject faults, and simulated
-vNPU hardware for the chips whose inventory entry has a `vnpu:` block."""
+"""The fake backend: a built-in profile or an inventory file that tests rewrite to inject faults,
+and simulated vNPU hardware for the chips whose inventory entry has a `vnpu:` block."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.errors import BackendError, InventoryFileError
 from npu_plugin.host.fswatch import DirectoryWatch
 
-# The simulated vNPU hardware loads with the first vNPU call and the file format (with PyYAML) with the first file
-# read: a daemon serving a profile with --vnpu off holds neither.
+# The simulated vNPU hardware loads with the first vNPU call and the file format (with PyYAML) with
+# the first file read: a daemon serving a profile with --vnpu off holds neither.
 if TYPE_CHECKING:
     from npu_plugin.backends.fake.vnpu_hardware import FakeChip, FakeVnpuHardware
 
@@ -28,12 +28,12 @@ class FakeBackend:
     """Devices from `--fake-inventory` (re-read whenever it changes) or from `--fake-profile`.
 
     A malformed rewrite while serving keeps the last good inventory: writers may rewrite the file in
-    place, so a reader can see it empty or half-written. Health samples read the last good inventory;
-    the file itself is parsed only at discovery and after it changes.
+    place, so a reader can see it empty or half-written. Health samples read the last good
+    inventory; the file itself is parsed only at discovery and after it changes.
 
-    The simulated vNPU hardware starts at the first vNPU call (never with --vnpu off): it keeps its state in
-    `vnpu_state` (`--fake-vnpu-state`), or in memory when none is given (`inventory`), and its `vdavinci<id>`
-    files under `dev_root`.
+    The simulated vNPU hardware starts at the first vNPU call (never with --vnpu off): it keeps its
+    state in `vnpu_state` (`--fake-vnpu-state`), or in memory when none is given (`inventory`), and
+    its `vdavinci<id>` files under `dev_root`.
     """
 
     name = "fake"
@@ -71,7 +71,8 @@ class FakeBackend:
         return inventory.devices
 
     def reload(self) -> list[Device]:
-        """Re-read the file while serving; on a bad rewrite log it and return the last good devices."""
+        """Re-read the file while serving; on a bad rewrite log it and return the last good
+        devices."""
         try:
             return self.discover()
         except InventoryFileError as error:
@@ -87,8 +88,8 @@ class FakeBackend:
             return self._last_good.devices
 
     def watch_changes(self, watch: DirectoryWatch, on_change: Callable[[list[Device]], None]) -> None:
-        """The inventory file, and the vNPU state file once the hardware is in use: a change to either hands
-        the devices on, so the servers look again."""
+        """The inventory file, and the vNPU state file once the hardware is in use: a change to
+        either hands the devices on, so the servers look again."""
         if self.inventory_path is not None:
             watch.add_file(self.inventory_path, self.reload, on_change, up_to_date=self._inventory_unchanged)
         if self._hardware is not None and self._hardware.path is not None:
@@ -133,7 +134,8 @@ class FakeBackend:
         return {p: FakeChip(chip, types[p]) for p, chip in self._last_good.vnpu.items()}
 
     def _vnpu_state_changed(self) -> list[Device]:
-        """Re-read the vNPU state after it changed; a corrupt one raises, the watch logs it and nothing changes."""
+        """Re-read the vNPU state after it changed; a corrupt one raises, the watch logs it and
+        nothing changes."""
         self._vnpus().check()
         assert self._last_good is not None
         return self._last_good.devices
@@ -145,7 +147,8 @@ class FakeBackend:
         pass
 
     def _inventory_unchanged(self) -> bool:
-        """Whether the inventory file is still the one last read (same inode, size and modification time)."""
+        """Whether the inventory file is still the one last read (same inode, size and modification
+        time)."""
         assert self.inventory_path is not None
         try:
             return _stamp(self.inventory_path.stat()) == self._read_stamp

@@ -1,4 +1,5 @@
-"""The inventory file format (fake backend, `inventory -o yaml|json`): parse with line-precise errors; render."""
+"""The inventory file format (fake backend, `inventory -o yaml|json`): parse with line-precise
+errors; render."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from npu_plugin.backends.fake.profiles import FakeHost
 from npu_plugin.errors import InventoryFileError
 from npu_plugin.kubeapi.quantity import format_bytes, parse_bytes
 
-# Far above any real node (a device entry is ~300 bytes), far below what would strain the daemon's memory.
+# Far above any real node (a device entry is ~300 bytes), far below what would strain the daemon's
+# memory.
 MAX_INVENTORY_BYTES = 4 * 2**20
 _PCI_BUS_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _FIELDS = (
@@ -51,10 +53,11 @@ _RESOURCE_FIELDS = (AICORE, *TEMPLATE_RESOURCES)
 
 
 class _Entry:
-    """One mapping of the file (`devices[i]`, `devices[i].vnpu`, ...) with the line of each value for errors.
+    """One mapping of the file (`devices[i]`, `devices[i].vnpu`, ...) with the line of each value
+    for errors.
 
-    Fields named in `blocks` are nested mappings or lists, read through `block` so that their own errors
-    name their own lines.
+    Fields named in `blocks` are nested mappings or lists, read through `block` so that their own
+    errors name their own lines.
     """
 
     def __init__(
@@ -107,7 +110,8 @@ class _Entry:
         return node
 
     def mappings(self, field: str) -> list[tuple[str, yaml.MappingNode]]:
-        """The entries of a list-of-mappings field, each with its path for errors; [] when absent."""
+        """The entries of a list-of-mappings field, each with its path for errors; [] when
+        absent."""
         node = self.nodes.get(field)
         if node is None:
             return []
@@ -238,7 +242,8 @@ def _template(source: str, path: str, node: yaml.MappingNode) -> VnpuTemplate:
 
 
 def _chip_vnpu(entry: _Entry, device: Device, chips_on_card: int) -> ChipVnpu | None:
-    """The device's `vnpu:` block: what the simulated driver says about the chip's vNPUs (None when absent)."""
+    """The device's `vnpu:` block: what the simulated driver says about the chip's vNPUs (None when
+    absent)."""
     node = entry.mapping("vnpu")
     if node is None:
         return None
@@ -297,7 +302,8 @@ def _compose(text: str) -> yaml.Node | None:
 
 
 def parse_inventory_file(text: str, source: str) -> FakeHost:
-    """Devices and vNPU blocks of an inventory file; InventoryFileError names `source`, the line and the field."""
+    """Devices and vNPU blocks of an inventory file; InventoryFileError names `source`, the line and
+    the field."""
     try:
         root = _compose(text)
     except yaml.reader.ReaderError as error:  # raised before any mark exists
@@ -365,7 +371,8 @@ def _number(amount: Decimal) -> int | float:
 
 
 def vnpu_record(chip: ChipVnpu) -> dict[str, Any]:
-    """A chip's vNPU facts as an inventory file's `vnpu:` block (existing = the vNPUs there are now)."""
+    """A chip's vNPU facts as an inventory file's `vnpu:` block (existing = the vNPUs there are
+    now)."""
     return {
         "mode": chip.mode.value,
         "dynamic": chip.dynamic_supported,
@@ -381,7 +388,8 @@ def vnpu_record(chip: ChipVnpu) -> dict[str, Any]:
 
 
 def inventory_document(devices: Sequence[Device], vnpu: Mapping[int, ChipVnpu] | None = None) -> dict[str, Any]:
-    """The inventory file of `devices`; `vnpu` adds their chips' `vnpu:` blocks (never with --vnpu off)."""
+    """The inventory file of `devices`; `vnpu` adds their chips' `vnpu:` blocks (never with --vnpu
+    off)."""
     records = []
     for device in devices:
         record = device_record(device)

@@ -1,11 +1,12 @@
 """Built-in fake inventories for demos and tests; real hosts vary.
 
-The vNPU tables are the driver's own, as `npu-smi info -t template-info` prints them (memory: the "show" figure),
-from Huawei's open-sourced driver (verylucky01/driver@e29d066f,
-src/custom/dev_prod/user/dcmi/dcmi_inner/src/dcmi_inner_info_get.c: g_910B_bin1_show_template, g_910_32G_template,
-g_310p_24G_template). Chip totals: 910B3 from `npu-smi info -t info-vnpu` in Project-HAMi/ascend-device-plugin#135;
-310P3 from Huawei's MindX DL user guide (mxdlug_021), which equal the all-DVPP template vir04_4c_dvpp. Which products
-may create vNPUs on demand follows mind-cluster's support matrix (virtual_instance_with_hdk/01_description.md).
+The vNPU tables are the driver's own, as `npu-smi info -t template-info` prints them (memory: the
+"show" figure), from Huawei's open-sourced driver (verylucky01/driver@e29d066f,
+src/custom/dev_prod/user/dcmi/dcmi_inner/src/dcmi_inner_info_get.c: g_910B_bin1_show_template,
+g_910_32G_template, g_310p_24G_template). Chip totals: 910B3 from `npu-smi info -t info-vnpu` in
+Project-HAMi/ascend-device-plugin#135; 310P3 from Huawei's MindX DL user guide (mxdlug_021), which
+equal the all-DVPP template vir04_4c_dvpp. Which products may create vNPUs on demand follows
+mind-cluster's support matrix (virtual_instance_with_hdk/01_description.md).
 """
 
 from __future__ import annotations
@@ -30,15 +31,16 @@ MiB = 2**20
 
 @dataclass(frozen=True, slots=True)
 class FakeHost:
-    """What the fake backend serves, from a profile or an inventory file: devices and, for chips with vNPU facts
-    (an inventory file's `vnpu:` block), those facts."""
+    """What the fake backend serves, from a profile or an inventory file: devices and, for chips
+    with vNPU facts (an inventory file's `vnpu:` block), those facts."""
 
     devices: list[Device]
     vnpu: Mapping[int, ChipVnpu] = field(default_factory=dict)
 
 
 def _templates(rows: tuple[tuple[str, int, int, tuple[float, ...]], ...]) -> tuple[VnpuTemplate, ...]:
-    """Rows of (name, AI cores, memory MiB, (AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD)), as the driver's tables."""
+    """Rows of (name, AI cores, memory MiB, (AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD)), as the
+    driver's tables."""
     return tuple(
         VnpuTemplate(
             name,
@@ -81,7 +83,8 @@ _310P3_TOTALS = {"aicore": 8, "aicpu": 7, "vpc": 12, "venc": 3, "vdec": 12, "jpe
 
 
 def _with_vnpus(devices: list[Device], templates: tuple[VnpuTemplate, ...], totals: dict[str, int]) -> FakeHost:
-    """The devices, each chip empty of vNPUs, in container mode, dynamic where the support matrix allows it."""
+    """The devices, each chip empty of vNPUs, in container mode, dynamic where the support matrix
+    allows it."""
     vnpu = {}
     for device in devices:
         chips_on_card = sum(1 for d in devices if d.card_id == device.card_id)

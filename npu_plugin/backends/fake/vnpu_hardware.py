@@ -1,13 +1,16 @@
-"""The fake backend's simulated vNPU hardware: a persistent state file with the driver's create and destroy rules.
+"""The fake backend's simulated vNPU hardware: a persistent state file with the driver's create and
+destroy rules.
 
 The state file (`--fake-vnpu-state`) is JSON, written atomically:
 
-    {"bootId": "...", "recover": true, "vnpus": {"0": [{"vnpuId": 100, "template": "vir05_1c_16g"}]}, "faults": {}}
+{"bootId": "...", "recover": true, "vnpus": {"0": [{"vnpuId": 100, "template": "vir05_1c_16g"}]},
+"faults": {}}
 
-It outlives the daemon, as vNPUs outlive it on real hardware: a missing file starts from the inventory's `existing`
-vNPUs, and a file written under another boot id is a reboot (the vNPUs come back only when `recover` is true, as
-with the driver's /etc/vnpu.cfg). Each vNPU has a regular file `<dev-root>/vdavinci<id>` standing for its device
-node. Tests edit the file, between runs or while serving, to set the fault knobs in `faults`.
+It outlives the daemon, as vNPUs outlive it on real hardware: a missing file starts from the
+inventory's `existing` vNPUs, and a file written under another boot id is a reboot (the vNPUs come
+back only when `recover` is true, as with the driver's /etc/vnpu.cfg). Each vNPU has a regular file
+`<dev-root>/vdavinci<id>` standing for its device node. Tests edit the file, between runs or while
+serving, to set the fault knobs in `faults`.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ _MEDIA = ("vpc", "venc", "vdec", "jpegd", "jpege")
 _MEDIA_CHECKED = ("Ascend310P", "Ascend910B")
 _FAULTS = ("createError", "createErrorCount", "createDelaySeconds", "hangCreate", "destroyBusy", "nodeDelaySeconds")
 MAX_STATE_BYTES = 2**20
-# How often a hung create (hangCreate) looks whether the knob was cleared: a test double's poll, never the daemon's.
+# How often a hung create (hangCreate) looks whether the knob was cleared: a test double's poll,
+# never the daemon's.
 HANG_CHECK_SECONDS = 0.1
 
 
 @dataclass(slots=True)
 class HardwareState:
-    """The simulated hardware: its boot, whether vNPUs survive a reboot, the vNPUs per chip and the fault knobs."""
+    """The simulated hardware: its boot, whether vNPUs survive a reboot, the vNPUs per chip and the
+    fault knobs."""
 
     boot_id: str
     recover: bool = True
@@ -87,7 +92,8 @@ def _check_faults(faults: Any) -> dict[str, Any]:
 
 
 def _hangs(faults: Mapping[str, Any], physical_id: int) -> bool:
-    """Whether `hangCreate` hangs a create on the chip: true hangs every create, a list those on its chips."""
+    """Whether `hangCreate` hangs a create on the chip: true hangs every create, a list those on its
+    chips."""
     knob = faults.get("hangCreate", False)
     return knob is True or (isinstance(knob, list) and physical_id in knob)
 
@@ -153,20 +159,22 @@ def render_state(state: HardwareState) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class FakeChip:
-    """What the inventory says about a chip: its vNPU facts and its family (the driver's checks depend on it)."""
+    """What the inventory says about a chip: its vNPU facts and its family (the driver's checks
+    depend on it)."""
 
     vnpu: ChipVnpu
     device_type: str
 
 
 class FakeVnpuHardware:
-    """The driver's create and destroy, over the state file (`path`) or, without one, over memory and without
-    device nodes.
+    """The driver's create and destroy, over the state file (`path`) or, without one, over memory
+    and without device nodes.
 
-    `chips` gives the inventory's current chips. Every call re-reads the file, so edits made while serving take
-    effect at the next call; a corrupt file fails the call with a VnpuError naming the file and changes nothing.
-    Calls are serialised: the daemon calls from worker threads. A create hung by `hangCreate` waits outside that
-    lock, as a hung driver call does not stop the driver's other calls, and returns once the knob is cleared.
+    `chips` gives the inventory's current chips. Every call re-reads the file, so edits made while
+    serving take effect at the next call; a corrupt file fails the call with a VnpuError naming the
+    file and changes nothing. Calls are serialised: the daemon calls from worker threads. A create
+    hung by `hangCreate` waits outside that lock, as a hung driver call does not stop the driver's
+    other calls, and returns once the knob is cleared.
     """
 
     def __init__(
@@ -237,8 +245,8 @@ class FakeVnpuHardware:
         return vnpu_id, _hangs(state.faults, physical_id)
 
     def _hang_cleared(self, physical_id: int) -> bool:
-        """Whether the state file's `hangCreate` no longer covers the chip (a corrupt file keeps the create
-        hanging)."""
+        """Whether the state file's `hangCreate` no longer covers the chip (a corrupt file keeps the
+        create hanging)."""
         try:
             with self._lock:
                 return not _hangs(self._load().faults, physical_id)
@@ -292,8 +300,8 @@ class FakeVnpuHardware:
 
     @staticmethod
     def _check_resources(chip: FakeChip, templates: list[str], where: str) -> None:
-        """Free ≥ needed for AI cores, for AI CPUs when the chip reports them, and for the media units on 310P and
-        910B: the sums npu-smi checks. Memory and PNGD are not checked."""
+        """Free ≥ needed for AI cores, for AI CPUs when the chip reports them, and for the media
+        units on 310P and 910B: the sums npu-smi checks. Memory and PNGD are not checked."""
         checked = [AICORE, "aicpu", *(_MEDIA if chip.device_type in _MEDIA_CHECKED else ())]
         for resource in (name for name in checked if name in chip.vnpu.totals):
             needed = Decimal(0)
@@ -309,7 +317,8 @@ class FakeVnpuHardware:
                 )
 
     def _count_down(self, state: HardwareState, counter: str, *knobs: str) -> None:
-        """One armed fault used: the counter goes down in the file, and the knobs go when it reaches 0."""
+        """One armed fault used: the counter goes down in the file, and the knobs go when it reaches
+        0."""
         remaining = int(state.faults.get(counter, 1)) - 1
         if remaining > 0:
             state.faults[counter] = remaining
@@ -353,8 +362,8 @@ class FakeVnpuHardware:
         return HardwareState(self._boot_id, vnpus={p: list(c.vnpu.vnpus) for p, c in chips.items() if c.vnpu.vnpus})
 
     def _reboot(self, state: HardwareState) -> None:
-        """The node rebooted since the state was written: the driver re-creates the vNPUs from its recovery
-        config when `recover` is on; otherwise they are gone."""
+        """The node rebooted since the state was written: the driver re-creates the vNPUs from its
+        recovery config when `recover` is on; otherwise they are gone."""
         log.info(
             "fake vNPU hardware: the node rebooted; %s its vNPUs",
             "recovering" if state.recover else "dropping",

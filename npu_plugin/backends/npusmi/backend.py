@@ -1,4 +1,5 @@
-"""The npu-smi backend: runs the npu-smi executable and turns its tables into Devices and health samples."""
+"""The npu-smi backend: runs the npu-smi executable and turns its tables into Devices and health
+samples."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ _HINTS = (
 
 class NpuSmiBackend:
     """Discovery and health through `npu-smi info`, `info -m` and `info -t topo`; vNPUs through
-    `info -t template-info`, `info -t info-vnpu`, `info -t vnpu-mode` and `set -t create-vnpu|destroy-vnpu`.
+    `info -t template-info`, `info -t info-vnpu`, `info -t vnpu-mode` and `set -t
+    create-vnpu|destroy-vnpu`.
 
     Only `info` is required: without `info -m` or `info -t topo` discovery goes on with what `info`
     alone tells, and says once what was missing.
@@ -106,7 +108,8 @@ class NpuSmiBackend:
         }
 
     def sample(self) -> dict[int, Health]:
-        """Health per physical id from a fresh `npu-smi info`; every device is Unknown when that fails."""
+        """Health per physical id from a fresh `npu-smi info`; every device is Unknown when that
+        fails."""
         known = self._physical_ids
         try:
             rows = parse_info(self._run("info"))
@@ -129,7 +132,8 @@ class NpuSmiBackend:
     # ---- vNPUs
 
     def chip_vnpu(self, physical_id: int) -> ChipVnpu | None:
-        """Templates, totals and vNPUs of a chip; None when npu-smi says the chip cannot be split."""
+        """Templates, totals and vNPUs of a chip; None when npu-smi says the chip cannot be
+        split."""
         device = self._discovered(physical_id)
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
         try:
@@ -155,7 +159,8 @@ class NpuSmiBackend:
         )
 
     def templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
-        """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot tell.
+        """The templates `info -t template-info -i <card>` lists; BackendError when npu-smi cannot
+        tell.
 
         Read once per card: they are the driver's tables, which do not change while it runs."""
         if (known := self._templates.get(card_id)) is None:
@@ -164,7 +169,8 @@ class NpuSmiBackend:
         return known
 
     def _card_templates(self, card_id: int) -> tuple[VnpuTemplate, ...]:
-        """The card's templates; none when template-info fails (said once per card), malformed output raising."""
+        """The card's templates; none when template-info fails (said once per card), malformed
+        output raising."""
         try:
             return self.templates(card_id)
         except NpuSmiParseError:
@@ -175,7 +181,8 @@ class NpuSmiBackend:
             return ()
 
     def list_vnpus(self, physical_id: int) -> list[Vnpu]:
-        """The vNPUs `info -t info-vnpu` lists for the chip (none in VM mode, where it lists nothing)."""
+        """The vNPUs `info -t info-vnpu` lists for the chip (none in VM mode, where it lists
+        nothing)."""
         device = self._discovered(physical_id)
         answer = self._run("info", "-t", "info-vnpu", "-i", str(device.card_id), "-c", str(device.chip_id))
         if info_vnpu_refusal(answer):
@@ -183,8 +190,9 @@ class NpuSmiBackend:
         return [Vnpu(physical_id, row.vnpu_id, row.template) for row in parse_info_vnpu(answer).vnpus]
 
     def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
-        """`set -t create-vnpu -i <card> -c <chip> -f <template> -v <id>`; VnpuError with the refusal's DCMI code.
-        npu-smi does not say which id it gave, so for the any-id (0xffffffff) the id is the one new in the list."""
+        """`set -t create-vnpu -i <card> -c <chip> -f <template> -v <id>`; VnpuError with the
+        refusal's DCMI code. npu-smi does not say which id it gave, so for the any-id (0xffffffff)
+        the id is the one new in the list."""
         device = self._discovered(physical_id)
         where = ("-i", str(device.card_id), "-c", str(device.chip_id))
         before = {v.vnpu_id for v in self.list_vnpus(physical_id)} if vnpu_id == driver_codes.ANY_VNPU_ID else set()
@@ -200,7 +208,8 @@ class NpuSmiBackend:
         return made[0]
 
     def destroy_vnpu(self, physical_id: int, vnpu_id: int) -> None:
-        """`set -t destroy-vnpu -i <card> -c <chip> -v <id>`; never with the driver's destroy-all id."""
+        """`set -t destroy-vnpu -i <card> -c <chip> -v <id>`; never with the driver's destroy-all
+        id."""
         if vnpu_id == DESTROY_ALL_ID:
             raise VnpuError(driver_codes.INVALID_PARAMETER, _DESTROY_ALL_REFUSAL.format(physical_id=physical_id))
         device = self._discovered(physical_id)
@@ -216,7 +225,8 @@ class NpuSmiBackend:
             raise VnpuError(outcome.code, f"`{command}` failed: {outcome.message}")
 
     def _set(self, parse: Callable[[str, int], SetOutcome], what: str, *args: str) -> tuple[str, SetOutcome]:
-        """Run a `set` command whatever its exit status (npu-smi refuses some with status 0) and read its answer."""
+        """Run a `set` command whatever its exit status (npu-smi refuses some with status 0) and
+        read its answer."""
         arguments = (*what.split(), *args)
         command = " ".join((self.executable, *arguments))
         try:
@@ -226,8 +236,8 @@ class NpuSmiBackend:
         return command, parse(stdout + stderr, status)
 
     def _vnpu_mode(self) -> ChipMode:
-        """The host's vNPU mode; npu-smi in a privileged container on 910B cannot tell it, and there creates
-        vNPUs without asking, so container mode is assumed then."""
+        """The host's vNPU mode; npu-smi in a privileged container on 910B cannot tell it, and there
+        creates vNPUs without asking, so container mode is assumed then."""
         try:
             return parse_vnpu_mode(self._run("info", "-t", "vnpu-mode"))
         except NpuSmiParseError:
@@ -285,7 +295,8 @@ class NpuSmiBackend:
         return stdout
 
     def _execute(self, *args: str) -> tuple[int, str, str]:
-        """Exit status, stdout and stderr of one npu-smi run; BackendError when it cannot start or overruns."""
+        """Exit status, stdout and stderr of one npu-smi run; BackendError when it cannot start or
+        overruns."""
         command = " ".join((self.executable, *args))
         try:
             process = subprocess.Popen(

@@ -1,16 +1,18 @@
-"""Pure parsers for npu-smi's `info`, `info -m` and `info -t topo` tables, and the Devices they describe.
+"""Pure parsers for npu-smi's `info`, `info -m` and `info -t topo` tables, and the Devices they
+describe.
 
 Nothing here runs a program or touches a file: text in, data out. Every malformed input raises
 NpuSmiParseError naming the command, the line and what was expected; nothing else escapes.
 
 Physical ids (the N of /dev/davinciN) are taken, in order of trust, from:
-1. the second-row id column of `npu-smi info`: `Chip  Phy-ID` (910C/A3) or `Chip    Device` (310, 310P);
+1. the second-row id column of `npu-smi info`: `Chip  Phy-ID` (910C/A3) or `Chip    Device`
+   (310, 310P);
 2. the `Chip Phy-ID` column of `npu-smi info -m` (A3 hosts print it there too);
-3. otherwise (910A/910B tables print neither) the `Chip Logic ID` of `npu-smi info -m`: the driver numbers
-   logic ids 0.. over the devices this process can see, in ascending physical-id order, so on a host
-   that sees every device they *are* the physical ids. When only some nodes are visible (a container
-   given davinci3..6 sees logic ids 0..3), pass the davinci numbers actually present as `device_nodes`
-   and logic ids are matched to them in that same ascending order.
+3. otherwise (910A/910B tables print neither) the `Chip Logic ID` of `npu-smi info -m`: the driver
+   numbers logic ids 0.. over the devices this process can see, in ascending physical-id order, so
+   on a host that sees every device they *are* the physical ids. When only some nodes are visible
+   (a container given davinci3..6 sees logic ids 0..3), pass the davinci numbers actually present
+   as `device_nodes` and logic ids are matched to them in that same ascending order.
 
 Without `info -m` (some npu-smi versions and products answer it "not supported"), logic ids are the
 dies' positions in `info` order, which is the driver's own order; rules 1 and 3 still apply.
@@ -67,7 +69,8 @@ class MappingRow:
 
 @dataclass(frozen=True, slots=True)
 class TopologyMatrix:
-    """`npu-smi info -t topo`: `links[i][j]` is how NPU labels[i] reaches labels[j] (X, HCCS, SYS, PIX...).
+    """`npu-smi info -t topo`: `links[i][j]` is how NPU labels[i] reaches labels[j] (X, HCCS, SYS,
+    PIX...).
 
     Labels are the N of the printed `NPU<N>`, which number dies like logic ids do.
     """
@@ -270,7 +273,8 @@ def _mapping_row(line: str, number: int, columns: list[str]) -> MappingRow | Non
 
 
 def parse_topology(text: str) -> TopologyMatrix:
-    """The link matrix and CPU affinity of `npu-smi info -t topo`; the legend after it is ignored."""
+    """The link matrix and CPU affinity of `npu-smi info -t topo`; the legend after it is
+    ignored."""
     lines = text.splitlines()
     at = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
     labels = _topology_labels(lines[at].split()) if at < len(lines) else ()
@@ -301,8 +305,9 @@ def _topology_row(lines: list[str], index: int, label: int, count: int) -> tuple
 
 
 def hccs_peers(topo: TopologyMatrix) -> dict[int, frozenset[int]]:
-    """For each NPU label, the other labels it reaches over HCCS (`HCCS`, or `HCCS_*` on super-pods) or
-    SIO, the on-package link between a 910C card's two dies (as the DCMI backend counts them too)."""
+    """For each NPU label, the other labels it reaches over HCCS (`HCCS`, or `HCCS_*` on super-pods)
+    or SIO, the on-package link between a 910C card's two dies (as the DCMI backend counts them
+    too)."""
     peers: dict[int, frozenset[int]] = {}
     for label, links in zip(topo.labels, topo.links, strict=True):
         linked = zip(topo.labels, links, strict=True)
@@ -321,11 +326,13 @@ def _is_peer_link(link: str) -> bool:
 def build_devices(
     info: Sequence[InfoRow], mapping: Sequence[MappingRow] | None, device_nodes: Collection[int] | None = None
 ) -> list[Device]:
-    """Devices from `info` rows and `info -m` rows, sorted by physical id (rule in the module docstring).
+    """Devices from `info` rows and `info -m` rows, sorted by physical id (rule in the module
+    docstring).
 
     `mapping` None: `info -m` gave nothing, so each die's logic id is its position in `info`.
-    `device_nodes`: the N of every /dev/davinciN present, when the caller listed them; used only when
-    npu-smi prints no physical id at all. topology_group is left empty for the inventory to derive.
+    `device_nodes`: the N of every /dev/davinciN present, when the caller listed them; used only
+    when npu-smi prints no physical id at all. topology_group is left empty for the inventory to
+    derive.
     """
     if mapping is None:
         matched = [(row, _mapping_from_info(row, position)) for position, row in enumerate(info)]
@@ -355,7 +362,8 @@ def _mapping_for(row: InfoRow, chips: dict[tuple[int, int], MappingRow]) -> Mapp
 
 
 def _mapping_from_info(row: InfoRow, position: int) -> MappingRow:
-    """Stands in for a die's `info -m` row: logic id in `info` order; the physical id comes from `info`."""
+    """Stands in for a die's `info -m` row: logic id in `info` order; the physical id comes from
+    `info`."""
     return MappingRow(row.card_id, row.chip_id, position, row.chip_name, None, row.line)
 
 

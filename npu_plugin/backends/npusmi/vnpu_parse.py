@@ -1,9 +1,10 @@
-"""Pure parsers for npu-smi's vNPU commands: `info -t template-info`, `info -t info-vnpu`, `info -t vnpu-mode`,
-and what `set -t create-vnpu` / `set -t destroy-vnpu` answer.
+"""Pure parsers for npu-smi's vNPU commands: `info -t template-info`, `info -t info-vnpu`, `info -t
+vnpu-mode`, and what `set -t create-vnpu` / `set -t destroy-vnpu` answer.
 
-Text in, data out; nothing here runs a program. Malformed tables raise NpuSmiParseError naming the command, the
-line and what was expected. A `set` command npu-smi refused is not malformed: it reads as a SetOutcome carrying
-the DCMI code the same refusal has through the library, so both backends report it alike.
+Text in, data out; nothing here runs a program. Malformed tables raise NpuSmiParseError naming the
+command, the line and what was expected. A `set` command npu-smi refused is not malformed: it reads
+as a SetOutcome carrying the DCMI code the same refusal has through the library, so both backends
+report it alike.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class VnpuRow:
 class ChipVnpuTable:
     """`info -t info-vnpu` of one chip: Free and Total per resource (NA ones absent), and the vNPUs.
 
-    Memory is in GB as printed; on 910B npu-smi rounds its Total up to 32 or 64 while Free stays raw.
+    Memory is in GB as printed; on 910B npu-smi rounds its Total up to 32 or 64 while Free stays
+    raw.
     """
 
     free: Mapping[str, Decimal]
@@ -67,7 +69,8 @@ class ChipVnpuTable:
 
 @dataclass(frozen=True, slots=True)
 class SetOutcome:
-    """What a `set -t create-vnpu|destroy-vnpu` run means: success, or a refusal with its DCMI code."""
+    """What a `set -t create-vnpu|destroy-vnpu` run means: success, or a refusal with its DCMI
+    code."""
 
     ok: bool
     code: int  # 0 when ok
@@ -78,7 +81,8 @@ class SetOutcome:
 
 
 def parse_template_info(text: str) -> tuple[VnpuTemplate, ...]:
-    """Every template of `info -t template-info`: two rows each, all ten columns (none when the table is empty)."""
+    """Every template of `info -t template-info`: two rows each, all ten columns (none when the
+    table is empty)."""
     lines = text.splitlines()
     at = _template_header(lines)
     templates: list[VnpuTemplate] = []
@@ -155,7 +159,8 @@ def _amount(word: str, line: int, column: str, *, integer: bool = False) -> Deci
 
 
 def info_vnpu_refusal(text: str) -> ChipMode | None:
-    """The mode npu-smi's refusal to list vNPUs implies (it exits 0 and prints one sentence); None otherwise."""
+    """The mode npu-smi's refusal to list vNPUs implies (it exits 0 and prints one sentence); None
+    otherwise."""
     if "is not in docker mode" in text:
         return ChipMode.VM
     if "working in SMP mode" in text:
@@ -164,7 +169,8 @@ def info_vnpu_refusal(text: str) -> ChipMode | None:
 
 
 def parse_info_vnpu(text: str) -> ChipVnpuTable:
-    """Free/Total per resource, `Total number of vnpu: N` and the N vNPU rows of `info -t info-vnpu`."""
+    """Free/Total per resource, `Total number of vnpu: N` and the N vNPU rows of `info -t
+    info-vnpu`."""
     lines = text.splitlines()
     at = next((i for i, line in enumerate(lines) if [w.lower() for w in _words(line)] == list(_RESOURCES)), None)
     if at is None:
@@ -285,8 +291,9 @@ def parse_vnpu_mode(text: str) -> ChipMode:
 
 # ---------------------------------------------------------------- set -t create-vnpu / destroy-vnpu
 
-# npu-smi's refusals, by the words it prints, and the DCMI code the library gives the same refusal. npu-smi's
-# exit status is its own code's low byte, so the words are what tells. Order matters: the first match wins.
+# npu-smi's refusals, by the words it prints, and the DCMI code the library gives the same refusal.
+# npu-smi's exit status is its own code's low byte, so the words are what tells. Order matters: the
+# first match wins.
 _REFUSALS: tuple[tuple[str, str, int], ...] = (
     ("both", "is not in docker mode", driver_codes.OPER_NOT_PERMITTED),
     ("both", "working in smp mode", driver_codes.NOT_SUPPORT),

@@ -1,5 +1,6 @@
-"""What the API server's version and feature gates change: `/version`, whether DRAPartitionableDevices is on, and
-the ResourceSlice fields its strategy drops on write while that gate is off."""
+"""What the API server's version and feature gates change: `/version`, whether
+DRAPartitionableDevices is on, and the ResourceSlice fields its strategy drops on write while that
+gate is off."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ _DEVICE_FIELDS = ("consumesCounters", "nodeName", "nodeSelector", "allNodes")
 
 @dataclass
 class Cluster:
-    """The server's Kubernetes minor version and the DRAPartitionableDevices gate (None: the version's default)."""
+    """The server's Kubernetes minor version and the DRAPartitionableDevices gate (None: the
+    version's default)."""
 
     minor: int = 34
     partitionable_gate: bool | None = None
@@ -39,9 +41,9 @@ class Cluster:
         }
 
     def drop_disabled_fields(self, new: JSON, old: JSON | None) -> None:
-        """`dropDisabledDRAPartitionableDevicesFields`: with the gate off, a write loses the slice's counters and
-        per-device node selection, unless the stored object already uses them (a ratchet, so an update never
-        strips what an earlier, gate-on write stored)."""
+        """`dropDisabledDRAPartitionableDevicesFields`: with the gate off, a write loses the slice's
+        counters and per-device node selection, unless the stored object already uses them (a
+        ratchet, so an update never strips what an earlier, gate-on write stored)."""
         if self.partitionable_devices or (old is not None and _uses_partitionable_fields(old)):
             return
         spec = new.get("spec")

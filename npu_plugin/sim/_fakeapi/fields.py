@@ -1,4 +1,5 @@
-"""Equality field selectors on the fields the daemon and the simulators select by (pure functions)."""
+"""Equality field selectors on the fields the daemon and the simulators select by (pure
+functions)."""
 
 from __future__ import annotations
 

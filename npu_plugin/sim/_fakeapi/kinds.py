@@ -27,7 +27,8 @@ class Kind:
 
     @property
     def qualified_resource(self) -> str:
-        """`resourceslices.resource.k8s.io`, or just `nodes` for the core group, as in Status messages."""
+        """`resourceslices.resource.k8s.io`, or just `nodes` for the core group, as in Status
+        messages."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
@@ -63,7 +64,8 @@ ALL_KINDS = (NODES, RESOURCE_SLICES, RESOURCE_CLAIMS)
 
 
 def resolve_kind(name: str) -> Kind:
-    """Accept `ResourceSlice`, `resourceslices` or `resourceslice` (any case); raise ValueError otherwise."""
+    """Accept `ResourceSlice`, `resourceslices` or `resourceslice` (any case); raise ValueError
+    otherwise."""
     wanted = name.lower()
     for kind in ALL_KINDS:
         if wanted in (kind.plural, kind.kind.lower()):

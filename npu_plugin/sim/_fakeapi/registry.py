@@ -1,7 +1,8 @@
-"""API semantics over the store: defaulting, preconditions, generation, the status subresource, deletion.
+"""API semantics over the store: defaulting, preconditions, generation, the status subresource,
+deletion.
 
-Decoding and validation are kept plain here (a body must be a JSON object; nothing is validated); the
-test tree's fake API overrides `decode` and `validate` with the API server's schema and rules.
+Decoding and validation are kept plain here (a body must be a JSON object; nothing is validated);
+the test tree's fake API overrides `decode` and `validate` with the API server's schema and rules.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
 from npu_plugin.sim._fakeapi.status import ApiError, bad_request, conflict, internal_error
 from npu_plugin.sim._fakeapi.store import Store, key_of, now
 
-# names.SimpleNameGenerator: 5 characters from an alphabet without vowels, after at most 58 of the prefix.
+# names.SimpleNameGenerator: 5 characters from an alphabet without vowels, after at most 58 of the
+# prefix.
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _MAX_GENERATED_PREFIX = 58
 _GENERATE_NAME_ATTEMPTS = 8
@@ -29,7 +31,8 @@ def generate_name(prefix: str) -> str:
 
 
 def _ensure_namespace(kind: Kind, obj: JSON, namespace: str) -> None:
-    """`EnsureObjectNamespaceMatchesRequestNamespace`: fill in, clear for cluster scope, or refuse."""
+    """`EnsureObjectNamespaceMatchesRequestNamespace`: fill in, clear for cluster scope, or
+    refuse."""
     metadata = meta(obj)
     if not kind.namespaced:
         metadata.pop("namespace", None)
@@ -54,13 +57,15 @@ class Registry:
         return copy.deepcopy(body), []
 
     def validate(self, kind: Kind, new: JSON, old: JSON | None) -> None:
-        """Raise a 422 ApiError for an object the API server would refuse (`old` is None on create)."""
+        """Raise a 422 ApiError for an object the API server would refuse (`old` is None on
+        create)."""
 
     # ---- create
     def create(
         self, kind: Kind, namespace: str, body: Any, field_validation: str, *, dry_run: bool = False
     ) -> tuple[JSON, list[str]]:
-        """Create; a dry run (`dryRun=All`) decodes, defaults, drops and validates alike but stores nothing."""
+        """Create; a dry run (`dryRun=All`) decodes, defaults, drops and validates alike but stores
+        nothing."""
         obj, warnings = self.decode(kind, body, field_validation)
         _ensure_namespace(kind, obj, namespace)
         if meta(obj).get("resourceVersion"):
@@ -139,7 +144,8 @@ class Registry:
 
     # ---- delete
     def delete(self, kind: Kind, key: tuple[str, str], options: Any) -> tuple[JSON, bool]:
-        """Delete, or with finalizers mark for deletion; return the object and whether it is gone."""
+        """Delete, or with finalizers mark for deletion; return the object and whether it is
+        gone."""
         preconditions = (options.get("preconditions") if isinstance(options, dict) else None) or {}
 
         def check(current: JSON) -> None:
@@ -181,7 +187,8 @@ def prepare_for_create(kind: Kind, obj: JSON) -> JSON:
 
 
 def _apply_subresource(kind: Kind, new: JSON, current: JSON, subresource: str) -> JSON:
-    """A status write changes only status; a main write keeps the stored status (when there is a subresource)."""
+    """A status write changes only status; a main write keeps the stored status (when there is a
+    subresource)."""
     if subresource == "status":
         result = {**current}
         if "status" in new:

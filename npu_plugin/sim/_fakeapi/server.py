@@ -1,8 +1,8 @@
 """The HTTP face of the fake API server: request handling and watch streaming.
 
 The `Handler` methods marked as refinable (`before_dispatch`, `record`, `matcher`, `before_update`,
-`watch_limit`, `interrupt_watch`) do the plain thing here; the test tree's fake API overrides them with
-fault injection, a request log and full selectors, and adds PATCH.
+`watch_limit`, `interrupt_watch`) do the plain thing here; the test tree's fake API overrides them
+with fault injection, a request log and full selectors, and adds PATCH.
 """
 
 from __future__ import annotations
@@ -74,11 +74,12 @@ class Server(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One connection; HTTP/1.1 with keep-alive like the real server, chunked encoding for watches."""
+    """One connection; HTTP/1.1 with keep-alive like the real server, chunked encoding for
+    watches."""
 
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in separate writes: with Nagle on, a keep-alive client's delayed ACK stalls
-    # every response by ~40 ms, which the real API server does not do.
+    # Headers and body leave in separate writes: with Nagle on, a keep-alive client's delayed ACK
+    # stalls every response by ~40 ms, which the real API server does not do.
     disable_nagle_algorithm = True
     server: Server
 
@@ -145,7 +146,8 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
     def interrupt_watch(self, route: Route) -> bool:
-        """Break the watch after its initial events; True when the stream (or connection) was ended."""
+        """Break the watch after its initial events; True when the stream (or connection) was
+        ended."""
         return False
 
     @property
@@ -271,13 +273,14 @@ class Handler(BaseHTTPRequestHandler):
             if not events:
                 context.registry.store.wait(cursor, remaining, lambda: context.watch_cancelled(epoch))
         if not context.watch_cancelled(epoch) and self._query.get("allowWatchBookmarks") == "true":
-            # Like the API server's watch cache: a bookmark as the timeout ends the watch, so the client
-            # resumes from the newest resourceVersion even when none of its objects changed.
+            # Like the API server's watch cache: a bookmark as the timeout ends the watch, so the
+            # client resumes from the newest resourceVersion even when none of its objects changed.
             self.write_event("BOOKMARK", {"kind": route.kind.kind, "metadata": {"resourceVersion": str(cursor)}})
         self.wfile.write(b"0\r\n\r\n")
 
     def _watch_start(self, route: Route, matches: Matcher) -> tuple[list[tuple[str, JSON]], int]:
-        """Synthetic ADDED events for the current state when no resourceVersion (or "0") was asked for."""
+        """Synthetic ADDED events for the current state when no resourceVersion (or "0") was asked
+        for."""
         text = self._query.get("resourceVersion", "")
         if text in ("", "0"):
             listed = self.server.context.registry.list_collection(route.kind, route.namespace, matches)
@@ -294,7 +297,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _as_seen(event: Event, route: Route, matches: Matcher) -> tuple[str, JSON] | None:
-    """How a watcher with this route and selector sees `event`, if at all (objects entering/leaving the selection)."""
+    """How a watcher with this route and selector sees `event`, if at all (objects entering/leaving
+    the selection)."""
     if event.kind is not route.kind:
         return None
     if route.namespace is not None and event.obj["metadata"].get("namespace") != route.namespace:

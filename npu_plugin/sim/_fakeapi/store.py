@@ -1,4 +1,5 @@
-"""The fake API server's storage: objects, one resourceVersion counter, and a bounded event history."""
+"""The fake API server's storage: objects, one resourceVersion counter, and a bounded event
+history."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ ObjectKey = tuple[str, str]  # (namespace, name); namespace is "" for cluster-sc
 
 @dataclass(frozen=True)
 class Event:
-    """One committed change. `obj` is the object after it (for DELETED: as deleted); `old` before it."""
+    """One committed change. `obj` is the object after it (for DELETED: as deleted); `old` before
+    it."""
 
     rv: int
     type: str
@@ -42,7 +44,8 @@ def _same_ignoring_rv(a: JSON, b: JSON) -> bool:
 
 
 class Store:
-    """Thread-safe object storage; every read hands out deep copies, so callers may mutate them freely."""
+    """Thread-safe object storage; every read hands out deep copies, so callers may mutate them
+    freely."""
 
     def __init__(self, history_limit: int) -> None:
         self._cond = threading.Condition()
@@ -69,7 +72,8 @@ class Store:
         return found
 
     def list_objects(self, kind: Kind, namespace: str | None) -> tuple[list[JSON], int]:
-        """Objects of `kind` (in `namespace`, or all when None) sorted by key, and the store's resourceVersion."""
+        """Objects of `kind` (in `namespace`, or all when None) sorted by key, and the store's
+        resourceVersion."""
         with self._cond:
             items = [
                 copy.deepcopy(obj)
@@ -86,7 +90,8 @@ class Store:
             return self._commit(kind, "ADDED", copy.deepcopy(obj), None)
 
     def update(self, kind: Kind, key: ObjectKey, change: Callable[[JSON], JSON]) -> tuple[JSON, bool]:
-        """Atomically replace the object with `change(copy of it)`; return (result, whether it is now gone).
+        """Atomically replace the object with `change(copy of it)`; return (result, whether it is
+        now gone).
 
         Like the API server, a change that alters nothing commits nothing, and an object left with a
         deletionTimestamp and no finalizers is deleted.
@@ -136,7 +141,8 @@ class Store:
         return copy.deepcopy(obj)
 
     def events_after(self, rv: int) -> list[Event]:
-        """Events newer than `rv`, or 410 Expired when some of them were already dropped from the history."""
+        """Events newer than `rv`, or 410 Expired when some of them were already dropped from the
+        history."""
         with self._cond:
             if rv < self._floor:
                 raise expired(f"too old resource version: {rv} ({self._floor + 1})")
@@ -149,7 +155,8 @@ class Store:
             self._floor = self._rv
 
     def wait(self, rv: int, timeout: float, cancelled: Callable[[], bool]) -> None:
-        """Block until something newer than `rv` is committed, `cancelled()` holds (see `wake`) or timeout."""
+        """Block until something newer than `rv` is committed, `cancelled()` holds (see `wake`) or
+        timeout."""
         with self._cond:
             self._cond.wait_for(lambda: self._rv > rv or cancelled(), timeout)
 

@@ -1,9 +1,10 @@
-"""The fake Kubernetes API server at full fidelity, for tests and benchmarks only (not in the wheel).
+"""The fake Kubernetes API server at full fidelity, for tests and benchmarks only (not in the
+wheel).
 
-It extends the small server `npu-plugin simulate` uses (`npu_plugin.sim.fakeapi`) with what only tests
-need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver words them, per version,
-schema decoding (unknown and duplicate fields, wrong types), merge/strategic/JSON/apply patches, field
-and label selectors, fault injection and a request log.
+It extends the small server `npu-plugin simulate` uses (`npu_plugin.sim.fakeapi`) with what only
+tests need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver words them,
+per version, schema decoding (unknown and duplicate fields, wrong types), merge/strategic/JSON/apply
+patches, field and label selectors, fault injection and a request log.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         partitionable_devices: bool | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
-        """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
-        real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`). `tls`: serve
-        https with this server-side context (which may ask for client certificates)."""
+        """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which
+        the real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`).
+        `tls`: serve https with this server-side context (which may ask for client certificates)."""
         self._require_rv = require_resource_version
         self._tls = tls
         self._faults = Faults()
@@ -75,7 +76,8 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
 
     # ---- faults
     def fail_next(self, n: int, status: int = 500, path_contains: str = "") -> None:
-        """Answer the next `n` requests whose path contains `path_contains` with a `status` Status."""
+        """Answer the next `n` requests whose path contains `path_contains` with a `status`
+        Status."""
         self._faults.fail_next(n, status, path_contains)
 
     def answer_next(
@@ -87,26 +89,29 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         body: bytes = b"<html><body>502 Bad Gateway</body></html>",
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Answer the next `n` matching requests with exactly this (a body that need not be JSON), e.g. a
-        proxy's HTML page, or 429 with `{"Retry-After": "2"}`. `path_contains` is matched against
-        "METHOD /path" ("WATCH /path" for a watch), so "GET /api/v1/nodes/" or "WATCH " select a verb."""
+        """Answer the next `n` matching requests with exactly this (a body that need not be JSON),
+        e.g. a proxy's HTML page, or 429 with `{"Retry-After": "2"}`. `path_contains` is matched
+        against "METHOD /path" ("WATCH /path" for a watch), so "GET /api/v1/nodes/" or "WATCH "
+        select a verb."""
         self._faults.answer_next(n, path_contains, RawAnswer(status, body, dict(headers or {})))
 
     def break_next_watch(self, fault: str) -> None:
-        """The next watch breaks once its initial events are sent: "garbage" (a line that is not JSON),
-        "error-event" (an ERROR event carrying 410 Expired), "reset-mid-event" (half an event, then the
-        connection is cut) or "version-backwards" (a bookmark with a resourceVersion older than any seen)."""
+        """The next watch breaks once its initial events are sent: "garbage" (a line that is not
+        JSON), "error-event" (an ERROR event carrying 410 Expired), "reset-mid-event" (half an
+        event, then the connection is cut) or "version-backwards" (a bookmark with a resourceVersion
+        older than any seen)."""
         self._faults.break_next_watch(fault)
 
     def limit_watches(self, seconds: float | None) -> None:
-        """End every watch after at most `seconds`, whatever timeoutSeconds asked (None: as asked); compresses
-        hours of a client's watch cycle into seconds. Open watches end now."""
+        """End every watch after at most `seconds`, whatever timeoutSeconds asked (None: as asked);
+        compresses hours of a client's watch cycle into seconds. Open watches end now."""
         self._faults.watch_limit = seconds
         self.end_watches()
 
     def hold(self, path_contains: str, seconds: float) -> None:
-        """Hold every request matching `path_contains` (as `answer_next` matches) `seconds` before answering it,
-        e.g. "GET /apis/resource.k8s.io/v1/resourceslices" holds every slice LIST; 0 stops holding them."""
+        """Hold every request matching `path_contains` (as `answer_next` matches) `seconds` before
+        answering it, e.g. "GET /apis/resource.k8s.io/v1/resourceslices" holds every slice LIST; 0
+        stops holding them."""
         self._faults.hold(path_contains, seconds)
 
     def set_latency(self, seconds: float) -> None:
@@ -114,7 +119,8 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         self._faults.latency = seconds
 
     def set_down(self, down: bool, *, refuse: bool = True) -> None:
-        """Take the server down: connections refused (`refuse`) or 503 for everything; open watches end."""
+        """Take the server down: connections refused (`refuse`) or 503 for everything; open watches
+        end."""
         if not refuse:
             self._faults.unavailable = down
             self.end_watches()
@@ -134,14 +140,14 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         return self._requests.snapshot()
 
     def request_counts(self) -> dict[str, int]:
-        """How many requests were answered, by "verb path" with the verb as the API server's audit log
-        names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
+        """How many requests were answered, by "verb path" with the verb as the API server's audit
+        log names it (get, list, watch, create, update, patch, delete, deletecollection), e.g.
         `{"list /apis/resource.k8s.io/v1/resourceslices": 1}`."""
         return dict(Counter(f"{r.verb} {r.path}" for r in self._requests.snapshot()))
 
     def most_in_flight(self, verb: str, node: str | None = None) -> int:
-        """The most requests of `verb` (as `request_counts` names verbs), of `node`'s field selector when given,
-        that the server was answering at one moment, since the log was cleared."""
+        """The most requests of `verb` (as `request_counts` names verbs), of `node`'s field selector
+        when given, that the server was answering at one moment, since the log was cleared."""
         return most_at_once(r for r in self.requests if r.verb == verb and (node is None or r.node == node))
 
     def clear_requests(self) -> None:

@@ -1,10 +1,11 @@
-"""ResourceSlice counter validation (partitionable devices), per Kubernetes version (pure functions).
+"""ResourceSlice counter validation (partitionable devices), per Kubernetes version (pure
+functions).
 
-1.34 (`k8s.io/api` v0.34): a slice may hold counter sets and the devices consuming them together; a device's
-consumption names a set of the same slice and counters of that set, once per set; at most 32 counters summed
-over the slice's sets and 1024 consumed counters per slice. 1.35 and 1.36: counters and devices live in separate
-slices of the pool; at most 8 sets per slice and 32 counters per set; at most 2 consumptions per device, 32
-counters each.
+1.34 (`k8s.io/api` v0.34): a slice may hold counter sets and the devices consuming them together; a
+device's consumption names a set of the same slice and counters of that set, once per set; at most
+32 counters summed over the slice's sets and 1024 consumed counters per slice. 1.35 and 1.36:
+counters and devices live in separate slices of the pool; at most 8 sets per slice and 32 counters
+per set; at most 2 consumptions per device, 32 counters each.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _consumptions(entries: list[JSON], path: str, minor: int, known: dict[str, s
 
 
 def _named_counters(entry: JSON, key: str, path: str, seen: set[str], limit: int | None) -> list[FieldError]:
-    """A counter set or a consumption: its set name (a DNS label, once) and its counters (at most `limit`)."""
+    """A counter set or a consumption: its set name (a DNS label, once) and its counters (at most
+    `limit`)."""
     name, counters = entry.get(key, ""), entry.get("counters") or {}
     errs = _name(name, f"{path}.{key}")
     if name in seen:

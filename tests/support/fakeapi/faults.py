@@ -12,9 +12,10 @@ from npu_plugin.sim._fakeapi.routes import parse_route
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request as the fake answered it; `body` is the parsed JSON body, if any. `started` is when it
-    arrived and `ended` when its answer (a watch: its stream) was over, both `time.monotonic()`; `ended` is
-    None while it is still being answered. `end` says why a watch ended (see `server.FullHandler`)."""
+    """One request as the fake answered it; `body` is the parsed JSON body, if any. `started` is
+    when it arrived and `ended` when its answer (a watch: its stream) was over, both
+    `time.monotonic()`; `ended` is None while it is still being answered. `end` says why a watch
+    ended (see `server.FullHandler`)."""
 
     method: str
     path: str
@@ -38,7 +39,8 @@ class RecordedRequest:
 
     @property
     def verb(self) -> str:
-        """The API server's name for the request (as in its audit log): list and watch are GETs of a collection."""
+        """The API server's name for the request (as in its audit log): list and watch are GETs of a
+        collection."""
         route = parse_route(self.path)
         collection = route is not None and route.name is None
         if self.method == "GET":
@@ -74,18 +76,20 @@ class _AnswerRule:
 
 
 def request_line(method: str, path: str, watch: bool) -> str:
-    """What `path_contains` of a fault is matched against: "METHOD path", "WATCH path" for a watch (so
-    "GET /apis/resource.k8s.io/v1/resourceslices" selects a LIST and "WATCH " any watch)."""
+    """What `path_contains` of a fault is matched against: "METHOD path", "WATCH path" for a watch
+    (so "GET /apis/resource.k8s.io/v1/resourceslices" selects a LIST and "WATCH " any watch)."""
     return f"{'WATCH' if watch else method} {path}"
 
 
-# What a broken watch stream does after its headers: a line that is not JSON, an ERROR event (410 Expired),
-# a connection cut in the middle of an event, an event whose resourceVersion is older than the last one.
+# What a broken watch stream does after its headers: a line that is not JSON, an ERROR event (410
+# Expired), a connection cut in the middle of an event, an event whose resourceVersion is older than
+# the last one.
 WATCH_FAULTS = ("garbage", "error-event", "reset-mid-event", "version-backwards")
 
 
 class Faults:
-    """Failures to inject: per-request failures, latency, unavailability, forced update conflicts."""
+    """Failures to inject: per-request failures, latency, unavailability, forced update
+    conflicts."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -117,8 +121,8 @@ class Faults:
             self._answers.append(_AnswerRule(n, path_contains, answer))
 
     def take_answer(self, request: str) -> RawAnswer | None:
-        """The raw answer for this request ("METHOD path", see `request_line`), consuming one from the first
-        matching rule."""
+        """The raw answer for this request ("METHOD path", see `request_line`), consuming one from
+        the first matching rule."""
         with self._lock:
             for rule in self._answers:
                 if rule.remaining > 0 and rule.path_contains in request:
@@ -189,8 +193,8 @@ class Faults:
 
 
 class RequestLog:
-    """Append-only list of answered requests; `snapshot` copies it under the lock. `append` returns a ticket
-    with which `finish` notes when (and why) that request's answer was over."""
+    """Append-only list of answered requests; `snapshot` copies it under the lock. `append` returns
+    a ticket with which `finish` notes when (and why) that request's answer was over."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -220,8 +224,8 @@ class RequestLog:
 
 
 def most_at_once(requests: Iterable[RecordedRequest]) -> int:
-    """The most of `requests` being answered at one moment, from their arrival and end times (one still
-    being answered counts until now). One ending as another arrives does not overlap it."""
+    """The most of `requests` being answered at one moment, from their arrival and end times (one
+    still being answered counts until now). One ending as another arrives does not overlap it."""
     moments: list[tuple[float, int]] = []
     for request in requests:
         moments.append((request.started, 1))

@@ -1,4 +1,5 @@
-"""`field.Error`s and the 422 Invalid `Status` that carries them, worded as kube-apiserver words them."""
+"""`field.Error`s and the 422 Invalid `Status` that carries them, worded as kube-apiserver words
+them."""
 
 from __future__ import annotations
 

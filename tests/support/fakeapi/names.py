@@ -1,4 +1,5 @@
-"""Name checks of `k8s.io/apimachinery/pkg/util/validation`, returning its messages (pure functions)."""
+"""Name checks of `k8s.io/apimachinery/pkg/util/validation`, returning its messages (pure
+functions)."""
 
 from __future__ import annotations
 

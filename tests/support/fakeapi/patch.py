@@ -1,4 +1,5 @@
-"""Patch documents applied to stored objects: JSON merge patch (RFC 7386) and JSON patch (RFC 6902)."""
+"""Patch documents applied to stored objects: JSON merge patch (RFC 7386) and JSON patch (RFC
+6902)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _unprocessable(message: str) -> ApiError:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386. Strategic merge and (approximately) server-side apply bodies are applied this way too."""
+    """RFC 7386. Strategic merge and (approximately) server-side apply bodies are applied this way
+    too."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
@@ -38,7 +40,8 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(document: Any, operations: Any) -> Any:
-    """RFC 6902 (add, remove, replace, move, copy, test); a failing operation is a 422, as in the API server."""
+    """RFC 6902 (add, remove, replace, move, copy, test); a failing operation is a 422, as in the
+    API server."""
     if not isinstance(operations, list):
         raise ApiError(status_object(400, "json patch must be a JSON array of operations"))
     doc = copy.deepcopy(document)

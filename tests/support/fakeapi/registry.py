@@ -1,4 +1,5 @@
-"""The registry at full fidelity: schema decoding, ResourceSlice validation, patches, strict updates."""
+"""The registry at full fidelity: schema decoding, ResourceSlice validation, patches, strict
+updates."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.support.fakeapi.validation import validate
 
 
 class FullRegistry(Registry):
-    """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the real
-    server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
+    """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which the
+    real server accepts for ResourceSlices and ResourceClaims (`AllowUnconditionalUpdate`)."""
 
     def __init__(self, store: Store, cluster: Cluster, *, require_resource_version: bool) -> None:
         super().__init__(store, cluster)

@@ -1,7 +1,8 @@
 """Decoding of request bodies the way the API server's typed decoder does it.
 
-Fields the Go types do not have are dropped (with a warning, or a 400 under `fieldValidation=Strict`),
-JSON nulls mean "unset", and a value of the wrong JSON type is a 400, as `encoding/json` would make it.
+Fields the Go types do not have are dropped (with a warning, or a 400 under
+`fieldValidation=Strict`), JSON nulls mean "unset", and a value of the wrong JSON type is a 400, as
+`encoding/json` would make it.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class _Walk:
 
 
 def decode(kind: Kind, body: Any, field_validation: str) -> tuple[JSON, list[str]]:
-    """Return the typed view of `body` and the `Warning` header texts; raise 400 where the server would."""
+    """Return the typed view of `body` and the `Warning` header texts; raise 400 where the server
+    would."""
     prefix = f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
     if not isinstance(body, dict):
         raise bad_request(prefix + "json: cannot unmarshal non-object into Go value of type " + kind.kind)

@@ -60,7 +60,8 @@ class _Requirement:
 
 @dataclass(frozen=True)
 class Selector:
-    """A parsed `fieldSelector` plus `labelSelector`; `matches` tells whether an object is selected."""
+    """A parsed `fieldSelector` plus `labelSelector`; `matches` tells whether an object is
+    selected."""
 
     kind: Kind
     fields: tuple[_Requirement, ...] = ()

@@ -1,5 +1,5 @@
-"""The HTTP handler at full fidelity: PATCH, field and label selectors, fault injection, a request log with
-each request's arrival and end, and why each watch ended."""
+"""The HTTP handler at full fidelity: PATCH, field and label selectors, fault injection, a request
+log with each request's arrival and end, and why each watch ended."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from tests.support.fakeapi.fielderrors import invalid_of, required
 from tests.support.fakeapi.registry import FullRegistry
 from tests.support.fakeapi.selectors import parse
 
-# Why a watch ended (RecordedRequest.end): its client's timeoutSeconds passed; the cap of `limit_watches` passed;
-# the server ended every watch (`end_watches`); the server stopped; it sent an ERROR event; the connection went
-# away (the client closed it, or a write failed); or one of faults.WATCH_FAULTS broke it.
+# Why a watch ended (RecordedRequest.end): its client's timeoutSeconds passed; the cap of
+# `limit_watches` passed; the server ended every watch (`end_watches`); the server stopped; it sent
+# an ERROR event; the connection went away (the client closed it, or a write failed); or one of
+# faults.WATCH_FAULTS broke it.
 TIMEOUT, LIMIT, ENDED_BY_SERVER, SERVER_STOPPED, ERROR_EVENT, CONNECTION_LOST = (
     "timeout",
     "server limit",
@@ -65,7 +66,8 @@ class FullHandler(Handler):
                 self._context.requests.finish(self._ticket, ended, self._watch_end(ended) if self._streaming else "")
 
     def _watch_end(self, ended: float) -> str:
-        """Why the watch just ended (the answer is written: the client may already be making its next request)."""
+        """Why the watch just ended (the answer is written: the client may already be making its
+        next request)."""
         context = self._context
         if self._end:
             return self._end
@@ -94,7 +96,8 @@ class FullHandler(Handler):
 
     def record(self, status: int) -> None:
         context = self._context
-        # A watch records as it starts streaming: what its timeout is and counts from, and the server's epoch.
+        # A watch records as it starts streaming: what its timeout is and counts from, and the
+        # server's epoch.
         self._streamed, self._epoch = time.monotonic(), context.watch_epoch
         self._asked = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
         self._limit = context.faults.watch_limit

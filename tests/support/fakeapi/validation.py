@@ -1,8 +1,9 @@
 """Create/update validation mirroring `pkg/apis/resource/validation` (pure functions).
 
-Limits are those of resource.k8s.io/v1 in Kubernetes 1.34 (`staging/src/k8s.io/api/resource/v1/types.go`); the
-counter rules, which changed in 1.35, are in `counters.py`.
-Objects arrive already decoded by `schema.decode`, so known fields have the right JSON types.
+Limits are those of resource.k8s.io/v1 in Kubernetes 1.34
+(`staging/src/k8s.io/api/resource/v1/types.go`); the counter rules, which changed in 1.35, are in
+`counters.py`. Objects arrive already decoded by `schema.decode`, so known fields have the right
+JSON types.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ IMMUTABLE = "field is immutable"
 
 
 def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[FieldError]:
-    """All field errors of `obj` (a create when `old` is None, else an update of `old`) on Kubernetes 1.<minor>."""
+    """All field errors of `obj` (a create when `old` is None, else an update of `old`) on
+    Kubernetes 1.<minor>."""
     errs = validate_object_meta(obj["metadata"], kind.namespaced)
     if old is not None:
         errs += _meta_update(obj["metadata"], old["metadata"])

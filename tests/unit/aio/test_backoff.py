@@ -1,5 +1,5 @@
-"""The one back-off policy: exponential, capped, jittered, honouring Retry-After; the retry loop on it; and task
-supervision."""
+"""The one back-off policy: exponential, capped, jittered, honouring Retry-After; the retry loop on
+it; and task supervision."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""vnpu.py: counter sets, candidate counts and order, device names and Ascend's resource suffixes."""
+"""vnpu.py: counter sets, candidate counts and order, device names and Ascend's resource
+suffixes."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ GI = 2**30
 
 
 def template(name: str, aicore: int, memory_gi: int, *uses: float) -> VnpuTemplate:
-    """A template row as the driver prints it: AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD (trailing ones omitted)."""
+    """A template row as the driver prints it: AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD (trailing
+    ones omitted)."""
     names = ("aicpu", "vpc", "venc", "vdec", "jpegd", "jpege", "pngd")
     amounts = {k: Decimal(str(v)) for k, v in zip(names, uses, strict=False) if v}
     return VnpuTemplate(name, aicore, memory_gi * GI, amounts)
@@ -158,7 +160,8 @@ def test_resolving_a_candidate_checks_template_and_index() -> None:
         resolve_candidate(B3, CandidateName(0, "vir05-1c-16g", 0), offered=frozenset({"vir10_3c_32g"}))
 
 
-# Every pair of Ascend's device plugin (GetTemplateName2DeviceTypeMap), derived by the rule, not looked up.
+# Every pair of Ascend's device plugin (GetTemplateName2DeviceTypeMap), derived by the rule, not
+# looked up.
 ASCEND_SUFFIXES = {
     "vir16": "16c",
     "vir08": "8c",

@@ -1,4 +1,5 @@
-"""NUMA node and PCIe root from a sysfs tree laid out like the kernel's (real files and links in tmp)."""
+"""NUMA node and PCIe root from a sysfs tree laid out like the kernel's (real files and links in
+tmp)."""
 
 from __future__ import annotations
 

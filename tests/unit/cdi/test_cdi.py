@@ -1,4 +1,5 @@
-"""cdi/: CDI names, rendering, the lowest cdiVersion, the static and per-claim specs, their files — all validated."""
+"""cdi/: CDI names, rendering, the lowest cdiVersion, the static and per-claim specs, their files —
+all validated."""
 
 from __future__ import annotations
 

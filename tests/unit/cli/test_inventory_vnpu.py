@@ -1,4 +1,5 @@
-"""`npu-plugin inventory --vnpu`: the vNPU tables, the inventory file's `vnpu:` blocks, and --vnpu off unchanged."""
+"""`npu-plugin inventory --vnpu`: the vNPU tables, the inventory file's `vnpu:` blocks, and --vnpu
+off unchanged."""
 
 from __future__ import annotations
 

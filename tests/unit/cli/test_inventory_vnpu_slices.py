@@ -1,5 +1,5 @@
-"""`npu-plugin inventory --vnpu ... --output resourceslice|deviceclasses`: the layouts an API server version gets,
-and the per-template DeviceClasses."""
+"""`npu-plugin inventory --vnpu ... --output resourceslice|deviceclasses`: the layouts an API server
+version gets, and the per-template DeviceClasses."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The first hour with `npu-plugin`: help that teaches, mistyped and foreign flags, --version, environment
-aliases, DRA flags that a mode would ignore, and `inventory` checking names like `serve`."""
+"""The first hour with `npu-plugin`: help that teaches, mistyped and foreign flags, --version,
+environment aliases, DRA flags that a mode would ignore, and `inventory` checking names like
+`serve`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`npu-plugin migrate` as a user runs it: flags, files, stdin/stdout, --check, exit codes, atomic output."""
+"""`npu-plugin migrate` as a user runs it: flags, files, stdin/stdout, --check, exit codes, atomic
+output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pure parts of the device plugin service: what ListAndWatch lists and which ids Allocate accepts."""
+"""Pure parts of the device plugin service: what ListAndWatch lists and which ids Allocate
+accepts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Pure parts of the device plugin's vNPU resources: Ascend's names and ids, what each resource lists, which chips
-leave the whole-NPU list, and which ids Allocate accepts."""
+"""Pure parts of the device plugin's vNPU resources: Ascend's names and ids, what each resource
+lists, which chips leave the whole-NPU list, and which ids Allocate accepts."""
 
 from __future__ import annotations
 

@@ -151,7 +151,8 @@ def test_a_vnpu_record_is_an_optional_object_per_device() -> None:
 
 
 def test_without_vnpus_the_bytes_are_those_of_the_previous_release() -> None:
-    """--vnpu off: no device carries the key, so the file is what an older binary writes and reads."""
+    """--vnpu off: no device carries the key, so the file is what an older binary writes and
+    reads."""
     assert b'"vnpu"' not in CHECKPOINT.to_bytes()
     assert CHECKPOINT.vnpus() == []
 

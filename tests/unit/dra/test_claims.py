@@ -293,7 +293,8 @@ GATE = "(is DRAPartitionableDevices enabled on kube-scheduler?)"
             set(),
         ),
         ({0: chip(0, (102, "vir05_1c_16g"))}, [], [wanted("npu-0", 0, None)], "while vNPUs hold part of it", set()),
-        # A live vNPU no claim records counts against the totals (foreign, or left by a lost checkpoint).
+        # A live vNPU no claim records counts against the totals (foreign, or left by a lost
+        # checkpoint).
         (
             {0: chip(0, (102, "vir10_3c_32g"))},
             [Holding(0, "vir10_3c_32g")],

@@ -1,4 +1,5 @@
-"""The slice informer and the publisher's reconcile against an in-memory KubeApi: requests are counted."""
+"""The slice informer and the publisher's reconcile against an in-memory KubeApi: requests are
+counted."""
 
 from __future__ import annotations
 
@@ -158,11 +159,13 @@ def test_a_resource_version_going_backwards_relists(running: Running) -> None:
     assert running.caught_up()
 
 
-# ---- the pauses after consecutive failures, chosen with injected jitter draws and recorded, not slept
+# ---- the pauses after consecutive failures, chosen with injected jitter draws and recorded, not
+# slept
 
 
 class RecordedPauses(threading.Event):
-    """The informer's stop event, on which it also pauses: each pause is recorded and returns at once."""
+    """The informer's stop event, on which it also pauses: each pause is recorded and returns at
+    once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -243,8 +246,8 @@ def test_watches_breaking_one_after_another_pause_longer_each_time_logged_once_t
 
 
 def test_a_server_breaking_every_watch_is_never_a_tight_loop() -> None:
-    """The least the daemon ever waits (every draw 0): doubling pauses from 0.25 s up to half the 30 s cap,
-    so twelve broken watches cost 12 LISTs and 13 WATCHes over at least 105 s."""
+    """The least the daemon ever waits (every draw 0): doubling pauses from 0.25 s up to half the 30
+    s cap, so twelve broken watches cost 12 LISTs and 13 WATCHes over at least 105 s."""
     api, _ = with_a_slice()
     api.fail_next("watch_slices", *[BROKEN_WATCHES[0][0]] * 12)
     with paused_informer(api, lambda: 0.0) as (_, stop):
@@ -255,8 +258,8 @@ def test_a_server_breaking_every_watch_is_never_a_tight_loop() -> None:
 
 
 def test_watches_ending_at_once_pause_longer_each_time() -> None:
-    """A server that closes every watch at once (nothing delivered, no time passed on the clock) backs off
-    as for any failure (every draw 1: the most the daemon waits)."""
+    """A server that closes every watch at once (nothing delivered, no time passed on the clock)
+    backs off as for any failure (every draw 1: the most the daemon waits)."""
     api, _ = with_a_slice()
     api.end_watches_at_once(7)
     with paused_informer(api, lambda: 1.0, clock=lambda: 0.0) as (_, stop):
@@ -266,8 +269,8 @@ def test_watches_ending_at_once_pause_longer_each_time() -> None:
 
 
 def test_a_429_or_503_pauses_at_least_the_servers_retry_after_then_resumes_without_a_list() -> None:
-    """The server's Retry-After outweighs a shorter back-off step, on the LIST and on the watch alike; a
-    throttled watch resumes from where it was."""
+    """The server's Retry-After outweighs a shorter back-off step, on the LIST and on the watch
+    alike; a throttled watch resumes from where it was."""
     api, name = with_a_slice()
     api.fail_next("list_slices", KubeApiError("list resourceslices", 429, "Too many requests", retry_after=7.0))
     api.fail_next(
@@ -283,7 +286,8 @@ def test_a_429_or_503_pauses_at_least_the_servers_retry_after_then_resumes_witho
 
 
 def test_a_watch_cut_short_or_failing_is_an_interruption_and_one_ending_on_time_is_not() -> None:
-    """What an API server restart does to the watch, which tells the publisher to read the version again."""
+    """What an API server restart does to the watch, which tells the publisher to read the version
+    again."""
     api, now = InMemoryKube(), [0.0]
     informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=lambda: None, policy=QUICK, clock=lambda: now[0])
     stop = threading.Event()

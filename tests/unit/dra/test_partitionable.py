@@ -1,4 +1,5 @@
-"""dra/partitionable.py: when the gate is probed, what the probe looks like, and what counts as counters lost."""
+"""dra/partitionable.py: when the gate is probed, what the probe looks like, and what counts as
+counters lost."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ CONSUMES = [{"counterSet": "npu-0-counters", "counters": {"aicore": {"value": "5
 
 
 class Versioned(InMemoryKube):
-    """The test double, at a chosen version; its dry run keeps or drops counters as the gate says."""
+    """The test double, at a chosen version; its dry run keeps or drops counters as the gate
+    says."""
 
     def __init__(self, minor: int, gate: bool) -> None:
         super().__init__()

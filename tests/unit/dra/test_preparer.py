@@ -108,7 +108,8 @@ REFUSALS: dict[str, tuple[Any, str]] = {
     "bad-namespace": (lambda c: ClaimRef("..", "u-bns", "x"), "invalid claim namespace/name '..'/'x'"),
     "uid-with-newline": (lambda c: ClaimRef("ns", "u-nl\n", "x"), "invalid claim UID 'u-nl\\n'"),
     "name-with-newline": (lambda c: ClaimRef("ns", "u-nn", "x\n"), "invalid claim namespace/name 'ns'/'x\\n'"),
-    # A megabyte of input is named, not repeated: the message ends up in a gRPC response and a log line.
+    # A megabyte of input is named, not repeated: the message ends up in a gRPC response and a log
+    # line.
     "huge-name": (lambda c: ClaimRef("ns", "u-huge", "x" * 2**20), "xxxx... (1048578 characters)"),
 }
 
@@ -154,7 +155,8 @@ def test_a_claim_the_other_daemon_unprepares_meanwhile_is_read_under_the_lock(tm
     mine, other = make_preparer(tmp_path, claims), make_preparer(tmp_path, claims)  # a rolling update's two pods
     ref, fresh = claims.add("c", "u1", [ours("npu-1")]), claims.add("f", "u2", [ours("npu-2")])
     mine.prepare([ref])
-    # After `mine` saw u1 completed and while it reads u2 from the API, the other daemon unprepares u1.
+    # After `mine` saw u1 completed and while it reads u2 from the API, the other daemon unprepares
+    # u1.
     claims.before_fetch = lambda name: name == "f" and other.unprepare([ref])
     assert [r.error for r in mine.prepare([ref, fresh]).values()] == ["", ""]
     assert set(checkpoint_claims(mine)) == {"u1", "u2"}

@@ -1,5 +1,5 @@
-"""dra/preparer.py with vNPUs, in process: the fake backend's simulated hardware (a real state file and real
-vdavinci files), claims from a dict, a temporary state dir and CDI root."""
+"""dra/preparer.py with vNPUs, in process: the fake backend's simulated hardware (a real state file
+and real vdavinci files), claims from a dict, a temporary state dir and CDI root."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ V05 = "vir05_1c_16g"
 
 
 class Node:
-    """A node (an 8-chip Atlas 800T A2 unless told) with its simulated vNPU hardware, and a preparer serving it
-    (--vnpu dynamic unless told)."""
+    """A node (an 8-chip Atlas 800T A2 unless told) with its simulated vNPU hardware, and a preparer
+    serving it (--vnpu dynamic unless told)."""
 
     def __init__(
         self,
@@ -202,7 +202,8 @@ def test_a_vnpu_in_use_keeps_its_claim_until_a_destroy_succeeds(node: Node) -> N
 
 
 class RacingBackend:
-    """The fake backend, with an administrator who takes the id we are about to use just before our create."""
+    """The fake backend, with an administrator who takes the id we are about to use just before our
+    create."""
 
     def __init__(self, inner: FakeBackend) -> None:
         self.inner, self.raced = inner, False
@@ -233,7 +234,8 @@ def test_an_id_taken_meanwhile_moves_the_claim_to_the_next_free_id(tmp_path: Pat
 
 
 def test_a_prepared_claim_whose_vnpu_vanished_gets_it_again_with_its_id(node: Node) -> None:
-    """A reboot with the driver's recovery off: the kubelet prepares again before starting containers."""
+    """A reboot with the driver's recovery off: the kubelet prepares again before starting
+    containers."""
     ref = node.claim("u1", "npu-0-vir05-1c-16g-0")
     first = node.preparer.prepare([ref])
     node.set_hardware(vnpus={})
@@ -335,7 +337,8 @@ def test_a_create_that_cannot_be_called_is_an_error_of_its_claim_and_counted_as_
 
 
 class RefusingChipOne(RacingBackend):
-    """The fake backend whose driver refuses every create on chip 1 (a hardware rule the counters do not model)."""
+    """The fake backend whose driver refuses every create on chip 1 (a hardware rule the counters do
+    not model)."""
 
     def create_vnpu(self, physical_id: int, template: str, vnpu_id: int) -> int:
         if physical_id == 1:
@@ -349,7 +352,8 @@ def test_a_refused_create_destroys_the_vnpus_its_claim_already_made(tmp_path: Pa
     two = node.claims.add("c-u1", "u1", [ours("npu-0-vir05-1c-16g-0", "a"), ours("npu-1-vir05-1c-16g-0", "b")])
     error = node.prepare(two)["u1"]
     assert "creating vNPU vir05_1c_16g on npu-1 (id 116) failed:" in error and "-8005" in error, error
-    # The vNPU of request 'a' was made first and is gone again: nothing on the device, nothing recorded.
+    # The vNPU of request 'a' was made first and is gone again: nothing on the device, nothing
+    # recorded.
     assert node.operations == [("create", "success"), ("create", "refused"), ("destroy", "success")]
     assert node.vnpus() == {} and node.nodes() == []
     assert node.checkpoint() == {} and list(node.cdi.iterdir()) == []
@@ -402,7 +406,8 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_claim_is_released_when_th
     whole = node.claim("w1", "npu-1", request="npu")
     node.set_hardware(faults={"hangCreate": True})
     try:
-        # No time left before the deadline: the create still gets the minimum wait, then its claim an answer.
+        # No time left before the deadline: the create still gets the minimum wait, then its claim
+        # an answer.
         results = node.preparer.prepare([hung, whole], deadline=time.monotonic())
         assert (
             "claim ns/c-u1: creating vNPU vir05_1c_16g on npu-0 (id 100): the driver did not answer within 1.0s"
@@ -434,7 +439,8 @@ def test_a_hung_create_fails_its_claim_in_time_and_the_claim_is_released_when_th
 
 
 def test_a_late_create_of_a_prepared_claims_vnpu_keeps_it(node: Node) -> None:
-    """After a reboot without recovery the kubelet prepares a completed claim again, which re-creates its vNPU."""
+    """After a reboot without recovery the kubelet prepares a completed claim again, which
+    re-creates its vNPU."""
     ref = node.claim("u1", "npu-0-vir05-1c-16g-0")
     first = node.preparer.prepare([ref])
     node.set_hardware(vnpus={}, faults={"hangCreate": True})
@@ -453,7 +459,8 @@ def test_a_late_create_of_a_prepared_claims_vnpu_keeps_it(node: Node) -> None:
 
 
 def test_the_publishers_reads_of_the_checkpoint_do_not_wait_on_the_state_lock(node: Node) -> None:
-    """A Prepare holds the state lock while it waits on the driver; what the slices need must not wait for it."""
+    """A Prepare holds the state lock while it waits on the driver; what the slices need must not
+    wait for it."""
     node.prepare(node.claim("u1", "npu-0-vir05-1c-16g-0"), node.claim("w2", "npu-2", request="npu"))
     with ThreadPoolExecutor(max_workers=1) as pool, node.preparer.state.locked():
         assert pool.submit(node.preparer.own_vnpu_ids).result(timeout=30) == frozenset({100})

@@ -1,5 +1,5 @@
-"""dra/vnpu_slices.py: counter sets, candidates, static vNPUs and the split, combined and fallback layouts, against
-the built-in profiles' driver tables (910B3, 910A, 310P3)."""
+"""dra/vnpu_slices.py: counter sets, candidates, static vNPUs and the split, combined and fallback
+layouts, against the built-in profiles' driver tables (910B3, 910A, 310P3)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def settings(policy: str = "remove") -> SliceSettings:
 def plans_for(
     profile: str, mode: VnpuMode = VnpuMode.DYNAMIC, vnpus: dict[int, list[tuple[int, str]]] | None = None
 ) -> tuple[list[Device], dict[int, ChipPlan]]:
-    """The profile's devices and each chip's plan, as the servers make it (vNPUs in `vnpus` are ours)."""
+    """The profile's devices and each chip's plan, as the servers make it (vNPUs in `vnpus` are
+    ours)."""
     inventory = profile_inventory(profile)
     devices, plans = inventory.devices, {}
     ours = frozenset(i for listed in (vnpus or {}).values() for i, _ in listed)
@@ -179,7 +180,8 @@ def test_each_template_publishes_as_many_candidates_as_an_empty_chip_holds(profi
             per_template.setdefault(key, []).append({k: _quantity(v["value"]) for k, v in used["counters"].items()})
     _, plans = plans_for(profile)
     dynamic = {f"npu-{p}-counters": plan.chip.templates for p, plan in plans.items() if f"npu-{p}-counters" in sets}
-    # Every template of every dynamic chip fits an empty chip at least once, so each publishes candidates.
+    # Every template of every dynamic chip fits an empty chip at least once, so each publishes
+    # candidates.
     assert set(per_template) == {(name, t.name) for name, templates in dynamic.items() for t in templates}
     for (set_name, _), uses in per_template.items():
         totals, one = sets[set_name], uses[0]

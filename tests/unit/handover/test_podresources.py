@@ -1,4 +1,5 @@
-"""Which chips running containers hold, per API, from a PodResources List answer: a vNPU holds its chip."""
+"""Which chips running containers hold, per API, from a PodResources List answer: a vNPU holds its
+chip."""
 
 from __future__ import annotations
 

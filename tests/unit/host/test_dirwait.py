@@ -1,5 +1,6 @@
-"""wait_for_directory: it waits by watching, one level at a time, and never creates what it waits for.
-wait_until_gone: it returns when the file goes, however it goes, and sets no timer while it waits."""
+"""wait_for_directory: it waits by watching, one level at a time, and never creates what it waits
+for. wait_until_gone: it returns when the file goes, however it goes, and sets no timer while it
+waits."""
 
 from __future__ import annotations
 

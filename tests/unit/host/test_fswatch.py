@@ -1,6 +1,6 @@
-"""fswatch.Reread: a burst of change events costs one or two reads, never one per event; the latest wins.
-DirectoryWatch: the kernel reports only the changes it relays, never a directory listed or a file read; a file
-changed before its watch started is read once it starts."""
+"""fswatch.Reread: a burst of change events costs one or two reads, never one per event; the latest
+wins. DirectoryWatch: the kernel reports only the changes it relays, never a directory listed or a
+file read; a file changed before its watch started is read once it starts."""
 
 from __future__ import annotations
 
@@ -98,7 +98,8 @@ IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x
 
 
 def inotify_masks(directory: Path) -> list[int]:
-    """The event masks this process's inotify watches on `directory` ask the kernel for (proc(5), fdinfo)."""
+    """The event masks this process's inotify watches on `directory` ask the kernel for (proc(5),
+    fdinfo)."""
     inode, masks = directory.stat().st_ino, []
     for info in Path("/proc/self/fdinfo").iterdir():
         try:

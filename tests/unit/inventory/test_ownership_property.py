@@ -1,10 +1,10 @@
-"""Property: whatever the interleaving of allocations, claims, releases, health changes, vNPUs an administrator
-makes or removes, and restarts with new partitions, no NPU is held by both APIs or offered by both at once, and a
-chip with any vNPU is offered whole by neither.
+"""Property: whatever the interleaving of allocations, claims, releases, health changes, vNPUs an
+administrator makes or removes, and restarts with new partitions, no NPU is held by both APIs or
+offered by both at once, and a chip with any vNPU is offered whole by neither.
 
-Drives the real pieces: Inventory, the device plugin's Allocate checks and ListAndWatch lists (whole NPUs and vNPU
-resources), the PodResources mapping of what containers hold, the DRA Preparer (real checkpoint and CDI files in a
-temp dir) and the slice builders.
+Drives the real pieces: Inventory, the device plugin's Allocate checks and ListAndWatch lists (whole
+NPUs and vNPU resources), the PodResources mapping of what containers hold, the DRA Preparer (real
+checkpoint and CDI files in a temp dir) and the slice builders.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ class Ledger(RuleBasedStateMachine):
     # -- the daemon's decisions, as daemon.py makes them --
 
     def _holders(self) -> Holders:
-        """What the daemon reads: the kubelet's PodResources answer (vNPU ids mapped to their chip) and the
-        checkpoint."""
+        """What the daemon reads: the kubelet's PodResources answer (vNPU ids mapped to their chip)
+        and the checkpoint."""
         answer = podresources.ListPodResourcesResponse()
         for pid, (resource, device_id) in sorted(self.containers.items()):
             pod = answer.pod_resources.add(name=f"pod-{pid}", namespace="default")
@@ -113,7 +113,8 @@ class Ledger(RuleBasedStateMachine):
 
     @rule(pid=st.sampled_from(IDS))
     def kubelet_allocates_a_vnpu(self, pid: int) -> None:
-        """A stale kubelet may ask for a vNPU it once saw, so the first id of the chip's range is asked for too."""
+        """A stale kubelet may ask for a vNPU it once saw, so the first id of the chip's range is
+        asked for too."""
         if pid in self.containers:
             return
         listing = self._listing()
@@ -131,7 +132,8 @@ class Ledger(RuleBasedStateMachine):
 
     @rule(pid=st.sampled_from(IDS), templates=st.lists(st.sampled_from(TEMPLATES), min_size=1, max_size=2))
     def admin_splits_a_chip(self, pid: int, templates: list[str]) -> None:
-        """An administrator makes vNPUs with npu-smi on a chip nothing holds (the driver refuses a busy one)."""
+        """An administrator makes vNPUs with npu-smi on a chip nothing holds (the driver refuses a
+        busy one)."""
         if pid in self.vnpus or pid in self.containers or pid in self.prepared.values():
             return
         first = PROFILE.vnpu[pid].id_range[0]
@@ -227,8 +229,8 @@ class Ledger(RuleBasedStateMachine):
 
 
 def test_a_chip_whose_vnpu_a_container_holds_stays_with_the_device_plugin_across_a_new_partition() -> None:
-    """The sequence the property needs most, spelled out: PodResources names the vNPU resource and id, and the
-    chip behind it counts as held."""
+    """The sequence the property needs most, spelled out: PodResources names the vNPU resource and
+    id, and the chip behind it counts as held."""
     ledger = Ledger()
     try:
         ledger.admin_splits_a_chip(0, ["vir05_1c_16g"])

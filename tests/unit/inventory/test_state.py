@@ -1,4 +1,5 @@
-"""Inventory: health hysteresis, device-node presence, re-discovery and the coalescing change feed."""
+"""Inventory: health hysteresis, device-node presence, re-discovery and the coalescing change
+feed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Each chip's vNPU plan: templates checked, --vnpu-templates applied, dynamic, static or whole decided."""
+"""Each chip's vNPU plan: templates checked, --vnpu-templates applied, dynamic, static or whole
+decided."""
 
 from __future__ import annotations
 

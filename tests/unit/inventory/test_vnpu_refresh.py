@@ -1,4 +1,5 @@
-"""vnpu_relist.py: one read of the chips' vNPUs, shared by every listener, each told only of a change."""
+"""vnpu_relist.py: one read of the chips' vNPUs, shared by every listener, each told only of a
+change."""
 
 from __future__ import annotations
 

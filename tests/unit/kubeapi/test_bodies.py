@@ -1,4 +1,5 @@
-"""kube.py reads every response body in one place: what it accepts, and the one error for everything else."""
+"""kube.py reads every response body in one place: what it accepts, and the one error for everything
+else."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Where the API server is and which credentials to present: kubeconfig parsing (pure), the in-cluster
-endpoint, and the bearer token that follows its file."""
+"""Where the API server is and which credentials to present: kubeconfig parsing (pure), the
+in-cluster endpoint, and the bearer token that follows its file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`migrate` finds pod templates wherever each known kind keeps them, and is loud about what it cannot rewrite."""
+"""`migrate` finds pod templates wherever each known kind keeps them, and is loud about what it
+cannot rewrite."""
 
 from __future__ import annotations
 
@@ -198,7 +199,8 @@ def test_template_path_of_the_wrong_type_is_refused(text: str, message: str) -> 
     assert str(caught.value) == message
 
 
-# --- resource names, classes, count 0, slices -----------------------------------------------------------
+# --- resource names, classes, count 0, slices
+# -----------------------------------------------------------
 
 
 def pod(limits: str, env: str = "", extra: str = "") -> str:
@@ -295,7 +297,8 @@ def test_hami_and_volcano_vnpu_requests_become_vnpu_claims_sized_by_cel(
 
 
 def test_the_selectors_take_vnpus_of_the_family_that_hold_the_request() -> None:
-    """Evaluated by the scheduler stand-in's CEL against vNPU devices as the driver publishes them."""
+    """Evaluated by the scheduler stand-in's CEL against vNPU devices as the driver publishes
+    them."""
     result = migrate_text(pod("{huawei.com/Ascend910: 1, huawei.com/Ascend910-memory: 12288}"))
     ((_, _, selectors),) = _vnpu_requests(result.text)
     matchers = [cel_matcher(s) for s in selectors]
@@ -370,7 +373,8 @@ def test_slices_alone_are_not_touched() -> None:
     assert result.seen == {"huawei.com/Ascend910-2c"}
 
 
-# --- runtime warnings -----------------------------------------------------------------------------------
+# --- runtime warnings
+# -----------------------------------------------------------------------------------
 
 ANNOTATION_ENV = """\
     env:

@@ -1,4 +1,5 @@
-"""`migrate` edits the user's own lines: exact outputs for the layouts real files mix (table-driven)."""
+"""`migrate` edits the user's own lines: exact outputs for the layouts real files mix
+(table-driven)."""
 
 from __future__ import annotations
 

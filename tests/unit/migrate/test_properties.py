@@ -1,4 +1,5 @@
-"""`migrate` over generated block-style workloads: right objects, no other line lost, idempotent, valid."""
+"""`migrate` over generated block-style workloads: right objects, no other line lost, idempotent,
+valid."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def deployments(draw: st.DrawFn) -> dict[str, Any]:
 
 @st.composite
 def rendered(draw: st.DrawFn, obj: dict[str, Any]) -> str:
-    """`obj` as block YAML in a drawn indentation style, with comments and blank lines sprinkled in."""
+    """`obj` as block YAML in a drawn indentation style, with comments and blank lines sprinkled
+    in."""
     dumper = YAML()
     dumper.indent(
         **draw(

@@ -17,7 +17,8 @@ from npu_plugin.migrate.yamlstream import Style, detect_style, load, split_docum
 
 
 def pod(resources: str, name: str = "p", extra: str = "", kind: str = "Pod") -> str:
-    """A one-container Pod whose `resources:` block is `resources` (indented under the container)."""
+    """A one-container Pod whose `resources:` block is `resources` (indented under the
+    container)."""
     body = textwrap.indent(textwrap.dedent(resources).strip("\n"), " " * 6)
     return (
         f"apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n  containers:\n"
@@ -33,7 +34,8 @@ def container_resources(text: str) -> object:
     return next(o for o in objects(text) if o["kind"] == "Pod")["spec"]["containers"][0]["resources"]  # type: ignore[index]
 
 
-# --- what gets migrated -----------------------------------------------------------------------------------
+# --- what gets migrated
+# -----------------------------------------------------------------------------------
 
 COUNTS = [
     ("limits int", "limits:\n  huawei.com/Ascend910: 2", 2),
@@ -108,7 +110,8 @@ def test_change_describes_where_and_what() -> None:
     )
 
 
-# --- bytes that must survive ------------------------------------------------------------------------------
+# --- bytes that must survive
+# ------------------------------------------------------------------------------
 
 
 def test_crlf_line_endings_are_kept() -> None:
@@ -161,7 +164,8 @@ def test_unknown_kinds_that_ask_for_the_resource_are_left_behind() -> None:
     assert (result.warnings, result.changes, result.skipped) == ((), (), 1)
 
 
-# --- refused input ----------------------------------------------------------------------------------------
+# --- refused input
+# ----------------------------------------------------------------------------------------
 
 TWO_JOBS = """\
 apiVersion: apps/v1
@@ -312,7 +316,8 @@ def test_bad_input_is_refused_with_a_precise_message(text: str, message: str) ->
     assert str(caught.value) == message
 
 
-# --- names ------------------------------------------------------------------------------------------------
+# --- names
+# ------------------------------------------------------------------------------------------------
 
 NAMES = [
     ("plain", ("train", "main"), "main-npu", "train-main-npu"),

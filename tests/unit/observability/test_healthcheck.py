@@ -1,4 +1,5 @@
-"""The gRPC health verdict: the pure rule table-driven, and the service over a real 127.0.0.1 port."""
+"""The gRPC health verdict: the pure rule table-driven, and the service over a real 127.0.0.1
+port."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ INTERVAL = 0.2  # the verdict is re-evaluated every 0.1 s
 
 
 class Clock:
-    """The inventory's last sample time as the service reads it: an hour ahead (fresh however slow the
-    machine) or an hour behind (stale), so no assertion depends on how fast anything runs."""
+    """The inventory's last sample time as the service reads it: an hour ahead (fresh however slow
+    the machine) or an hour behind (stale), so no assertion depends on how fast anything runs."""
 
     def __init__(self) -> None:
         self.stale = False

@@ -1,4 +1,5 @@
-"""The vNPU series: one per (chip, template, origin) as the node is now, operations by result, create latency."""
+"""The vNPU series: one per (chip, template, origin) as the node is now, operations by result,
+create latency."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The DRA simulators' pure parts: the kubelet's registration checks and the scheduler's device choice."""
+"""The DRA simulators' pure parts: the kubelet's registration checks and the scheduler's device
+choice."""
 
 from __future__ import annotations
 

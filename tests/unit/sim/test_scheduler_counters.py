@@ -1,5 +1,6 @@
-"""The scheduler stand-in with partitionable devices: counter accounting over every allocated claim, first fit in
-slice and device order, pool validity and the gate off (A12-A15), on slices the vNPU slice builder makes."""
+"""The scheduler stand-in with partitionable devices: counter accounting over every allocated claim,
+first fit in slice and device order, pool validity and the gate off (A12-A15), on slices the vNPU
+slice builder makes."""
 
 from __future__ import annotations
 

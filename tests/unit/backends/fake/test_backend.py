@@ -1,5 +1,5 @@
-"""The fake backend's inventory file: a size cap, the last good inventory kept, health from memory, a rewrite
-made before the watch started."""
+"""The fake backend's inventory file: a size cap, the last good inventory kept, health from memory,
+a rewrite made before the watch started."""
 
 from __future__ import annotations
 

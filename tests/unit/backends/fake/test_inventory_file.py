@@ -59,7 +59,8 @@ MALFORMED = [
     (entry(colour="red"), 4, "colour", "unknown field"),
     ("devices:\n  - physicalId: 0\n    chipName: 910B3\n    physicalId: 1\n", 4, "physicalId", "given twice"),
     ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId", "0 already used by devices[0]"),
-    # What PyYAML raises outside its own error marks: control characters, tags, values its resolvers misread.
+    # What PyYAML raises outside its own error marks: control characters, tags, values its resolvers
+    # misread.
     ("devices:\n  - physicalId: 0\n\x00", 3, None, "not valid YAML: character #x0000 is not allowed"),
     (entry(memory="2024-13-45"), 4, "memory", "cannot read the value: month must be in 1..12"),
     (entry(aiCore="!!python/object:os.system 0"), 4, "aiCore", "cannot read the value: could not determine"),

@@ -1,4 +1,5 @@
-"""The built-in profiles' vNPU tables: the driver's figures, the chips' totals and who may split on demand."""
+"""The built-in profiles' vNPU tables: the driver's figures, the chips' totals and who may split on
+demand."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The fake backend's simulated vNPU hardware: the driver's rules and codes against a real state file and a real
-dev root, the fault knobs, reboots, and a corrupt state file."""
+"""The fake backend's simulated vNPU hardware: the driver's rules and codes against a real state
+file and a real dev root, the fault knobs, reboots, and a corrupt state file."""
 
 from __future__ import annotations
 
@@ -295,7 +295,8 @@ def test_a_hung_create_leaves_the_other_calls_free_and_returns_once_the_knob_no_
     try:
         wait_until(lambda: "vdavinci100" in node.nodes(), 30, "the hung create's vdavinci100")
         assert not create.done()
-        # As with a driver call that hangs, the fake's other calls still answer: the hang holds no lock.
+        # As with a driver call that hangs, the fake's other calls still answer: the hang holds no
+        # lock.
         assert pool.submit(backend.list_vnpus, 0).result(timeout=30) == [
             Vnpu(0, 102, "vir05_1c_16g"),
             Vnpu(0, 100, "vir05_1c_16g"),

@@ -1,4 +1,5 @@
-"""npu-smi parsers: every fixture, hand-made breakage, and random text that must only raise NpuSmiParseError."""
+"""npu-smi parsers: every fixture, hand-made breakage, and random text that must only raise
+NpuSmiParseError."""
 
 from __future__ import annotations
 
@@ -198,7 +199,8 @@ def test_printed_physical_ids_win_over_device_nodes() -> None:
 
 @pytest.mark.parametrize(("info", "mapping"), sorted(DEVICES))
 def test_without_a_mapping_info_alone_gives_the_same_devices(info: str, mapping: str) -> None:
-    """Every fixture host's `info -m` numbers logic ids in `info` order, so `info` alone agrees with it."""
+    """Every fixture host's `info -m` numbers logic ids in `info` order, so `info` alone agrees with
+    it."""
     rows = parse_info(fixture(info))
     assert build_devices(rows, None) == build_devices(rows, parse_mapping(fixture(mapping)))
 
@@ -321,7 +323,8 @@ TABLE_ALPHABET = st.sampled_from([*"|+-=/ \t\n0123456789ABCDEFXNPU", "NA", "OK",
 
 @st.composite
 def mutated(draw: st.DrawFn, names: list[str]) -> str:
-    """One of `names` with a few random cuts and insertions: near-valid text reaches the deep code paths."""
+    """One of `names` with a few random cuts and insertions: near-valid text reaches the deep code
+    paths."""
     text = fixture(draw(st.sampled_from(names)))
     for _ in range(draw(st.integers(0, 3))):
         start = draw(st.integers(0, len(text)))

@@ -1,4 +1,5 @@
-"""npu-smi's vNPU commands: the fixtures parse into the driver's tables, and every breakage names command and line."""
+"""npu-smi's vNPU commands: the fixtures parse into the driver's tables, and every breakage names
+command and line."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def fixture(name: str) -> str:
 
 
 def template(name: str, aicore: int, gb: int, *uses: float) -> VnpuTemplate:
-    """The driver table's column order: AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD (0 omitted, as the model wants)."""
+    """The driver table's column order: AICPU, VPC, VENC, VDEC, JPEGD, JPEGE, PNGD (0 omitted, as
+    the model wants)."""
     names = ("aicpu", "vpc", "venc", "vdec", "jpegd", "jpege", "pngd")
     return VnpuTemplate(name, aicore, gb * GIB, {k: D(str(v)) for k, v in zip(names, uses, strict=True) if v})
 
