@@ -114,6 +114,7 @@ _ID = "(0|[1-9][0-9]{0,5})"
 _DP_ID = re.compile(f"(Ascend910|Ascend310P|Ascend310)-{_ID}")
 _DRA_NAME = re.compile(f"npu-{_ID}")
 _DEVICE_NODE = re.compile("davinci([0-9]{1,6})")
+VNPU_NODE_PREFIX = "vdavinci"
 
 
 def device_node(physical_id: int) -> str:
@@ -124,7 +125,7 @@ def device_node(physical_id: int) -> str:
 def vnpu_node(vnpu_id: int) -> str:
     """A vNPU's node under the host's /dev: `vdavinci<id>`; the container sees it as
     `device_node(id)`."""
-    return f"vdavinci{vnpu_id}"
+    return f"{VNPU_NODE_PREFIX}{vnpu_id}"
 
 
 def parse_device_node(name: str) -> int | None:

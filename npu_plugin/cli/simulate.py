@@ -25,7 +25,14 @@ import grpc
 import yaml
 
 from npu_plugin.ascend.container_edits import COMMON_NODES
-from npu_plugin.ascend.device import DEFAULT_DRIVER, Device, Health, resource_name_for, vnpu_node
+from npu_plugin.ascend.device import (
+    DEFAULT_DRIVER,
+    VNPU_NODE_PREFIX,
+    Device,
+    Health,
+    resource_name_for,
+    vnpu_node,
+)
 from npu_plugin.ascend.vnpu import ChipVnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
@@ -395,7 +402,7 @@ class Walkthrough:
         with self.report.step("NodeUnprepareResources: the vNPU is destroyed"):
             await self._unprepare(ref)
             left = parse_state(self.paths.fake_vnpu_state.read_text()).all_vnpus()
-            nodes = sorted(p.name for p in self.paths.dev.glob("vdavinci*"))
+            nodes = sorted(p.name for p in self.paths.dev.glob(f"{VNPU_NODE_PREFIX}*"))
             self.report.show(f"vNPUs left: {len(left)}; vdavinci nodes left: {', '.join(nodes) or 'none'}")
 
     async def _until_async(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
