@@ -25,6 +25,8 @@ from celpy.adapter import json_to_cel
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 MODES = ("device-plugin", "dra", "both")
+ALL_MODES = "all-modes"  # every mode in one kustomization, for one GitOps app
+OVERLAYS = (*MODES, ALL_MODES)
 K8S_VERSION = "1.34.0"
 DRIVER = "npu.huawei.com"
 MODE_LABEL = "npu.huawei.com/plugin-mode"
@@ -136,7 +138,7 @@ def _validate(obj: Obj, where: str) -> None:
 
 def test_there_is_something_to_validate() -> None:
     assert len(_object_files()) >= 10
-    assert all((MANIFESTS / "overlays" / m / "kustomization.yaml").is_file() for m in MODES)
+    assert all((MANIFESTS / "overlays" / m / "kustomization.yaml").is_file() for m in OVERLAYS)
 
 
 @pytest.mark.parametrize("path", _object_files(), ids=lambda p: str(p.relative_to(MANIFESTS)))
@@ -150,7 +152,7 @@ def test_manifest_file_validates_strict(path: Path) -> None:
         _validate(obj, str(path.relative_to(REPO)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", OVERLAYS)
 def test_overlay_builds_and_validates_strict(mode: str) -> None:
     for obj in build(mode):
         _validate(obj, f"kubectl kustomize overlays/{mode}")
@@ -176,6 +178,19 @@ def test_overlays_can_be_applied_together() -> None:
             assert a.items() != b.items() and not (a.items() <= b.items() or b.items() <= a.items()), (
                 f"DaemonSet selectors overlap: {a} / {b}"
             )
+
+
+def test_the_all_modes_overlay_composes_the_three() -> None:
+    """One kustomization (one GitOps app) holds every mode: the shared objects once, each mode's DaemonSet, and
+    nothing else, so no app prunes what another applied."""
+
+    def key(obj: Obj) -> tuple[str, str]:
+        return obj["kind"], obj["metadata"]["name"]
+
+    union = {key(o): o for mode in MODES for o in build(mode)}
+    together = build(ALL_MODES)
+    assert len(together) == len({key(o) for o in together}), "an object is declared twice"
+    assert {key(o): o for o in together} == union
 
 
 @pytest.mark.parametrize("mode", MODES)
