@@ -64,7 +64,6 @@ class Config:
     resource_name: str = "auto"
     device_plugin_path: Path = Path("/var/lib/kubelet/device-plugins")
     driver_name: str = DEFAULT_DRIVER
-    device_profile: str = "npu"
     kubelet_registrar_directory_path: Path = Path("/var/lib/kubelet/plugins_registry")
     kubelet_plugins_directory_path: Path = Path("/var/lib/kubelet/plugins")
     cdi_root: Path = Path("/var/run/cdi")
@@ -96,6 +95,11 @@ class Config:
             raise ConfigError(f"--node-name (or NODE_NAME) is required with --mode {self.mode}")
         if self.mode is Mode.BOTH and not self.dra_devices:
             raise ConfigError("--dra-devices is required with --mode both (e.g. 4-7 or ring-1)")
+        if self.healthcheck_port > 0 and self.healthcheck_port == self.metrics_port:
+            raise ConfigError(
+                f"--healthcheck-port {self.healthcheck_port} and --metrics-port {self.metrics_port}: the gRPC "
+                "health service and the metrics server cannot share a port; choose two ports"
+            )
 
     @property
     def serves_device_plugin(self) -> bool:

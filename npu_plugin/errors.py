@@ -115,3 +115,10 @@ class KubeApiError(NpuPluginError):
 
 class MigrateError(NpuPluginError):
     """A manifest cannot be migrated."""
+
+
+def listen_error(flag: str, address: str, port: int, error: OSError) -> NpuPluginError:
+    """A server port that cannot be opened, as one line naming the flag: `--metrics-port 9100: cannot listen on
+    0.0.0.0:9100: Address already in use (EADDRINUSE)`."""
+    host = f"[{address}]" if ":" in address else address
+    return NpuPluginError(f"{flag} {port}: {describe_os_error(error, f'cannot listen on {host}:{port}')}")

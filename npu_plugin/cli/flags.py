@@ -16,6 +16,7 @@ from npu_plugin.cli.flagparser import FlagGroup, FlagParser, parser_class_for
 from npu_plugin.cli.flagtypes import (
     DNS_SUBDOMAIN,
     RESOURCE_NAME,
+    absolute_path,
     address,
     among,
     dns_subdomain,
@@ -44,7 +45,12 @@ def _add_backend_flags(parser: FlagParser, default: BackendKind = BackendKind.AU
         default=default,
         help="discovery source: auto tries DCMI, then npu-smi",
     )
-    add("--fake-inventory", type=Path, metavar="PATH", help="fake backend: inventory file, re-read whenever it changes")
+    add(
+        "--fake-inventory",
+        type=absolute_path,
+        metavar="PATH",
+        help="fake backend: inventory file, re-read whenever it changes",
+    )
     add(
         "--fake-profile",
         type=among(sorted(PROFILES)),
@@ -66,7 +72,9 @@ def _add_backend_flags(parser: FlagParser, default: BackendKind = BackendKind.AU
         help="DCMI library for the dcmi backend",
         shown_default="libdcmi.so via the loader path",
     )
-    add("--dev-root", type=Path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live")
+    add(
+        "--dev-root", type=absolute_path, default=Path("/dev"), metavar="DIR", help="where the host's device nodes live"
+    )
 
 
 def _add_vnpu_mode_flag(group: FlagGroup) -> None:
@@ -91,7 +99,7 @@ def _add_vnpu_flags(parser: FlagParser) -> None:
     )
     group.add_argument(
         "--fake-vnpu-state",
-        type=Path,
+        type=absolute_path,
         metavar="PATH",
         help="fake backend: the simulated hardware's vNPUs and fault knobs (JSON)",
         shown_default="<state dir>/fake-vnpu.json with serve, none (read-only) with inventory",
@@ -177,7 +185,7 @@ def _add_serve_flags(serve: FlagParser) -> None:
     )
     plugin.add_argument(
         "--device-plugin-path",
-        type=Path,
+        type=absolute_path,
         default=Path("/var/lib/kubelet/device-plugins"),
         metavar="DIR",
         help="holds kubelet.sock and the plugin's socket",
@@ -204,42 +212,42 @@ def _add_serve_flags(serve: FlagParser) -> None:
     )
     dra.add_argument(
         "--kubelet-registrar-directory-path",
-        type=Path,
+        type=absolute_path,
         default=Path("/var/lib/kubelet/plugins_registry"),
         metavar="DIR",
         help="where the kubelet's plugin watcher looks for registration sockets",
     )
     dra.add_argument(
         "--kubelet-plugins-directory-path",
-        type=Path,
+        type=absolute_path,
         default=Path("/var/lib/kubelet/plugins"),
         metavar="DIR",
         help="the DRA socket goes in DIR/<driver name>/",
     )
     dra.add_argument(
         "--cdi-root",
-        type=Path,
+        type=absolute_path,
         default=Path("/var/run/cdi"),
         metavar="DIR",
         help="where CDI spec files are written (also with --cdi-enabled)",
     )
     dra.add_argument(
         "--state-dir",
-        type=Path,
+        type=absolute_path,
         metavar="DIR",
         help="checkpoint and lock files",
         shown_default="<plugins dir>/<driver name>",
     )
     dra.add_argument(
         "--kubeconfig",
-        type=Path,
+        type=absolute_path,
         metavar="PATH",
         help="kubeconfig file to reach the API server",
         shown_default="in-cluster service account",
     )
     dra.add_argument(
         "--pod-resources-socket",
-        type=Path,
+        type=absolute_path,
         default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
         metavar="PATH",
         help="kubelet PodResources API, read to see which devices containers hold",

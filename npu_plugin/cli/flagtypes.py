@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, TypeVar
 
 from npu_plugin.ascend.vnpu import TEMPLATE_NAME
@@ -90,6 +92,13 @@ def address(value: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an IP address (e.g. 0.0.0.0 or 127.0.0.1)") from None
     return value
+
+
+def absolute_path(value: str) -> Path:
+    """A path flag, made absolute against the working directory at start: a relative socket directory
+    would reach gRPC as `unix://dir/x.sock`, whose `dir` is read as a host name."""
+    # Lexical, as the shell meant it; resolve() would follow symlinks.
+    return Path(os.path.abspath(value))  # noqa: PTH100
 
 
 def non_empty(value: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -13,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from npu_plugin.aio.tasks import first_of
+from npu_plugin.errors import listen_error
 
 log = logging.getLogger(__name__)
 FRESHNESS_INTERVALS = 3
@@ -30,6 +32,18 @@ def unmet(registered: Mapping[str, bool], last_sample: float, now: float, interv
     if now - last_sample > FRESHNESS_INTERVALS * interval:
         reasons.append(f"no health sample for {now - last_sample:.1f}s")
     return reasons
+
+
+def bind_failure(address: str, port: int) -> OSError:
+    """Why `address:port` cannot be listened on, from a plain bind of it (gRPC does not tell)."""
+    info = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    family, kind, _, _, where = info
+    with socket.socket(family, kind) as probe:
+        try:
+            probe.bind(where)
+        except OSError as error:
+            return error
+    return OSError("gRPC could not listen there")
 
 
 class HealthService:
@@ -51,10 +65,15 @@ class HealthService:
     async def start(self, address: str, port: int) -> None:
         # The servicer starts out SERVING: the verdict goes in before the first probe can connect.
         await self._evaluate()
-        server = grpc.aio.server()
+        # Without SO_REUSEPORT (gRPC's default turns it on) a port another gRPC server holds is
+        # refused, not shared.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
         host = f"[{address}]" if ":" in address else address
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        try:
+            self.port = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # gRPC says only "Failed to bind": a plain bind tells why
+            raise listen_error("--healthcheck-port", address, port, bind_failure(address, port)) from None
         await server.start()
         self._server = server
         log.info("gRPC health service listening on %s:%d", address, self.port)

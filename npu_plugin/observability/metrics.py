@@ -4,17 +4,25 @@
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from collections.abc import Callable, Iterable
-from typing import Literal, get_args
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any, Literal, get_args
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
+from npu_plugin.errors import listen_error
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
 
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
 log = logging.getLogger(__name__)
+METRICS_PATH = "/metrics"
 # Allocate runs in ~100 µs, Prepare in milliseconds; a slow API can push Prepare to its 10 s request
 # timeout.
 LATENCY_BUCKETS = (
@@ -150,7 +158,36 @@ class Metrics:
         self.prepared_claims.set_function(count)
 
     def serve(self, port: int, address: str) -> WSGIServer:
-        server, _thread = start_http_server(port, address, registry=self.registry)
+        """Serve the registry at /metrics (every other path is 404) from a thread; NpuPluginError
+        naming --metrics-port when the port cannot be opened."""
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        app = only_metrics(make_wsgi_app(self.registry))
+        try:
+            server: WSGIServer = make_server(address, port, app, server_class, handler_class=_QuietHandler)
+        except OSError as error:
+            raise listen_error("--metrics-port", address, port, error) from None
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         host = f"[{address}]" if ":" in address else address
-        log.info("metrics listening on http://%s:%d/metrics", host, server.server_port)
+        log.info("metrics listening on http://%s:%d%s", host, server.server_port, METRICS_PATH)
         return server
+
+
+def only_metrics(app: WSGIApplication) -> WSGIApplication:
+    """`app` at /metrics; every other path answers 404, so a probe or scanner pointed at the port by
+    mistake (/healthz, /) is told so instead of reading metrics."""
+
+    def route(environ: WSGIEnvironment, start_response: StartResponse) -> Any:
+        if environ.get("PATH_INFO") == METRICS_PATH:
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"not found: metrics are served at {METRICS_PATH}\n".encode()]
+
+    return route
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr (it would bypass the log format)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

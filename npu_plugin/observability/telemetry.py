@@ -16,6 +16,8 @@ from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from npu_plugin.observability.healthcheck import HealthService
     from npu_plugin.observability.metrics import Metrics, VnpuOp, VnpuResult
 
@@ -29,6 +31,7 @@ class Telemetry:
         self._metrics_port, self._health_port, self._address = metrics_port, healthcheck_port, bind_address
         self.metrics: Metrics | None = None
         self.health: HealthService | None = None
+        self._metrics_server: WSGIServer | None = None
         if metrics_port >= 0:
             from npu_plugin.observability.metrics import Metrics
 
@@ -42,16 +45,21 @@ class Telemetry:
             from npu_plugin.observability.healthcheck import HealthService
 
             self.health = HealthService(apis, last_sample, interval)
-            await self.health.start(self._address, self._health_port)
+            try:
+                await self.health.start(self._address, self._health_port)
+            except BaseException:
+                self.close()
+                raise
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.health is not None:
             await self.health.run(stop)
 
     def close(self) -> None:
-        if self.metrics is not None:
+        if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+            self._metrics_server = None
 
     def devices(self, snapshot: Snapshot) -> None:
         if self.metrics is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,3 +122,29 @@ def test_version_through_python_m() -> None:
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, f"npu-plugin {__version__}\n", "")
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--healthcheck-port"])
+def test_a_port_in_use_is_one_line_naming_the_flag(
+    node: Path, dev_root: Path, launch_daemon: Launcher, flag: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = [*FAKE, "--device-plugin-path", str(node), "--dev-root", str(dev_root), "--bind-address", "127.0.0.1"]
+        line = start_failure(launch_daemon(*args, flag, str(port)))
+    assert line == f"npu-plugin serve: error: {flag} {port}: cannot listen on 127.0.0.1:{port}: " + (
+        "Address already in use (EADDRINUSE)"
+    )
+
+
+def test_a_relative_socket_directory_is_taken_from_the_working_directory(
+    node: Path, dev_root: Path, launch_daemon: Launcher
+) -> None:
+    """The daemon runs in the repository; `--device-plugin-path` relative to it names `node`."""
+    relative = os.path.relpath(node, REPO)
+    daemon = launch_daemon(*FAKE, "--device-plugin-path", relative, "--dev-root", str(dev_root))
+    daemon.wait_for_log(f"device plugin serving on {node}/npu-plugin-Ascend910.sock")
+    assert daemon.signal(signal.SIGTERM, 10)[0] == 0
+    assert "Traceback" not in daemon.log()

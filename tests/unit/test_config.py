@@ -33,7 +33,6 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--resource-name", "example.com/npu", "resource_name", "example.com/npu"),
     ("--device-plugin-path", "/tmp/dp", "device_plugin_path", Path("/tmp/dp")),
     ("--driver-name", "npu.example.com", "driver_name", "npu.example.com"),
-    ("--device-profile", "npu", "device_profile", "npu"),
     ("--kubelet-registrar-directory-path", "/tmp/reg", "kubelet_registrar_directory_path", Path("/tmp/reg")),
     ("--kubelet-plugins-directory-path", "/tmp/plugins", "kubelet_plugins_directory_path", Path("/tmp/plugins")),
     ("--cdi-root", "/etc/cdi", "cdi_root", Path("/etc/cdi")),
@@ -304,3 +303,31 @@ def test_a_directory_flag_pointing_under_a_file_is_refused(tmp_path: Path, flag:
     config = config_from_args(parse_args(argv, environ={}))
     with pytest.raises(ConfigError, match=f"^{flag} {blocker}/sub: {blocker} exists and is not a directory$"):
         check_paths(config)
+
+
+PATH_FLAGS = [
+    ("--device-plugin-path", "device_plugin_path"),
+    ("--kubelet-registrar-directory-path", "kubelet_registrar_directory_path"),
+    ("--kubelet-plugins-directory-path", "kubelet_plugins_directory_path"),
+    ("--cdi-root", "cdi_root"),
+    ("--state-dir", "state_dir"),
+    ("--pod-resources-socket", "pod_resources_socket"),
+    ("--kubeconfig", "kubeconfig"),
+    ("--dev-root", "dev_root"),
+    ("--fake-vnpu-state", "fake_vnpu_state"),
+]
+
+
+@pytest.mark.parametrize(("flag", "attr"), PATH_FLAGS)
+def test_relative_paths_are_taken_from_the_working_directory(flag: str, attr: str) -> None:
+    """gRPC reads `unix://dp/x.sock` as a host name: every path is made absolute at start, as the shell meant it."""
+    argv = [*BASE, "--mode", "dra", "--node-name", "n1", "--vnpu", "static", flag, "rel/dir"]
+    assert getattr(config(argv), attr) == Path.cwd() / "rel" / "dir"
+    assert getattr(config([*argv[:-2]], {env_name(flag[2:]): "rel/dir"}), attr) == Path.cwd() / "rel" / "dir"
+
+
+def test_one_port_for_health_and_metrics_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^--healthcheck-port 9100 and --metrics-port 9100: .*two ports"):
+        config([*BASE, "--healthcheck-port", "9100", "--metrics-port", "9100"])
+    for same in ("-1", "0"):  # both off, or each on a free port of its own
+        assert config([*BASE, "--healthcheck-port", same, "--metrics-port", same]).metrics_port == int(same)
