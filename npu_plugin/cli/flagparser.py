@@ -130,7 +130,9 @@ class FlagParser(argparse.ArgumentParser):
         long = next((n for n in names if isinstance(n, str) and n.startswith("--")), None)
         if long is None or kwargs.get("action") in ("help", "version"):
             return add(*names, **kwargs)
-        self.flags.append(long)
+        hidden = kwargs.get("help") is argparse.SUPPRESS  # accepted for old manifests, neither listed nor suggested
+        if not hidden:
+            self.flags.append(long)
         flag = long[2:]
         variables = (env_name(flag), *ENV_ALIASES.get(flag, ()))
         if kwargs.get("action") not in (None, "store", "store_true", "append"):
@@ -139,7 +141,8 @@ class FlagParser(argparse.ArgumentParser):
         repeated = kwargs.get("action") == "append"
         kwargs["action"] = _Switch if switch else _Append if repeated else _Given
         shown = kwargs.pop("shown_default", "off" if switch else _shown(kwargs.get("default")))
-        kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
+        if not hidden:
+            kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
         if switch:
             kwargs.setdefault("default", False)
         source = self._environment_source(variables)

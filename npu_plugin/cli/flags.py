@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -203,13 +204,9 @@ def _add_serve_flags(serve: FlagParser) -> None:
         metavar="NAME",
         help="DRA driver name (also the CDI vendor with --cdi-enabled)",
     )
-    dra.add_argument(
-        "--device-profile",
-        type=among(("npu",)),
-        default="npu",
-        metavar="{npu}",
-        help="whole NPUs, the only profile so far",
-    )
+    # The seed DaemonSet passes --device-profile=npu; it selects nothing (vNPUs are --vnpu), so it is
+    # accepted with its one value and left out of --help.
+    dra.add_argument("--device-profile", type=among(("npu",)), default="npu", help=argparse.SUPPRESS)
     dra.add_argument(
         "--kubelet-registrar-directory-path",
         type=absolute_path,

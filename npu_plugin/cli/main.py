@@ -122,7 +122,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
 _DRA_ONLY = (
     "--kubelet-registrar-directory-path",
     "--kubelet-plugins-directory-path",
-    "--device-profile",
     "--state-dir",
     "--kubeconfig",
     "--unhealthy-policy",

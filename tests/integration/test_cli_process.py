@@ -107,7 +107,7 @@ def test_seed_dra_flags_without_a_dra_mode_are_warned_about(
     assert daemon.signal(signal.SIGTERM, 10)[0] == 0
     [warning] = [line for line in daemon.log().splitlines() if "only apply to DRA" in line]
     assert warning.endswith(
-        "--kubelet-registrar-directory-path, --device-profile, --driver-name only apply to DRA and are unused in "
+        "--kubelet-registrar-directory-path, --driver-name only apply to DRA and are unused in "
         "--mode device-plugin; add --mode dra (or --mode both with --dra-devices LIST) to serve DRA"
     )
 

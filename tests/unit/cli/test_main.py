@@ -181,7 +181,7 @@ def test_an_empty_alias_is_unset() -> None:
         (
             ["--kubelet-registrar-directory-path=/r", "--device-profile=npu"],
             {},
-            ["--kubelet-registrar-directory-path", "--device-profile"],
+            ["--kubelet-registrar-directory-path"],  # --device-profile selects nothing in any mode
         ),
         (["--cdi-root=/etc/cdi", "--driver-name=npu.huawei.com"], {}, ["--cdi-root", "--driver-name"]),
         (["--cdi-enabled", "--cdi-root=/etc/cdi", "--driver-name=npu.huawei.com"], {}, []),
@@ -270,3 +270,20 @@ def test_serve_checks_the_vnpus_before_serving(tmp_path: Path, capsys: pytest.Ca
     )
     # Only the simulated hardware, made by the first start: no checkpoint, no socket.
     assert [p.name for p in (tmp_path / "state").iterdir()] == ["fake-vnpu.json"]
+
+
+def test_device_profile_is_accepted_for_the_seed_but_not_offered(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--device-profile=npu` is in the seed DaemonSet's args and does nothing: accepted, never advertised."""
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "device-profile" not in capsys.readouterr().out
+    seed = [*SERVE, "--mode=dra", "--node-name=n1", "--device-profile=npu"]
+    assert parse_args(seed, {}).device_profile == "npu"
+    assert parse_args(SERVE, {"NPU_PLUGIN_DEVICE_PROFILE": "npu"}).device_profile == "npu"
+    with pytest.raises(SystemExit) as exited:
+        parse_args([*SERVE, "--device-profile=vnpu"], {})
+    assert exited.value.code == 2
+    assert "--device-profile" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--device-profle=npu"])
+    assert "--device-profile" not in capsys.readouterr().err
