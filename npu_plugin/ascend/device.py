@@ -38,7 +38,9 @@ class Health(StrEnum):
 DEVICE_TYPES = ("Ascend910", "Ascend910B", "Ascend910C", "Ascend310P", "Ascend310")
 
 _CHIP_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(910_?93|910C)", re.IGNORECASE), "Ascend910C"),
+    # Atlas A3: DSMI's `910_9392`, or the bare model number `9392` (9362 ... 9392) that some drivers put in
+    # dcmi_get_device_chip_info_v2's npu_name.
+    (re.compile(r"^(910_?93|910C|93\d\d$)", re.IGNORECASE), "Ascend910C"),
     (re.compile(r"^910B", re.IGNORECASE), "Ascend910B"),
     (re.compile(r"^910", re.IGNORECASE), "Ascend910"),
     (re.compile(r"^310P", re.IGNORECASE), "Ascend310P"),

@@ -296,6 +296,7 @@ def test_driver_version_is_optional(open_host: Opener, tmp_path: Path) -> None:
 A3_CASES: list[tuple[str, str | None, int | None, list[str], str]] = [  # variant, npu_name, board, fails, type
     ("legacy", None, 0xB0, [], "Ascend910C"),  # no v2 call: the board id tells the A3
     ("current", "Ascend910_9392", None, [], "Ascend910C"),  # no board info: npu_name does
+    ("current", "9392", None, [], "Ascend910C"),  # no board info, npu_name the bare A3 number (DSMI 910_9392)
     ("current", "9382", 0xB3, [], "Ascend910C"),  # a bare product code; an Atlas 800I A3 board
     ("current", "Ascend910_9392", 0xB1, ["dcmi_get_device_chip_info_v2 -8255"], "Ascend910C"),  # v1 + board
     ("current", None, None, [], "Ascend910"),  # a 910A box: nothing says A3

@@ -334,7 +334,7 @@ def device_type_from(chip_name: str, npu_name: str, board_id: int | None) -> str
         try:
             return device_type_for_chip(name)
         except ValueError:
-            continue  # e.g. an empty npu_name, or a bare product code such as `9382`
+            continue  # e.g. an empty npu_name, or a product code that names no known chip
     raise ValueError(f"unknown Ascend chip name {chip_name!r} (npu_name {npu_name!r})")
 
 

@@ -107,11 +107,14 @@ def test_chip_name_from(chip_type: bytes, chip_name: bytes, expected: str) -> No
     [
         ("910", "", 0xB0, "Ascend910C"),  # A3 SuperPoD: the v1 call says plain Ascend910
         ("910", "", 0xB3, "Ascend910C"),  # Atlas 800I A3
-        ("910", "9382", 0xB4, "Ascend910C"),  # a bare product code in npu_name changes nothing
+        ("910", "9382", 0xB4, "Ascend910C"),
+        ("910", "9392", None, "Ascend910C"),  # no board id: the bare A3 model number (DSMI 910_9392) decides
+        ("Ascend910", "Ascend9362", None, "Ascend910C"),
         ("910", "Ascend910_9392", None, "Ascend910C"),  # no board id: the v2 model decides
         ("910", "910_9391", 0x21, "Ascend910C"),
         ("910", "", None, "Ascend910"),  # a 910A
-        ("910", "9382", None, "Ascend910"),
+        ("910", "9382", None, "Ascend910C"),
+        ("910", "9482", None, "Ascend910"),  # not an A3 number: the chip name decides
         ("910B3", "", 0x28, "Ascend910B"),  # A300I A2: not an A3 board
         ("910B3", "Ascend910B3", None, "Ascend910B"),
         ("310P3", "", None, "Ascend310P"),
@@ -122,7 +125,7 @@ def test_device_type_from(chip_name: str, npu_name: str, board_id: int | None, e
     assert abi.device_type_from(chip_name, npu_name, board_id) == expected
 
 
-@pytest.mark.parametrize(("chip_name", "npu_name"), [("", ""), ("950DT", ""), ("Ascend", "9382")])
+@pytest.mark.parametrize(("chip_name", "npu_name"), [("", ""), ("950DT", ""), ("Ascend", "93821"), ("", "93")])
 def test_device_type_from_rejects_unknown_chips(chip_name: str, npu_name: str) -> None:
     with pytest.raises(ValueError, match="unknown Ascend chip name"):
         abi.device_type_from(chip_name, npu_name, None)
