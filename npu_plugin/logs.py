@@ -61,8 +61,14 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
+        message = record.getMessage()
         context = " ".join(
-            f"{key}={getattr(record, key)}" for key in CONTEXT_KEYS if getattr(record, key, None) is not None
+            f"{key}={value}"
+            for key in CONTEXT_KEYS
+            if (value := getattr(record, key, None)) is not None
+            # The usual `log.warning("... failed: %s", error, extra={"error": str(error)})` says it once here;
+            # JSON keeps the key for machines.
+            and not (key == "error" and str(value) in message)
         )
         return one_line(f"{text} [{context}]" if context else text)
 

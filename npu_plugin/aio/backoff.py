@@ -74,14 +74,20 @@ class BackoffWait(wait_base):
         return self.policy.delay(retry_state.attempt_number, getattr(error, "retry_after", None), self._draw)
 
 
-def log_each_step(what: str, log: logging.Logger) -> Callable[[RetryCallState], None]:
-    """A tenacity `before_sleep`: one warning line per back-off step, naming the attempt, pause and
-    error."""
+def log_each_step(
+    what: str, log: logging.Logger, repeat_level: int = logging.WARNING
+) -> Callable[[RetryCallState], None]:
+    """A tenacity `before_sleep`: one line per back-off step, naming the attempt, pause and error; a
+    warning, except a failure repeating the one before (same text), logged at `repeat_level`."""
+    last: list[str] = []
 
     def before_sleep(retry_state: RetryCallState) -> None:
         outcome, action = retry_state.outcome, retry_state.next_action
         error = outcome.exception() if outcome is not None else None
-        log.warning(
+        level = repeat_level if last == [str(error)] else logging.WARNING
+        last[:] = [str(error)]
+        log.log(
+            level,
             "%s failed (attempt %d), retrying in %.1fs: %s",
             what,
             retry_state.attempt_number,
@@ -100,21 +106,30 @@ async def retry_forever(
     log: logging.Logger,
     retry_on: tuple[type[BaseException], ...],
     policy: BackoffPolicy = BackoffPolicy(),
+    repeat_level: int = logging.WARNING,
 ) -> T:
     """Call `attempt` until it succeeds; each failure is logged once per back-off step.
 
-    A failure carrying a `retry_after` attribute (a KubeApiError of a 429 or 503) pauses at least
-    that long. The sleeps are plain `asyncio.sleep`, so cancelling the caller ends the retries at
-    once.
+    A failure repeating the one before (same text) is logged at `repeat_level`: a caller expecting a
+    long wait (the device plugin before the kubelet starts) passes DEBUG, so the log holds the first
+    failure, any new one, and the recovery, which counts them. A failure carrying a `retry_after`
+    attribute (a KubeApiError of a 429 or 503) pauses at least that long. The sleeps are plain
+    `asyncio.sleep`, so cancelling the caller ends the retries at once.
     """
     retrying = AsyncRetrying(
         wait=BackoffWait(policy),
         retry=retry_if_exception_type(retry_on),
-        before_sleep=log_each_step(what, log),
+        before_sleep=log_each_step(what, log, repeat_level),
         reraise=True,
     )
+    attempts = 0
 
     async def call() -> T:  # tenacity awaits only what a coroutine function returns, not a lambda's awaitable
+        nonlocal attempts
+        attempts += 1
         return await attempt()
 
-    return await retrying(call)
+    result: T = await retrying(call)
+    if attempts > 1:
+        log.info("%s succeeded after %d failed attempts", what, attempts - 1)
+    return result

@@ -137,6 +137,7 @@ class DevicePlugin:
             what="registration with the kubelet",
             log=log,
             retry_on=(RegistrationError,),
+            repeat_level=logging.DEBUG,  # a node whose kubelet is not up yet retries for as long as it takes
         )
 
     async def _register_once(self) -> None:

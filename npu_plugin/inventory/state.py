@@ -77,8 +77,9 @@ class HealthTracker:
         self.healthy, self._streak = False, 0
 
 
-def log_verdict_changes(before: Snapshot, after: Snapshot) -> None:
-    """One line per device whose healthy verdict flipped (new devices have no verdict to flip)."""
+def log_verdict_changes(before: Snapshot, after: Snapshot, gone: Mapping[int, str]) -> None:
+    """One line per device whose healthy verdict flipped (new devices have no verdict to flip); `gone` says why
+    a device that vanished is unhealthy, where no health sample is the reason."""
     was = {v.physical_id: v.healthy for v in before.devices}
     for view in after.devices:
         if was.get(view.physical_id, view.healthy) == view.healthy:
@@ -87,12 +88,8 @@ def log_verdict_changes(before: Snapshot, after: Snapshot) -> None:
         if view.healthy:
             log.info("device %s is healthy again", view.device.dra_name, extra=key)
         else:
-            log.warning(
-                "device %s turned unhealthy (last health sample: %s)",
-                view.device.dra_name,
-                view.device.health.value,
-                extra=key,
-            )
+            reason = gone.get(view.physical_id) or f"last health sample: {view.device.health.value}"
+            log.warning("device %s turned unhealthy (%s)", view.device.dra_name, reason, extra=key)
 
 
 class Inventory:
@@ -211,7 +208,9 @@ class Inventory:
         candidate = self._build()
         if candidate.devices == self._snapshot.devices:
             return
-        log_verdict_changes(self._snapshot, candidate)
+        gone = dict.fromkeys(self._undiscovered, "no longer discovered")
+        gone |= dict.fromkeys(self._node_missing, "its device node is gone")
+        log_verdict_changes(self._snapshot, candidate, gone)
         self._version += 1
         self._snapshot = replace(candidate, version=self._version)
         for waiter in self._waiters:

@@ -175,7 +175,7 @@ def test_registers_after_serving_a_0600_socket_and_lists_every_device(node: Node
 
 
 def test_registration_retries_with_back_off_until_the_kubelet_appears(node: Node, launch_daemon: Launcher) -> None:
-    daemon = launch_daemon(*node.args())
+    daemon = launch_daemon(*node.args("--log-level", "debug"))  # repeated failures are DEBUG
     daemon.wait_for_log("registration with the kubelet failed (attempt 2)")
     daemon.wait_for_log("registration with the kubelet failed (attempt 3)")
 
@@ -190,6 +190,8 @@ def test_registration_retries_with_back_off_until_the_kubelet_appears(node: Node
     assert all(b in (a + 1, 1) for a, b in itertools.pairwise(attempts)), "one line per back-off step"
     delays = [float(line.split("retrying in ")[1].split("s:")[0]) for line in failures[:3]]
     assert attempts[:3] == [1, 2, 3] and delays == sorted(delays) and delays[2] > delays[0], "the back-off grows"
+    warnings = [line for line in failures if " WARNING " in line]
+    assert len(warnings) < len(failures) and "(attempt 1)" in warnings[0], "the first failure warns, repeats do not"
 
 
 def test_kubelet_restart_re_registers_within_one_second(node: Node, launch_daemon: Launcher) -> None:

@@ -140,6 +140,17 @@ def test_text_escapes_line_breaks_in_context_values() -> None:
     assert line.endswith(r"rejected [error=line 3:\n  bad field]")
 
 
+def test_text_leaves_out_an_error_the_message_already_says() -> None:
+    """`log.warning("x failed: %s", error, extra={"error": str(error)})` is the usual call: the text line says the
+    error once, the JSON line keeps it as its `error` key."""
+    error = "kubelet.sock does not exist yet"
+    line = single_line(emit(TextFormatter(), "registration failed: %s", error, error=error, device="npu-1"))
+    assert line.endswith(f"registration failed: {error} [device=npu-1]")
+    assert json_line(emit(JsonFormatter(), "registration failed: %s", error, error=error))["error"] == error
+    other = single_line(emit(TextFormatter(), "prepare failed", error="HTTP 403"))
+    assert other.endswith("prepare failed [error=HTTP 403]")
+
+
 def test_one_line_leaves_ordinary_text_alone() -> None:
     text = 'tab\there, quotes "x", back\\slash, 中文'
     assert one_line(text) == text
@@ -166,6 +177,19 @@ def test_a_verdict_flip_is_one_line_with_the_device_key(caplog: pytest.LogCaptur
     assert flips == [
         ("WARNING", "device npu-5 turned unhealthy (last health sample: Critical)", "npu-5"),
         ("INFO", "device npu-5 is healthy again", "npu-5"),
+    ]
+
+
+def test_a_vanished_device_says_why_it_turned_unhealthy(caplog: pytest.LogCaptureFixture) -> None:
+    """A device node gone or a device no longer discovered is no bad health sample: the line says what happened."""
+    devices = profile_devices("atlas-800t-a2")
+    inventory = Inventory(devices, failure_threshold=2, recovery_threshold=1)
+    caplog.set_level(logging.WARNING, logger="npu_plugin.inventory")
+    inventory.set_present(2, False)
+    inventory.update_devices([d for d in devices if d.physical_id != 6])
+    assert [r.getMessage() for r in caplog.records] == [
+        "device npu-2 turned unhealthy (its device node is gone)",
+        "device npu-6 turned unhealthy (no longer discovered)",
     ]
 
 

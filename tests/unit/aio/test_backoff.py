@@ -162,3 +162,38 @@ def test_cancelling_retry_forever_ends_its_pause_at_once() -> None:
         return calls
 
     assert asyncio.run(asyncio.wait_for(scenario(), 10)) == [0]
+
+
+def test_retry_forever_can_log_the_first_failure_and_the_recovery_and_count_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A kubelet that is not there yet: one warning, not one per back-off step; a different failure is news."""
+    failures = [BusyError(), BusyError(), BusyError(), ValueError("refused"), ValueError("refused")]
+
+    async def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    log = logging.getLogger("test.retry")
+    with caplog.at_level(logging.DEBUG, logger="test.retry"):
+        result = asyncio.run(
+            retry_forever(
+                attempt,
+                what="the call",
+                log=log,
+                retry_on=(BusyError, ValueError),
+                policy=BackoffPolicy(0.001, 0.002),
+                repeat_level=logging.DEBUG,
+            )
+        )
+    assert result == "done"
+    seen = [(r.levelname, r.getMessage().split(", retrying in")[0]) for r in caplog.records]
+    assert seen == [
+        ("WARNING", "the call failed (attempt 1)"),
+        ("DEBUG", "the call failed (attempt 2)"),
+        ("DEBUG", "the call failed (attempt 3)"),
+        ("WARNING", "the call failed (attempt 4)"),
+        ("DEBUG", "the call failed (attempt 5)"),
+        ("INFO", "the call succeeded after 5 failed attempts"),
+    ]
