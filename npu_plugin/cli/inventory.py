@@ -146,8 +146,8 @@ def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int,
     return yaml.safe_dump_all(slices, sort_keys=False)
 
 
-def render_device_classes(output: Output, plans: Mapping[int, ChipPlan]) -> str:
-    """One DeviceClass per template the node's vNPU devices have."""
+def render_device_classes(output: Output, devices: Sequence[Device], plans: Mapping[int, ChipPlan]) -> str:
+    """One DeviceClass per (chip family, template) the node's vNPU devices have."""
     from npu_plugin.dra.deviceclasses import template_device_classes
 
     if output.vnpu is VnpuMode.OFF:
@@ -157,7 +157,9 @@ def render_device_classes(output: Output, plans: Mapping[int, ChipPlan]) -> str:
         raise ConfigError(
             f"--output deviceclasses: no chip of this node has vNPU templates to publish with --vnpu {output.vnpu}"
         )
-    return yaml.safe_dump_all(template_device_classes(output.driver, templates), sort_keys=False)
+    families = {d.physical_id: d.device_type for d in devices}
+    pairs = {(families[physical_id], template) for physical_id, template in templates}
+    return yaml.safe_dump_all(template_device_classes(output.driver, pairs), sort_keys=False)
 
 
 def run_inventory(options: BackendOptions, output: Output) -> int:
@@ -178,7 +180,7 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
                 json.dumps(document, indent=2) if output.form == "json" else yaml.safe_dump(document, sort_keys=False)
             )
         elif output.form == "deviceclasses":
-            text = render_device_classes(output, plans)
+            text = render_device_classes(output, devices, plans)
         else:
             text = render_slices(output, devices, plans)
     finally:

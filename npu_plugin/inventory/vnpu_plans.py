@@ -211,11 +211,13 @@ def served_chips(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None =
     return VnpuChips({p: plan.chip for p, plan in plans.items()}, dynamic, offered)
 
 
-def published_templates(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> set[str]:
-    """The templates the node's vNPU devices have: those offered on dynamic chips, and those of
-    existing vNPUs."""
-    names = {v.template for plan in plans.values() if plan.serving is Serving.STATIC for v in plan.chip.vnpus}
-    for plan in plans.values():
-        if plan.serving is Serving.DYNAMIC:
-            names |= {t.name for t in plan.chip.templates if offered is None or t.name in offered}
-    return names
+def published_templates(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> set[tuple[int, str]]:
+    """The (physical id, template) of the node's vNPU devices: templates offered on dynamic chips,
+    and those of existing vNPUs on static ones."""
+    pairs = set()
+    for physical_id, plan in plans.items():
+        if plan.serving is Serving.STATIC:
+            pairs |= {(physical_id, v.template) for v in plan.chip.vnpus}
+        elif plan.serving is Serving.DYNAMIC:
+            pairs |= {(physical_id, t.name) for t in plan.chip.templates if offered is None or t.name in offered}
+    return pairs

@@ -76,14 +76,15 @@ def test_deviceclasses_prints_one_class_per_offered_template(
 ) -> None:
     classes = inventory(capsys, tmp_path, "--fake-profile", "atlas-800t-a2", "--vnpu", "dynamic", "-o", "deviceclasses")
     assert [c["metadata"]["name"] for c in classes] == [
-        "vir05-1c-16g.vnpu.npu.huawei.com",
-        "vir10-3c-32g.vnpu.npu.huawei.com",
+        "vir05-1c-16g.ascend910b.vnpu.npu.huawei.com",
+        "vir10-3c-32g.ascend910b.vnpu.npu.huawei.com",
     ]
     ((selector,),) = [c["spec"]["selectors"] for c in classes[:1]]
     expression = selector["cel"]["expression"]
-    assert expression.endswith('&& device.attributes["npu.huawei.com"].vnpuTemplate == "vir05_1c_16g"')
+    assert 'device.attributes["npu.huawei.com"].vnpuTemplate == "vir05_1c_16g"' in expression
     assert _selects(expression, "vir05_1c_16g")
     assert not _selects(expression, "vir10_3c_32g")
+    assert not _selects(expression, None)  # a whole NPU: no vnpuTemplate, no CEL error
     offered = inventory(
         capsys,
         tmp_path,
@@ -96,7 +97,7 @@ def test_deviceclasses_prints_one_class_per_offered_template(
         "-o",
         "deviceclasses",
     )
-    assert [c["metadata"]["name"] for c in offered] == ["vir10-3c-32g.vnpu.npu.huawei.com"]
+    assert [c["metadata"]["name"] for c in offered] == ["vir10-3c-32g.ascend910b.vnpu.npu.huawei.com"]
 
 
 def _exit_code(argv: list[str]) -> int:
