@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory.ownership import Owner, parse_device_list
+from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator
@@ -70,7 +71,6 @@ CLASS_SELECTORS = {
     DEFAULT_CLASS: f'device.driver == "{DRIVER}" && !{_VNPU_ATTRIBUTE}',
     VNPU_CLASS: f'device.driver == "{DRIVER}" && {_VNPU_ATTRIBUTE}',
 }
-DEMO_TEMPLATE = "vir05_1c_16g"
 
 
 class StepFailedError(NpuPluginError):
@@ -139,6 +139,26 @@ class Paths:
         return self.root / "fake-vnpu.json"
 
 
+@dataclass(frozen=True, slots=True)
+class VnpuDemo:
+    """What the vNPU steps ask for: `template`, or None with the `reason` the node makes no vNPUs on
+    demand."""
+
+    template: str | None
+    reason: str = ""
+
+
+def vnpu_demo(plans: Mapping[int, ChipPlan], dra_owned: Collection[int]) -> VnpuDemo:
+    """Pure: the template with the fewest AI cores on the first DRA chip split on demand, or why
+    there is none (the first chip's reason, as the daemon logs it)."""
+    for physical_id in sorted(set(plans) & set(dra_owned)):
+        plan = plans[physical_id]
+        if plan.serving is Serving.DYNAMIC:
+            return VnpuDemo(min(plan.chip.templates, key=lambda t: (t.aicore, t.name)).name)
+    reasons = [plans[p].reason for p in sorted(set(plans) & set(dra_owned)) if plans[p].reason]
+    return VnpuDemo(None, str(reasons[0]) if reasons else "no chip served by DRA reports vNPU templates")
+
+
 def default_dra_devices(devices: list[Device]) -> str:
     """The upper half of the node (4-7 on an eight-NPU box), as the demo partition."""
     ids = sorted(d.physical_id for d in devices)
@@ -180,9 +200,10 @@ class Walkthrough:
         *,
         vnpu: VnpuMode = VnpuMode.OFF,
         chips: dict[int, ChipVnpu] | None = None,
+        demo: VnpuDemo = VnpuDemo(None),
     ) -> None:
         self.mode, self.devices, self.dra_devices, self.paths = mode, devices, dra_devices, paths
-        self.vnpu, self.chips = vnpu, chips
+        self.vnpu, self.chips, self.demo = vnpu, chips, demo
         self.report = Report()
         self.resource = resource_name_for(devices[0].device_type)
         self.dp = mode.serves_device_plugin
@@ -312,7 +333,7 @@ class Walkthrough:
 
             async def published() -> list[dict[str, Any]] | None:
                 slices[:] = await self._slices()
-                if self.vnpu is VnpuMode.DYNAMIC and not _settled_with_candidates(slices):
+                if self.demo.template is not None and not _settled_with_candidates(slices, self.demo.template):
                     return None
                 return slices if slices and any(s["spec"]["devices"] for s in slices) else None
 
@@ -364,29 +385,35 @@ class Walkthrough:
         self.report.show(f"claim released; CDI spec removed: {not spec_file.exists()}")
 
     async def _vnpu_flow(self) -> None:
-        await self._vnpu_published()
-        request = DeviceRequest("vnpu", selectors=(f'device.attributes["{DRIVER}"].vnpuTemplate == "{DEMO_TEMPLATE}"',))
-        with self.report.step(f"the scheduler allocates a {VNPU_CLASS} claim for one {DEMO_TEMPLATE}"):
+        template = self.demo.template
+        if template is None:
+            with self.report.step("vNPUs on demand"):
+                self.report.show(f"no vNPUs on demand on this node: {self.demo.reason}; the vNPU steps are skipped")
+            return
+        await self._vnpu_published(template)
+        attribute = f'device.attributes["{DRIVER}"].vnpuTemplate'
+        request = DeviceRequest("vnpu", selectors=(f'has({attribute}) && {attribute} == "{template}"',))
+        with self.report.step(f"the scheduler allocates a {VNPU_CLASS} claim for one {template}"):
             ref = await self._allocate("vnpu-claim", request, VNPU_CLASS)
         await self._vnpu_prepare(ref)
         await self._vnpu_unprepare(ref)
 
-    async def _vnpu_published(self) -> None:
+    async def _vnpu_published(self, template: str) -> None:
         with self.report.step("vNPU counters and candidates published"):
             slices: list[dict[str, Any]] = []
 
             async def candidates() -> dict[str, list[str]] | None:
                 slices[:] = await self._slices()
                 by_template = _candidates_by_template(slices)
-                return by_template if DEMO_TEMPLATE in by_template else None
+                return by_template if template in by_template else None
 
-            by_template = await self._until_async(candidates, f"{DEMO_TEMPLATE} candidate")
+            by_template = await self._until_async(candidates, f"{template} candidate")
             for item in slices:
                 for counter_set in item["spec"].get("sharedCounters") or []:
                     counters = ", ".join(f"{k}={v['value']}" for k, v in counter_set["counters"].items())
                     self.report.show(f"counter set {counter_set['name']}: {counters}")
-            for template, names in sorted(by_template.items()):
-                self.report.show(f"candidates {template}: {len(names)} ({names[0]}, ...)")
+            for name, candidates_of in sorted(by_template.items()):
+                self.report.show(f"candidates {name}: {len(candidates_of)} ({candidates_of[0]}, ...)")
 
     async def _vnpu_prepare(self, ref: Claim) -> None:
         with self.report.step("NodePrepareResources: the vNPU is created"):
@@ -497,21 +524,24 @@ def _candidates_by_template(slices: list[dict[str, Any]]) -> dict[str, list[str]
     return by_template
 
 
-def _settled_with_candidates(slices: list[dict[str, Any]]) -> bool:
-    """Whether the scheduler sees the whole pool (every slice of its newest generation) with the
-    demo's template."""
-    demo = {"string": DEMO_TEMPLATE}
+def _settled_with_candidates(slices: list[dict[str, Any]], template: str) -> bool:
+    """Whether the scheduler sees the whole pool (every slice of its newest generation) with
+    `template`."""
+    demo = {"string": template}
     return any((d.entry.get("attributes") or {}).get("vnpuTemplate") == demo for d in published_devices(slices))
 
 
-def _discover(options: BackendOptions, vnpu: VnpuMode) -> tuple[list[Device], dict[int, ChipVnpu] | None]:
+def _discover(
+    options: BackendOptions, vnpu: VnpuMode
+) -> tuple[list[Device], dict[int, ChipVnpu] | None, dict[int, ChipPlan]]:
     """The node's devices and, unless --vnpu off, what its chips say about vNPUs (for the simulated
-    copy)."""
+    copy) and how the daemon will serve them."""
     backend = open_backend(options)
     try:
         devices = discover(backend)
-        vnpu_backend = backend if vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend) else None
-        return devices, vnpu_facts(vnpu_backend, devices)
+        if vnpu is VnpuMode.OFF or not isinstance(backend, VnpuBackend):
+            return devices, None, {}
+        return devices, vnpu_facts(backend, devices), VnpuReader(backend, vnpu).read(devices)
     finally:
         backend.close()
 
@@ -523,13 +553,15 @@ def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None,
             f"--vnpu {vnpu}: the scheduler stand-in evaluates the DeviceClasses' CEL with cel-python, which is not "
             "installed: install the dev extras (pip install -e '.[dev]')"
         )
-    devices, chips = _discover(backend, vnpu)
+    devices, chips, plans = _discover(backend, vnpu)
+    dra_owned: Collection[int] = {d.physical_id for d in devices}
     if mode is Mode.BOTH:
         dra_devices = dra_devices or default_dra_devices(devices)
-        parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
+        dra_owned = parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
+    demo = vnpu_demo(plans, dra_owned)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="npu-sim-") as root:
-        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)), vnpu=vnpu, chips=chips)
+        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)), vnpu=vnpu, chips=chips, demo=demo)
         try:
             asyncio.run(walkthrough.run())
         except (NpuPluginError, UnschedulableError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:

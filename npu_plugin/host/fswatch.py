@@ -4,6 +4,7 @@ time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -62,7 +63,10 @@ class Relay(FileSystemEventHandler):
             self._relay(event.src_path, event.event_type)
 
     def _relay(self, path: str | bytes, kind: str) -> None:
-        self._loop.call_soon_threadsafe(self._callback, path.decode() if isinstance(path, bytes) else path, kind)
+        # An event can arrive after the loop closed (a watched temporary directory removed at shutdown, before the
+        # observer joined): nobody is left to tell, and raising would print a thread traceback.
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self._loop.call_soon_threadsafe(self._callback, path.decode() if isinstance(path, bytes) else path, kind)
 
 
 class Reread(Generic[T]):

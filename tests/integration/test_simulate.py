@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 MODES = ("device-plugin", "dra", "both")
-PROFILES = ("atlas-800t-a2", "atlas-800-9000", "atlas-300i-duo")
+PROFILES = ("atlas-800t-a2", "atlas-800-9000", "atlas-300i-duo", "atlas-300i-pro")
 DP_STEPS = ("ListAndWatch", "GetPreferredAllocation", "Allocate", "ASCEND_VISIBLE_DEVICES=")
 DRA_STEPS = (
     "publish ResourceSlices",
@@ -134,6 +134,32 @@ def test_vnpu_dynamic_creates_and_destroys_a_vnpu(mode: str) -> None:
     assert created is not None and created[1] == created[2], run.stdout
     assert f'"ASCEND_VISIBLE_DEVICES={created[1]}"' in run.stdout
     assert f'"path": "/dev/davinci{created[1]}"' in run.stdout
+
+
+# The template each profile's first chip split on demand offers first (fewest AI cores), or why none is.
+ON_DEMAND = {
+    "atlas-800t-a2": "vir05_1c_16g",
+    "atlas-300i-pro": "vir01",
+    "atlas-800-9000": "Ascend 910 (910A) supports static vNPUs only",
+    "atlas-300i-duo": "Atlas 300I Duo (two 310P dies per card) supports static vNPUs only",
+}
+
+
+@pytest.mark.parametrize("mode", ["dra", "both"])
+@pytest.mark.parametrize("profile", sorted(ON_DEMAND))
+def test_vnpu_dynamic_walks_every_profile(profile: str, mode: str) -> None:
+    """A template the profile has, or a step saying the product makes no vNPUs on demand; a clean shutdown."""
+    run = simulate("--mode", mode, "--vnpu", "dynamic", "--fake-profile", profile)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stderr == "", run.stderr  # no watchdog thread error, no traceback
+    assert "every step succeeded" in run.stdout
+    expected = ON_DEMAND[profile]
+    if expected.startswith("vir"):
+        assert f"allocates a vnpu.npu.huawei.com claim for one {expected}" in run.stdout, run.stdout
+        assert "vNPUs left: 0; vdavinci nodes left: none" in run.stdout
+    else:
+        assert f"no vNPUs on demand on this node: {expected}; the vNPU steps are skipped" in run.stdout, run.stdout
+        assert "NodePrepareResources: the vNPU is created" not in run.stdout
 
 
 def test_vnpu_off_walks_no_vnpu_step() -> None:

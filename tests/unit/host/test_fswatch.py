@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from watchdog.events import FileDeletedEvent
 
 from npu_plugin.errors import InventoryFileError
-from npu_plugin.host.fswatch import DirectoryWatch, Reread
+from npu_plugin.host.fswatch import DirectoryWatch, Relay, Reread
 
 
 class Source:
@@ -153,3 +154,12 @@ def test_a_file_changed_before_its_watch_started_is_read_once_the_watch_starts(
         return delivered
 
     assert asyncio.run(scenario()) == ["written before the watch\n"] * reads
+
+
+def test_an_event_after_the_loop_closed_is_dropped_quietly() -> None:
+    """A watchdog thread can hear one last event (a temporary directory removed at shutdown) after the loop it
+    relays to has closed: that must not kill the thread with "Event loop is closed"."""
+    loop = asyncio.new_event_loop()
+    relay = Relay(loop, lambda _path, _kind: None)
+    loop.close()
+    relay.on_any_event(FileDeletedEvent("/tmp/gone"))
