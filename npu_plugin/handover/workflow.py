@@ -74,13 +74,22 @@ class Handover:
         desired = self._inventory.desired_owners()
         for physical_id, owner in initial_owners(desired, await self.holders()).items():
             if owner is not desired[physical_id]:
-                log.info(
-                    "device %d stays with %s until released (the partition gives it to %s)",
-                    physical_id,
-                    owner.value,
-                    desired[physical_id].value,
-                    extra={"device": device_key([physical_id])},
-                )
+                key = device_key([physical_id])
+                if self._keeps_device_plugin_side:  # both mode: either side may keep it
+                    log.info(
+                        "device %s stays with %s until released (--dra-devices gives it to %s)",
+                        key,
+                        owner.value,
+                        desired[physical_id].value,
+                        extra={"device": key},
+                    )
+                else:  # dra mode: only a device-plugin pod from before the switch can hold it
+                    log.info(
+                        "device %s is still held by a container the device plugin gave it to: DRA publishes it "
+                        "once released",
+                        key,
+                        extra={"device": key},
+                    )
             self._inventory.set_owner(physical_id, owner)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -100,12 +109,13 @@ class Handover:
             desired = self._inventory.desired_owners()
             for physical_id, owner in next_owners(desired, current, holders).items():
                 if owner is not current[physical_id]:
+                    key = device_key([physical_id])
                     log.info(
-                        "device %d released by %s, now served by %s",
-                        physical_id,
+                        "device %s released by %s, now served by %s",
+                        key,
                         current[physical_id].value,
                         owner.value,
-                        extra={"device": device_key([physical_id])},
+                        extra={"device": key},
                     )
                     self._inventory.set_owner(physical_id, owner)
                     self._on_handed_over(owner)

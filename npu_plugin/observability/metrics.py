@@ -82,6 +82,12 @@ class Metrics:
         self.handovers = Counter(
             "npu_plugin_device_handovers", "Devices moved between APIs after release", ["to"], registry=r
         )
+        self.handovers_pending = Gauge(
+            "npu_plugin_device_handovers_pending",
+            "Devices held on their old API until released, then moved to `to`",
+            ["to"],
+            registry=r,
+        )
         self.vnpus = Gauge(
             "npu_plugin_vnpus",
             "vNPUs on this node by chip, template and who made them",
@@ -111,6 +117,7 @@ class Metrics:
             self.registrations.labels(api)
         for owner in Owner:
             self.handovers.labels(owner.value)
+            self.handovers_pending.labels(owner.value)
 
     def serving(self, apis: list[str]) -> None:
         """The APIs this daemon serves, unregistered until the kubelet accepts them."""
@@ -127,6 +134,8 @@ class Metrics:
             for owner in Owner:
                 count = sum(v.owner is owner and v.healthy == (health == "healthy") for v in snapshot.devices)
                 self.devices.labels(health, owner.value).set(count)
+        for to in Owner:  # a draining device moves to the other of the two sides
+            self.handovers_pending.labels(to.value).set(sum(v.draining and v.owner is not to for v in snapshot.devices))
 
     def record_vnpus(self, vnpus: Iterable[tuple[Vnpu, VnpuOrigin]]) -> None:
         """The vNPUs as they are now: a series per (chip, template, origin); vanished ones leave the

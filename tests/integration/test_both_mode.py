@@ -73,12 +73,12 @@ def test_a_device_a_container_holds_stays_until_the_pod_ends(
             )
             # Still the device plugin's for the running pod, but offered to no new one.
             assert sim.listed()["Ascend910-5"] == "Unhealthy"
-            daemon.wait_for_log("device 5 stays with device-plugin until released")
+            daemon.wait_for_log("device npu-5 stays with device-plugin until released")
 
             sim.pod_resources.release("default", "training")
             await async_wait_until(lambda: "npu-5" in published_names(fake_api), what="handover to DRA")
             await async_wait_until(lambda: "Ascend910-5" not in sim.listed(), what="device plugin letting go")
-            daemon.wait_for_log("device 5 released by device-plugin, now served by dra")
+            daemon.wait_for_log("device npu-5 released by device-plugin, now served by dra")
 
     run(scenario)
 
@@ -118,7 +118,7 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
 
             second = launch_daemon(*both_args(workspace, "4-7"))
             await registered(sim, second)
-            second.wait_for_log("device 2 stays with dra until released")
+            second.wait_for_log("device npu-2 stays with dra until released")
             await async_wait_until(
                 lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
                 what="slice without the draining device",
@@ -131,7 +131,7 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
                 timeout=10,
                 what="device 2 handed to the device plugin",
             )
-            second.wait_for_log("device 2 released by dra, now served by device-plugin")
+            second.wait_for_log("device npu-2 released by dra, now served by device-plugin")
 
     run(scenario)
 

@@ -12,6 +12,7 @@ from npu_plugin.config import Mode
 from npu_plugin.handover.workflow import Handover
 from npu_plugin.inventory.ownership import Owner, Partition
 from npu_plugin.inventory.state import Inventory
+from npu_plugin.observability.metrics import Metrics
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.support.fake_devices import profile_devices
 
@@ -79,3 +80,66 @@ def test_an_unreadable_podresources_warns_once_and_picks_the_safe_side(
     assert sum("cannot read the kubelet PodResources API" in r.getMessage() for r in caplog.records) == 1
     snapshot = inventory.snapshot()
     assert [snapshot.get(4).owner, snapshot.get(5).owner] == [owner_of_4, Owner.DRA]  # type: ignore[union-attr]
+
+
+def test_dra_mode_keeps_a_device_a_device_plugin_pod_holds_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pure DRA mode reads PodResources too: a device the device plugin handed out before the switch is not
+    published until its pod releases it, and the log says that in DRA's terms; the metric counts it waiting."""
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+    desired = Partition(Mode.DRA, frozenset()).owners(DEVICES)
+    inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=desired, desired=desired)
+    handover = Handover(
+        inventory=inventory,
+        pod_resources_socket=socket,
+        resource_name=RESOURCE,
+        driver=DRIVER,
+        dra_held=set,
+        keeps_device_plugin_side=False,
+    )
+
+    async def scenario() -> None:
+        kubelet = PodResourcesSimulator(socket, RESOURCE)
+        await kubelet.start()
+        try:
+            kubelet.hold_devices("default", "trainer", "main", ["Ascend910-2"])
+            await handover.take_ownership()
+        finally:
+            await kubelet.stop()
+
+    with caplog.at_level(logging.INFO, logger="npu_plugin.handover"):
+        asyncio.run(scenario())
+    assert [r.getMessage() for r in caplog.records] == [
+        "device npu-2 is still held by a container the device plugin gave it to: DRA publishes it once released"
+    ]
+    view = inventory.snapshot().get(2)
+    assert view is not None and (view.owner, view.draining) == (Owner.DEVICE_PLUGIN, True)
+    metrics = Metrics()
+    metrics.record_devices(inventory.snapshot())
+    pending = {
+        to.value: metrics.registry.get_sample_value("npu_plugin_device_handovers_pending", {"to": to.value})
+        for to in Owner
+    }
+    assert pending == {"dra": 1.0, "device-plugin": 0.0}
+
+
+def test_both_mode_names_the_side_a_held_device_stays_with(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    socket = tmp_path / "pod-resources" / "kubelet.sock"
+
+    async def scenario() -> None:
+        kubelet = PodResourcesSimulator(socket, RESOURCE)
+        await kubelet.start()
+        try:
+            kubelet.hold_devices("default", "trainer", "main", ["Ascend910-4"])
+            _, handover = _setup(socket, keeps_device_plugin_side=True, dra_held={1})
+            await handover.take_ownership()
+        finally:
+            await kubelet.stop()
+
+    with caplog.at_level(logging.INFO, logger="npu_plugin.handover"):
+        asyncio.run(scenario())
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        "device npu-1 stays with dra until released (--dra-devices gives it to device-plugin)",
+        "device npu-4 stays with device-plugin until released (--dra-devices gives it to dra)",
+    ]

@@ -71,6 +71,15 @@ def test_vnpus_pack_onto_the_lowest_chip_first(layout: Layout) -> None:  # A12
     assert got == [*(f"npu-0-vir05-1c-16g-{k}" for k in range(4)), "npu-1-vir05-1c-16g-0"]
 
 
+@pytest.mark.parametrize(("layout", "first"), [(Layout.SPLIT, "npu-0"), (Layout.COMBINED, "npu-7")])
+def test_across_slices_the_order_the_scheduler_reads_them_decides(layout: Layout, first: str) -> None:
+    """Slices reach the scheduler in name order, which generateName makes arbitrary: the split layout keeps an
+    8-chip box in one device slice (so vNPUs still pack onto npu-0), the combined one (1.34) has a slice per chip,
+    so the first vNPU lands on whichever chip's slice comes first (as `simulate`, on 1.34, shows)."""
+    cluster = Cluster(list(reversed(stored(layout))))
+    assert cluster.allocate(DeviceRequest("vnpu", selectors=(VIR05,))) == [f"{first}-vir05-1c-16g-0"]
+
+
 def test_a_chip_with_a_vnpu_is_never_given_whole_and_a_whole_chip_gives_no_vnpu() -> None:  # A13
     cluster = Cluster(stored())
     assert cluster.allocate(DeviceRequest("vnpu", selectors=(VIR05,))) == ["npu-0-vir05-1c-16g-0"]
