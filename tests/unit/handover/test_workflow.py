@@ -20,8 +20,10 @@ DEVICES = profile_devices("atlas-800t-a2")
 RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"
 
 
-def _setup(socket: Path, *, keeps_device_plugin_side: bool, dra_held: set[int]) -> tuple[Inventory, Handover]:
-    desired = Partition(Mode.BOTH, frozenset({4, 5, 6, 7})).owners(DEVICES)
+def _setup(
+    socket: Path, *, keeps_device_plugin_side: bool, dra_held: set[int], mode: Mode = Mode.BOTH
+) -> tuple[Inventory, Handover]:
+    desired = Partition(mode, frozenset({4, 5, 6, 7} if mode is Mode.BOTH else ())).owners(DEVICES)
     inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=desired, desired=desired)
     handover = Handover(
         inventory=inventory,
@@ -88,16 +90,7 @@ def test_dra_mode_keeps_a_device_a_device_plugin_pod_holds_and_says_so(
     """Pure DRA mode reads PodResources too: a device the device plugin handed out before the switch is not
     published until its pod releases it, and the log says that in DRA's terms; the metric counts it waiting."""
     socket = tmp_path / "pod-resources" / "kubelet.sock"
-    desired = Partition(Mode.DRA, frozenset()).owners(DEVICES)
-    inventory = Inventory(DEVICES, failure_threshold=1, recovery_threshold=1, owners=desired, desired=desired)
-    handover = Handover(
-        inventory=inventory,
-        pod_resources_socket=socket,
-        resource_name=RESOURCE,
-        driver=DRIVER,
-        dra_held=set,
-        keeps_device_plugin_side=False,
-    )
+    inventory, handover = _setup(socket, keeps_device_plugin_side=False, dra_held=set(), mode=Mode.DRA)
 
     async def scenario() -> None:
         kubelet = PodResourcesSimulator(socket, RESOURCE)
