@@ -4,6 +4,9 @@ It serves Nodes (get/list/watch), cluster-scoped resource.k8s.io/v1 ResourceSlic
 ResourceClaims (with a status subresource) the way kube-apiserver does where the daemon and the
 simulators rely on it: resourceVersion preconditions, generateName, generation, equality field
 selectors, watches with a bounded history (410 Expired past it) and bookmarks, `dryRun=All` creates,
+chunked lists (`limit`, `continue`, `remainingItemCount`; 410 Expired once compacted), `GET /apis`,
+and, for `npu-plugin plan` to read, Pods, DaemonSets, PodDisruptionBudgets, ResourceQuotas,
+DeviceClasses and ResourceClaimTemplates (stored as given, not validated),
 and the Kubernetes version (1.34 by default, or 1.35, 1.36) with its DRAPartitionableDevices gate:
 while the gate is off, slice writes lose their counters as kube-apiserver's strategy drops them.
 Validation, schema decoding, patches, label selectors, fault injection and a request log are

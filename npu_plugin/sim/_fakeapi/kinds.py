@@ -60,7 +60,76 @@ RESOURCE_CLAIMS = Kind(
     status_subresource=True,
     tracks_generation=True,
 )
-ALL_KINDS = (NODES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+# Read by `npu-plugin plan` (and writable like any kind, with no validation of their own).
+PODS = Kind("pods", "Pod", "", "v1", namespaced=True, status_subresource=True, tracks_generation=False)
+RESOURCE_QUOTAS = Kind(
+    "resourcequotas", "ResourceQuota", "", "v1", namespaced=True, status_subresource=True, tracks_generation=False
+)
+DAEMON_SETS = Kind(
+    "daemonsets", "DaemonSet", "apps", "v1", namespaced=True, status_subresource=True, tracks_generation=True
+)
+POD_DISRUPTION_BUDGETS = Kind(
+    "poddisruptionbudgets",
+    "PodDisruptionBudget",
+    "policy",
+    "v1",
+    namespaced=True,
+    status_subresource=True,
+    tracks_generation=True,
+)
+DEVICE_CLASSES = Kind(
+    "deviceclasses",
+    "DeviceClass",
+    "resource.k8s.io",
+    "v1",
+    namespaced=False,
+    status_subresource=False,
+    tracks_generation=True,
+)
+RESOURCE_CLAIM_TEMPLATES = Kind(
+    "resourceclaimtemplates",
+    "ResourceClaimTemplate",
+    "resource.k8s.io",
+    "v1",
+    namespaced=True,
+    status_subresource=False,
+    tracks_generation=False,
+)
+ALL_KINDS = (
+    NODES,
+    RESOURCE_SLICES,
+    RESOURCE_CLAIMS,
+    PODS,
+    RESOURCE_QUOTAS,
+    DAEMON_SETS,
+    POD_DISRUPTION_BUDGETS,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+)
+
+
+def group_list(minor: int) -> JSON:
+    """`GET /apis` (an `APIGroupList`): the groups of the served kinds, with resource.k8s.io's
+    versions as Kubernetes 1.<minor> serves them by default (v1 from 1.34, v1beta1 and v1beta2 only
+    with --runtime-config, so not listed)."""
+    groups: dict[str, list[str]] = {}
+    for kind in ALL_KINDS:
+        if kind.group and kind.version not in groups.setdefault(kind.group, []):
+            groups[kind.group].append(kind.version)
+    if minor < 34:
+        groups.pop("resource.k8s.io", None)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": name,
+                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]},
+            }
+            for name, versions in groups.items()
+        ],
+    }
 
 
 def resolve_kind(name: str) -> Kind:

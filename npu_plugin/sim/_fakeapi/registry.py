@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from npu_plugin.sim._fakeapi.chunks import decode_continue, encode_continue, expired
 from npu_plugin.sim._fakeapi.cluster import Cluster
 from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
 from npu_plugin.sim._fakeapi.status import ApiError, bad_request, conflict, internal_error
@@ -97,15 +98,31 @@ class Registry:
         raise AssertionError("unreachable")
 
     # ---- read
-    def list_collection(self, kind: Kind, namespace: str | None, matches: Callable[[JSON], bool]) -> JSON:
-        """`matches(obj)` selects the items (a field/label selector)."""
-        items, rv = self.store.list_objects(kind, namespace)
-        return {
-            "kind": f"{kind.kind}List",
-            "apiVersion": kind.api_version,
-            "metadata": {"resourceVersion": str(rv)},
-            "items": [item for item in items if matches(item)],
-        }
+    def list_collection(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        matches: Callable[[JSON], bool],
+        *,
+        limit: int = 0,
+        continue_token: str = "",
+        selected: bool = False,
+    ) -> JSON:
+        """`matches(obj)` selects the items (a field/label selector; `selected` says one was given).
+        With `limit`, one chunk: `metadata.continue` while more may follow, and
+        `metadata.remainingItemCount` when no selector makes the count unknowable."""
+        after, rv = None, 0
+        if continue_token:
+            after, rv = decode_continue(kind, continue_token)
+            if rv < self.store.oldest_listable:
+                raise expired()
+        items, current, last, remaining = self.store.page(kind, namespace, matches, after, limit)
+        metadata: JSON = {"resourceVersion": str(rv or current)}
+        if last is not None:
+            metadata["continue"] = encode_continue(kind, last, rv or current)
+            if not selected:
+                metadata["remainingItemCount"] = remaining
+        return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version, "metadata": metadata, "items": items}
 
     # ---- update
     def update(

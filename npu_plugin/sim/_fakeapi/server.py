@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from npu_plugin.sim._fakeapi.fields import Matcher, field_matcher
-from npu_plugin.sim._fakeapi.kinds import JSON
+from npu_plugin.sim._fakeapi.kinds import JSON, group_list
 from npu_plugin.sim._fakeapi.registry import Registry
 from npu_plugin.sim._fakeapi.routes import Route, parse_route
 from npu_plugin.sim._fakeapi.status import ApiError, bad_request, status_object, success_status
@@ -171,6 +171,9 @@ class Handler(BaseHTTPRequestHandler):
             version = self.server.context.registry.cluster.version()
             self._send_json(200, version if self._path == "/version" else {"status": "ok"})
             return
+        if self._path in ("/apis", "/apis/"):
+            self._send_json(200, group_list(self.server.context.registry.cluster.minor))
+            return
         route = parse_route(self._path)
         if route is None:
             raise ApiError(status_object(404, "the server could not find the requested resource"))
@@ -190,7 +193,18 @@ class Handler(BaseHTTPRequestHandler):
         if self.is_watch:
             self._watch(route)
         else:
-            listed = self.server.context.registry.list_collection(route.kind, route.namespace, self.matcher(route))
+            query = self._query
+            text = query.get("limit") or "0"
+            if not text.isdigit():
+                raise bad_request(f'invalid limit "{text}"')
+            listed = self.server.context.registry.list_collection(
+                route.kind,
+                route.namespace,
+                self.matcher(route),
+                limit=int(text),
+                continue_token=query.get("continue", ""),
+                selected=bool(query.get("fieldSelector") or query.get("labelSelector")),
+            )
             self._send_json(200, listed)
 
     def _collection_post(self, route: Route) -> None:

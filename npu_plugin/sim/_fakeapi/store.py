@@ -3,6 +3,7 @@ history."""
 
 from __future__ import annotations
 
+import bisect
 import copy
 import threading
 from collections import deque
@@ -54,6 +55,7 @@ class Store:
         self._history: deque[Event] = deque()
         self._history_limit = history_limit
         self._floor = 1  # every event with rv > floor is still in the history
+        self._sorted: dict[Kind, list[ObjectKey]] = {}  # each kind's keys in order, for chunked lists
 
     @property
     def resource_version(self) -> int:
@@ -81,6 +83,34 @@ class Store:
                 if namespace is None or key[0] == namespace
             ]
             return items, self._rv
+
+    def page(
+        self, kind: Kind, namespace: str | None, matches: Callable[[JSON], bool], after: ObjectKey | None, limit: int
+    ) -> tuple[list[JSON], int, ObjectKey | None, int]:
+        """One page of a chunked LIST, as the API server's storage reads it: up to `limit` objects
+        (0: all) with keys after `after` that `matches` selects, in key order. Returns them, the
+        store's resourceVersion, the key of the last one when more may follow (else None), and how
+        many objects of the collection follow it (before any selector).
+
+        The objects are the stored ones, not copies (a 40,000-pod list is served in chunks without
+        copying each): callers only serialize them. A committed object is never changed in place,
+        since every write stores a new one."""
+        with self._cond:
+            objects = self._objects.get(kind, {})
+            keys = self._sorted.get(kind)
+            if keys is None:
+                keys = self._sorted[kind] = sorted(objects)
+            index = bisect.bisect_right(keys, after) if after is not None else 0
+            found: list[JSON] = []
+            last: ObjectKey | None = None
+            while index < len(keys) and not (limit and len(found) >= limit):
+                key = keys[index]
+                index += 1
+                if (namespace is None or key[0] == namespace) and matches(objects[key]):
+                    found.append(objects[key])
+                    last = key
+            rest = keys[index:] if namespace is None else [k for k in keys[index:] if k[0] == namespace]
+            return found, self._rv, (last if rest else None), len(rest)
 
     def create(self, kind: Kind, obj: JSON) -> JSON:
         with self._cond:
@@ -132,7 +162,10 @@ class Store:
         objects = self._objects.setdefault(kind, {})
         if event_type == "DELETED":
             del objects[key_of(obj)]
+            self._sorted.pop(kind, None)
         else:
+            if key_of(obj) not in objects:
+                self._sorted.pop(kind, None)
             objects[key_of(obj)] = obj
         self._history.append(Event(self._rv, event_type, kind, copy.deepcopy(obj), old))
         while len(self._history) > self._history_limit:
@@ -147,6 +180,13 @@ class Store:
             if rv < self._floor:
                 raise expired(f"too old resource version: {rv} ({self._floor + 1})")
             return [event for event in self._history if event.rv > rv]
+
+    @property
+    def oldest_listable(self) -> int:
+        """The oldest resourceVersion a continued list may still be consistent from: older ones are
+        compacted (410 Expired)."""
+        with self._cond:
+            return self._floor
 
     def compact(self) -> None:
         """Forget the event history, as etcd compaction does: older watches then get 410 Gone."""

@@ -4,7 +4,8 @@ wheel).
 It extends the small server `npu-plugin simulate` uses (`npu_plugin.sim.fakeapi`) with what only
 tests need: ResourceSlice validation with 422 `Status` answers worded as kube-apiserver words them,
 per version, schema decoding (unknown and duplicate fields, wrong types), merge/strategic/JSON/apply
-patches, field and label selectors, fault injection and a request log.
+patches, field and label selectors, fault injection (RBAC's 403 for a verb on a resource
+included) and a request log.
 """
 
 from __future__ import annotations
@@ -128,6 +129,11 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
             self.stop()
         else:
             self.start()
+
+    def forbid(self, verb: str, resource: str) -> None:
+        """From now on answer `verb` (as `request_counts` names verbs) on `resource` (a plural,
+        `pods`) with the 403 Status RBAC gives a service account lacking it."""
+        self._faults.forbid(verb, resource)
 
     def force_conflicts(self, n: int) -> None:
         """The next `n` updates (PUT or PATCH) fail with 409 Conflict."""

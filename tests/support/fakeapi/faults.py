@@ -41,15 +41,47 @@ class RecordedRequest:
     def verb(self) -> str:
         """The API server's name for the request (as in its audit log): list and watch are GETs of a
         collection."""
-        route = parse_route(self.path)
-        collection = route is not None and route.name is None
-        if self.method == "GET":
-            if collection and self.query.get("watch", "").lower() in ("true", "1"):
-                return "watch"
-            return "list" if collection else "get"
-        if self.method == "DELETE":
-            return "deletecollection" if collection else "delete"
-        return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(self.method, self.method.lower())
+        return verb_of(self.method, self.path, self.query)
+
+
+def verb_of(method: str, path: str, query: Mapping[str, str]) -> str:
+    """The verb the API server authorizes a request as (and names in its audit log)."""
+    route = parse_route(path)
+    collection = route is not None and route.name is None
+    if method == "GET":
+        if collection and query.get("watch", "").lower() in ("true", "1"):
+            return "watch"
+        return "list" if collection else "get"
+    if method == "DELETE":
+        return "deletecollection" if collection else "delete"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
+
+
+def forbidden(verb: str, path: str, user: str) -> dict[str, Any] | None:
+    """The 403 `Status` RBAC answers when `user` may not `verb` what `path` addresses, worded as
+    the API server words it; None for a path that is no resource."""
+    route = parse_route(path)
+    if route is None:
+        return None
+    kind = route.kind
+    what = f'{kind.qualified_resource} "{route.name}"' if route.name else kind.qualified_resource
+    scope = f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
+    message = (
+        f'{what} is forbidden: User "{user}" cannot {verb} resource "{kind.plural}" in API group "{kind.group}" {scope}'
+    )
+    details: dict[str, Any] = {"kind": kind.plural} | ({"group": kind.group} if kind.group else {})
+    if route.name:
+        details["name"] = route.name
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": "Forbidden",
+        "details": details,
+        "code": 403,
+    }
 
 
 @dataclass
@@ -101,6 +133,7 @@ class Faults:
         self._watch_limit: float | None = None
         self._watch_faults: list[str] = []
         self._holds: dict[str, float] = {}
+        self._forbidden: set[tuple[str, str]] = set()
 
     def fail_next(self, n: int, status: int, path_contains: str) -> None:
         with self._lock:
@@ -115,6 +148,14 @@ class Faults:
                     return rule.status
             self._rules = [rule for rule in self._rules if rule.remaining > 0]
             return None
+
+    def forbid(self, verb: str, resource: str) -> None:
+        with self._lock:
+            self._forbidden.add((verb, resource))
+
+    def is_forbidden(self, verb: str, resource: str) -> bool:
+        with self._lock:
+            return (verb, resource) in self._forbidden
 
     def answer_next(self, n: int, path_contains: str, answer: RawAnswer) -> None:
         with self._lock:

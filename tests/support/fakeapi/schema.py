@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeAlias
 
-from npu_plugin.sim._fakeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.kinds import ALL_KINDS, JSON, RESOURCE_SLICES, Kind
 from npu_plugin.sim._fakeapi.status import bad_request
 
 
@@ -106,10 +106,10 @@ _SLICE_SPEC = Obj(
     }
 )
 _TYPE_META: dict[str, Node] = {"apiVersion": _STR, "kind": _STR, "metadata": _OBJECT_META}
+# The kinds only `plan` reads are decoded loosely: metadata typed, spec and status as they come.
 SCHEMAS: dict[Kind, Obj] = {
-    NODES: Obj({**_TYPE_META, "spec": _ANY, "status": _ANY}),
+    **{kind: Obj({**_TYPE_META, "spec": _ANY, "status": _ANY}) for kind in ALL_KINDS},
     RESOURCE_SLICES: Obj({**_TYPE_META, "spec": _SLICE_SPEC}),
-    RESOURCE_CLAIMS: Obj({**_TYPE_META, "spec": _ANY, "status": _ANY}),
 }
 
 _QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"

@@ -6,7 +6,19 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from npu_plugin.sim._fakeapi.kinds import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.kinds import (
+    DAEMON_SETS,
+    DEVICE_CLASSES,
+    JSON,
+    NODES,
+    POD_DISRUPTION_BUDGETS,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
+    RESOURCE_SLICES,
+    Kind,
+)
 from npu_plugin.sim._fakeapi.status import bad_request
 
 _Getter = Callable[[JSON], str]
@@ -40,6 +52,18 @@ _FIELDS: dict[Kind, dict[str, _Getter]] = {
         "spec.pool.name": _spec("pool", "name"),
     },
     RESOURCE_CLAIMS: {"metadata.name": _name, "metadata.namespace": _namespace},
+    PODS: {
+        "metadata.name": _name,
+        "metadata.namespace": _namespace,
+        "spec.nodeName": _spec("nodeName"),
+        "spec.schedulerName": _spec("schedulerName"),
+        "status.phase": lambda obj: str((obj.get("status") or {}).get("phase", "")),
+    },
+    **{
+        kind: {"metadata.name": _name, "metadata.namespace": _namespace}
+        for kind in (RESOURCE_QUOTAS, DAEMON_SETS, POD_DISRUPTION_BUDGETS, RESOURCE_CLAIM_TEMPLATES)
+    },
+    DEVICE_CLASSES: {"metadata.name": _name},
 }
 
 

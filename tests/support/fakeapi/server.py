@@ -10,15 +10,25 @@ from dataclasses import dataclass, field
 
 from npu_plugin.sim._fakeapi.fields import Matcher
 from npu_plugin.sim._fakeapi.kinds import JSON
-from npu_plugin.sim._fakeapi.routes import Route
+from npu_plugin.sim._fakeapi.routes import Route, parse_route
 from npu_plugin.sim._fakeapi.server import Context, Handler
 from npu_plugin.sim._fakeapi.status import ApiError, conflict, status_object
 from tests.support.fakeapi import patch as patches
-from tests.support.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, request_line
+from tests.support.fakeapi.faults import (
+    Faults,
+    RawAnswer,
+    RecordedRequest,
+    RequestLog,
+    forbidden,
+    request_line,
+    verb_of,
+)
 from tests.support.fakeapi.fielderrors import invalid_of, required
 from tests.support.fakeapi.registry import FullRegistry
 from tests.support.fakeapi.selectors import parse
 
+# Who a forbidden request was made as, in the 403's message.
+FORBIDDEN_USER = "system:serviceaccount:npu-plugin:npu-plugin-plan"
 # Why a watch ended (RecordedRequest.end): its client's timeoutSeconds passed; the cap of
 # `limit_watches` passed; the server ended every watch (`end_watches`); the server stopped; it sent
 # an ERROR event; the connection went away (the client closed it, or a write failed); or one of
@@ -87,6 +97,10 @@ class FullHandler(Handler):
             raise ApiError(status_object(503, "the server is shutting down"))
         if faults.unavailable:
             raise ApiError(status_object(503, "the server is currently unable to handle the request"))
+        route = parse_route(self._path)
+        verb = verb_of(self._method, self._path, self._query)
+        if route is not None and faults.is_forbidden(verb, route.kind.plural):
+            raise ApiError(forbidden(verb, self._path, FORBIDDEN_USER) or {})
         if (code := faults.take_failure(self._path)) is not None:
             raise ApiError(status_object(code, f"injected failure ({code})"))
         if (answer := faults.take_answer(request)) is not None:

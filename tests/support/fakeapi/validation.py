@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from tests.support.fakeapi import names
 from tests.support.fakeapi.counters import slice_counter_errors
 from tests.support.fakeapi.fielderrors import (
@@ -58,7 +58,7 @@ def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[F
         errs += _slice_spec(obj.get("spec", {}), "spec", minor)
         if old is not None:
             errs += _slice_immutables(obj.get("spec", {}), old.get("spec", {}))
-    elif kind.tracks_generation and old is not None and obj.get("spec") != old.get("spec"):
+    elif kind is RESOURCE_CLAIMS and old is not None and obj.get("spec") != old.get("spec"):
         errs.append(invalid_value("spec", obj.get("spec"), IMMUTABLE))
     return errs
 
