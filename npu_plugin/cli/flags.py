@@ -361,6 +361,44 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
     )
 
 
+def _add_plan_flags(plan: FlagParser) -> None:
+    cluster = plan.add_flag_group("cluster", "what is read (list and get only; nothing is written)")
+    cluster.add_argument(
+        "--kubeconfig",
+        type=Path,
+        metavar="PATH",
+        help="kubeconfig file to reach the API server",
+        shown_default="~/.kube/config when it exists, else the in-cluster service account",
+    )
+    cluster.add_argument(
+        "--node",
+        action="append",
+        type=dns_subdomain,
+        metavar="NAME",
+        help="plan this node; repeat for several",
+        shown_default="every NPU node",
+    )
+    cluster.add_argument(
+        "--driver-name", type=dns_subdomain, default=DEFAULT_DRIVER, metavar="NAME", help="DRA driver name"
+    )
+    what = plan.add_flag_group("plan")
+    what.add_argument(
+        "--to",
+        type=among(("dra", "device-plugin", "both")),
+        default="dra",
+        metavar="{dra,device-plugin,both}",
+        help="the mode the nodes should reach",
+    )
+    what.add_argument(
+        "--output",
+        "-o",
+        type=among(("table", "json", "yaml")),
+        default="table",
+        metavar="{table,json,yaml}",
+        help="table for people; json and yaml in the stable shape of docs/migration.md",
+    )
+
+
 def _add_simulate_flags(simulate: FlagParser) -> None:
     what = simulate.add_flag_group("what to simulate")
     what.add_argument(
@@ -407,6 +445,14 @@ def build_parser(environ: Mapping[str, str]) -> FlagParser:
         "rewrite workloads from NPU extended-resource limits to DRA claims",
         _add_migrate_flags,
         description="Rewrite workloads asking resources.limits[RESOURCE] into ResourceClaimTemplates and claims.",
+    )
+    command(
+        "plan",
+        "say node by node how to reach DRA without disruption (reads the cluster, writes nothing)",
+        _add_plan_flags,
+        description="Read the live cluster (list and get only) and print, node by node, the verdict, the "
+        "reasons and the commands that move it to --to; exit 0 when every node can move now, 1 otherwise, "
+        "2 on bad usage or no cluster.",
     )
     command("simulate", "the whole flow on this machine, no cluster needed", _add_simulate_flags)
     command("version", "print the version")

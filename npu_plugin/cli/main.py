@@ -176,6 +176,12 @@ def _migrate(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from npu_plugin.cli.plan import run_plan
+
+    return run_plan(args.kubeconfig, args.driver_name, args.to, tuple(args.node or ()), args.output)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from npu_plugin.cli.simulate import DEMO_PROFILE, run_simulation
 
@@ -194,6 +200,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "inventory": _inventory,
     "migrate": _migrate,
+    "plan": _plan,
     "simulate": _simulate,
     "version": _version,
 }

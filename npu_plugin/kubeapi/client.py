@@ -233,6 +233,11 @@ class KubeClient:
             else:
                 response.close()
 
+    def get_json(self, action: str, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """A GET of any path, its decoded JSON object: `plan`'s paginated lists and discovery, which
+        its own ClusterRole grants (read-only)."""
+        return self._json(action, "GET", path, query=query)[1]
+
     def get_claim(self, namespace: str, name: str) -> ResourceClaim:
         action = f"get resourceclaim {namespace}/{name}"
         status, data = self._json(action, "GET", CLAIM, params={"namespace": namespace, "name": name})

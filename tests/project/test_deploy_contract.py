@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from npu_plugin.cli.main import config_from_args, parse_args
 from npu_plugin.kubeapi import client as kube
-from tests.project.test_manifests import MODES, build, overlay_args
+from npu_plugin.plan import read as plan_read
+from tests.project.test_manifests import MANIFESTS, MODES, build, overlay_args
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_MODULE = ROOT / "npu_plugin" / "kubeapi" / "client.py"
@@ -58,7 +60,8 @@ def api_calls() -> set[tuple[str, str]]:
     """
     calls: set[tuple[str, str]] = set()
     for function in ast.walk(ast.parse(KUBE_MODULE.read_text())):
-        if not isinstance(function, ast.FunctionDef):
+        # get_json is plan's read of any path, granted by its own role (test_plan_role_...).
+        if not isinstance(function, ast.FunctionDef) or function.name == "get_json":
             continue
         watches = any(isinstance(n, ast.Constant) and n.value == "watch" for n in ast.walk(function))
         for call in ast.walk(function):
@@ -94,3 +97,18 @@ def test_the_derivation_finds_the_calls_we_know_of() -> None:
 
 def test_rbac_grants_exactly_what_the_code_calls() -> None:
     assert granted() == api_calls()
+
+
+def test_plan_role_grants_exactly_the_lists_plan_makes_and_nothing_else() -> None:
+    role = yaml.safe_load((MANIFESTS / "plan" / "clusterrole.yaml").read_text())
+    resources = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        if "resources" in rule
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    urls = {(url, verb) for rule in role["rules"] for url in rule.get("nonResourceURLs", ()) for verb in rule["verbs"]}
+    assert resources == {(kind.group, kind.resource, "list") for kind in plan_read.LISTED}
+    assert urls == {(plan_read.VERSION_PATH, "get"), (plan_read.DISCOVERY_PATH, "get")}
