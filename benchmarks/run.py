@@ -23,6 +23,7 @@ from benchmarks import (
     bench_fleet,
     bench_health_pass,
     bench_idle,
+    bench_plan,
     bench_scale,
     bench_vnpu,
 )
@@ -38,6 +39,7 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
     ("idle: every mode at rest, default settings", bench_idle, "idle"),
     ("one health pass per backend", bench_health_pass, "health_pass"),
     ("vNPU: --vnpu dynamic on 16 dies", bench_vnpu, "vnpu"),
+    ("plan: 5,000 nodes, 40,000 NPU pods", bench_plan, "plan"),
 ]
 
 
