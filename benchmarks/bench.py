@@ -17,12 +17,10 @@ import argparse
 import asyncio
 import contextlib
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import timeit
@@ -43,7 +41,6 @@ from benchmarks.common import (
     dev_root,
     kubelet_at,
     percentile,
-    process,
     rss_mib,
     serve_argv,
     timed,
@@ -53,6 +50,7 @@ from benchmarks.report import Row, at_most
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.sim.kubelet import KubeletSimulator
+from tests.support.cleanup import process, temporary_directory
 
 ECHO_METHOD = "/bench.Echo/Echo"
 TARGETS = {
@@ -365,11 +363,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure device-plugin mode and store the numbers and targets under
     results["device_plugin"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-") as work:
         measured = asyncio.run(measure(work, budget.calls, budget.warmup, budget.settle))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["device_plugin"] = {"results": asdict(measured), "targets": TARGETS}
 
 

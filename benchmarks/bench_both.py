@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -35,7 +33,6 @@ from benchmarks.common import (
     fake_api,
     fake_devices,
     percentile,
-    process,
     published,
     rss_mib,
     serve_argv,
@@ -48,6 +45,7 @@ from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
+from tests.support.cleanup import process, temporary_directory
 
 TARGETS = {"ready_s": 2.0, "idle_rss_mib": 75.0, "propagation_s": 1.0, "republish_s": 5.0}
 HEALTH_INTERVAL = "0.2"
@@ -225,10 +223,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure both mode and store the numbers and targets under results["both"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-both-", dir="/tmp"))
-    try:
-        with fake_api(work) as url:
-            measured = asyncio.run(measure(work, url, budget))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with temporary_directory("npu-bench-both-") as work, fake_api(work) as url:
+        measured = asyncio.run(measure(work, url, budget))
     results["both"] = {"results": measured, "targets": TARGETS}

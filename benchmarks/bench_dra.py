@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,6 @@ from benchmarks.common import (
     dra_dirs,
     fake_api,
     percentile,
-    process,
     rss_mib,
     serve_argv,
     timed,
@@ -40,6 +37,7 @@ from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient, claims_path
 from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
+from tests.support.cleanup import process, temporary_directory
 
 TARGETS = {"prepare_p99_ms": 50.0, "prepare_p99_ratio": 3.0, "idle_rss_mib": 75.0, "ready_s": 2.0}
 
@@ -164,12 +162,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure DRA mode and store the numbers and targets under results["dra"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-dra-", dir="/tmp"))
-    try:
-        with fake_api(work) as url:
-            measured = asyncio.run(measure(work, url, budget.prepares, budget.warmup // 4, budget.settle))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with temporary_directory("npu-bench-dra-") as work, fake_api(work) as url:
+        measured = asyncio.run(measure(work, url, budget.prepares, budget.warmup // 4, budget.settle))
     results["dra"] = {"results": measured, "targets": TARGETS}
 
 

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -53,12 +51,12 @@ from benchmarks.common import (
     pool_devices,
     rss_mib,
     serve_argv,
-    stop,
     watch_lives,
     write_inventory,
 )
 from benchmarks.report import Row, at_most
 from npu_plugin.ascend.device import Health
+from tests.support.cleanup import spawn, stop, temporary_directory
 from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {
@@ -205,11 +203,8 @@ def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
                 str(dev_root(home, DEVICES)),
                 *dra_dirs(home, node, kubeconfig),
             )
-            with (home / "daemon.log").open("wb") as out:
-                started = time.monotonic()
-                daemon = subprocess.Popen(
-                    argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-                )
+            started = time.monotonic()
+            daemon = spawn(argv, home / "daemon.log")
             members.append(Member(node, inventory, daemon, started))
         yield members
     finally:
@@ -404,9 +399,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL, size: int = 50) -> None:
     """Measure a fleet of `size` nodes and store the numbers and targets under results["fleet"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-fleet-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-fleet-") as work:
         measured = measure(work, size, max(budget.idle_window, budget.watch_cycle))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["fleet"] = {"results": asdict(measured), "targets": TARGETS}

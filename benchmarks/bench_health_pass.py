@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +25,7 @@ from npu_plugin.backends.base import Backend
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
+from tests.support.cleanup import temporary_directory
 
 TARGETS = {"npu_smi_runs_per_pass": 1}
 DEFAULT_INTERVAL = 5.0
@@ -139,9 +138,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Time health passes on every backend and store them under results["health_pass"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-pass-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-pass-") as work:
         measured = measure(work, max(50, budget.calls // 10))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["health_pass"] = {"results": [asdict(m) for m in measured], "targets": TARGETS}

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import subprocess
-import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -38,7 +36,6 @@ from benchmarks.common import (
     dev_root,
     dra_dirs,
     kubelet_at,
-    process,
     rss_mib,
     serve_argv,
     wait_for,
@@ -48,6 +45,7 @@ from benchmarks.report import Row, at_most
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
+from tests.support.cleanup import process, temporary_directory
 from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"cpu_s_per_hour": 5.0, "lists_at_rest": 0, "writes_at_rest": 0, "messages": 0}
@@ -196,9 +194,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure every mode at rest and store the numbers and targets under results["idle"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-idle-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-idle-") as work:
         measured = asyncio.run(measure(work, budget.idle_window, settle=5.0))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["idle"] = {"results": [asdict(m) for m in measured], "targets": TARGETS}

@@ -12,16 +12,14 @@ DaemonSets and a plugin pod per node, the shipped DeviceClasses and a quota per 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import FULL, Budget
 from benchmarks.report import Row, at_most
+from tests.support.cleanup import process, temporary_directory
 from tests.support.fakeapi import FakeKubeAPI
 from tests.support.plan_cluster import (
     NPU,
@@ -107,10 +105,11 @@ def measure(work: Path) -> PlanRun:
         api.write_kubeconfig(kubeconfig)
         api.clear_requests()
         argv = [sys.executable, "-m", "npu_plugin", "plan", "--kubeconfig", str(kubeconfig), "-o", "json"]
-        measured = subprocess.run(
-            [sys.executable, "-c", _MEASURE, *argv], capture_output=True, text=True, check=True, timeout=600
-        )
-        seconds, cpu_seconds, rss_kib, exit_code = json.loads(measured.stdout)
+        log = work / "measure.log"
+        with process([sys.executable, "-c", _MEASURE, *argv], log) as parent:
+            if parent.wait(600) != 0:
+                raise RuntimeError(f"measuring plan failed:\n{log.read_text()}")
+        seconds, cpu_seconds, rss_kib, exit_code = json.loads(log.read_text())
         requests = len(api.requests)
     return PlanRun(nodes, pods, objects, seconds, cpu_seconds, rss_kib / 1024, requests, exit_code)
 
@@ -142,9 +141,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Plan the large cluster once (the budget does not change its size) into results["plan"]."""
     del budget
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-plan-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-plan-") as work:
         measured = measure(work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["plan"] = {"result": asdict(measured), "targets": TARGETS}

@@ -13,8 +13,6 @@ the 8-device daemon's.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 import timeit
 from pathlib import Path
@@ -31,7 +29,6 @@ from benchmarks.common import (
     fake_api,
     fake_devices,
     percentile,
-    process,
     published,
     serve_argv,
     slice_count,
@@ -43,6 +40,7 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin.deviceplugin.service import list_response
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.rest import RestClient
+from tests.support.cleanup import process, temporary_directory
 
 DEVICES = 1024
 TARGETS = {"published_s": 2.0, "slices": 8, "allocate_p50_ratio": 1.25}
@@ -146,10 +144,6 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure a 1,024-device node and store the numbers and targets under results["scale"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-scale-", dir="/tmp"))
-    try:
-        with fake_api(work) as url:
-            measured = asyncio.run(measure(work, url, budget))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with temporary_directory("npu-bench-scale-") as work, fake_api(work) as url:
+        measured = asyncio.run(measure(work, url, budget))
     results["scale"] = {"results": measured, "targets": TARGETS, "node": NODE}

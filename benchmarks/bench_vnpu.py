@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -36,7 +34,6 @@ from benchmarks.common import (
     dev_root,
     dra_dirs,
     percentile,
-    process,
     serve_argv,
     timed,
     wait_for,
@@ -47,6 +44,7 @@ from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import ChipVnpu, default_id_range
 from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from tests.support.cleanup import process, temporary_directory
 from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {"published_s": 1.0, "republished_s": 1.0, "prepare_p99_ratio": 3.0, "slice_writes_per_minute": 2.0}
@@ -269,14 +267,11 @@ def rows(section: dict[str, Any]) -> list[Row]:
 
 def run(results: dict[str, Any], budget: Budget = FULL) -> None:
     """Measure --vnpu dynamic and store the numbers and targets under results["vnpu"]."""
-    work = Path(tempfile.mkdtemp(prefix="npu-bench-vnpu-", dir="/tmp"))
-    try:
+    with temporary_directory("npu-bench-vnpu-") as work:
         (work / "on").mkdir()
         (work / "off").mkdir()
         measured = asyncio.run(measure_partitionable(work / "on", budget))
         measured |= asyncio.run(measure_gate_off(work / "off", budget))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     results["vnpu"] = {"results": measured, "targets": TARGETS}
 
 

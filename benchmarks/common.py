@@ -1,13 +1,12 @@
-"""What every benchmark needs: child processes stopped by pid, RSS, percentiles, polling, fake
-devices."""
+"""What every benchmark needs: RSS, percentiles, polling, fake devices, a fake API server (child
+processes and temporary directories come from tests.support.cleanup, stopped and removed however
+the run ends)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from npu_plugin.ascend.vnpu import ChipVnpu
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
+from tests.support.cleanup import process
 from tests.support.fakeapi import RecordedRequest
 
 NODE, DRIVER, RESOURCE = "node-a", "npu.huawei.com", "huawei.com/Ascend910"
@@ -48,34 +48,6 @@ class Budget:
 
 FULL = Budget(calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5, idle_window=120.0, watch_cycle=630.0)
 QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2, idle_window=30.0, watch_cycle=0.0)
-
-
-@contextlib.contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child in its own process group, stopped by its pid when the block ends."""
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    try:
-        yield child
-    finally:
-        stop([child])
-
-
-def stop(children: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM to every child still running, all at once; after `grace` seconds, SIGKILL to the
-    group of each one that has not exited. Only these pids (and their groups) are signalled."""
-    running = [child for child in children if child.poll() is None]
-    for child in running:
-        child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for child in running:
-        try:
-            child.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
 
 
 def serve_argv(*args: str) -> list[str]:

@@ -29,6 +29,7 @@ from benchmarks import (
 )
 from benchmarks.common import FULL, QUICK, Budget
 from benchmarks.report import render
+from tests.support.cleanup import Interrupted, interruptible
 
 # (title, module, key in the results): each module has run(results, budget) and rows(results[key]).
 SECTIONS: list[tuple[str, ModuleType, str]] = [
@@ -65,9 +66,11 @@ def compile_package() -> None:
         raise RuntimeError(f"could not compile {package}")
 
 
-def measure_all(budget: Budget, say: Callable[[str], None]) -> dict[str, Any]:
+def measure_all(
+    budget: Budget, say: Callable[[str], None], sections: list[tuple[str, ModuleType, str]] = SECTIONS
+) -> dict[str, Any]:
     results: dict[str, Any] = {"environment": environment(budget)}
-    for title, module, _key in SECTIONS:
+    for title, module, _key in sections:
         say(f"bench: {title} ...")
         started = time.monotonic()
         module.run(results, budget)
@@ -101,12 +104,30 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="only the fleet benchmark: N DRA daemons (default 50) sharing one fake API server",
     )
+    parser.add_argument(
+        "--section",
+        action="append",
+        choices=[key for _title, _module, key in SECTIONS],
+        help="only this section (repeat for more); every section by default",
+    )
     args = parser.parse_args(argv)
+    if args.fleet is not None and args.section:
+        parser.error("--fleet runs only the fleet: it takes no --section")
+    try:
+        with interruptible():
+            return benchmark(args)
+    except Interrupted as interrupted:
+        say(f"bench: stopped by {interrupted}; every process it started is stopped and its directories removed")
+        interrupted.exit()
+
+
+def benchmark(args: argparse.Namespace) -> int:
     budget = QUICK if args.quick else FULL
     compile_package()
     if args.fleet is None:
-        results = measure_all(budget, say)
-        sections = [(title, module.rows(results[key])) for title, module, key in SECTIONS]
+        chosen = [section for section in SECTIONS if not args.section or section[2] in args.section]
+        results = measure_all(budget, say, chosen)
+        sections = [(title, module.rows(results[key])) for title, module, key in chosen]
     else:
         results = {"environment": environment(budget)}
         say(f"bench: fleet of {args.fleet} ...")
