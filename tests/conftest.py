@@ -1,18 +1,39 @@
 """Shared fixtures only: the leak check, the daemon launcher, a fake /dev; their helpers live in
-tests/support/."""
+tests/support/. The session runs under tests.support.cleanup: SIGTERM and SIGHUP end it as Ctrl-C
+does, tearing every fixture down, and whatever a test started is stopped however the session ends."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import cleanup
 from tests.support.daemon import Daemons, Launcher, populate_dev_root
 from tests.support.leaks import LeakWatch
+
+SESSION_CLEANUP = pytest.StashKey[contextlib.ExitStack]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stack = contextlib.ExitStack()
+    # Not a subreaper: podman's conmon leaves its parent by design, and would become a child of the
+    # session.
+    stack.enter_context(cleanup.interruptible(subreaper=False))
+    config.stash[SESSION_CLEANUP] = stack
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    config.stash[SESSION_CLEANUP].close()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that ran an event loop's add_signal_handler (a daemon in this process) left the
+    default actions."""
+    cleanup.install()
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +72,8 @@ def launch_daemon(tmp_path: Path) -> Iterator[Launcher]:
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A directory with a short path: Unix socket paths must stay under 108 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="npu-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with cleanup.temporary_directory("npu-") as path:
+        yield path
 
 
 @pytest.fixture

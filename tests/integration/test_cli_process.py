@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from npu_plugin import __version__
+from tests.support import cleanup
 from tests.support.daemon import REPO, DaemonProcess, Launcher
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -36,10 +36,9 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 def node() -> Iterator[Path]:
     """A short directory everyone may enter (sockets need short paths; the unprivileged daemon must
     reach it)."""
-    path = Path(tempfile.mkdtemp(prefix="npu-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with cleanup.temporary_directory("npu-") as path:
+        path.chmod(0o755)
+        yield path
 
 
 def start_failure(daemon: DaemonProcess, code: int = 1) -> str:

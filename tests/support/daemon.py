@@ -17,6 +17,7 @@ import yaml
 from npu_plugin.ascend.container_edits import COMMON_NODES
 from npu_plugin.ascend.device import Device
 from npu_plugin.backends.fake.inventory_file import inventory_document
+from tests.support import cleanup
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,9 +71,9 @@ class DaemonProcess:
         return code, time.monotonic() - started
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
+        """SIGKILL to its process group and to whatever it left (tests.support.cleanup.kill);
+        reaped."""
+        cleanup.kill([self.process])
 
 
 Launcher = Callable[..., DaemonProcess]
@@ -95,16 +96,8 @@ class Daemons:
     ) -> DaemonProcess:
         """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid)."""
         log_path = self.log_dir / f"daemon-{len(self.started)}.log"
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [*wrapper, sys.executable, *python_args, "-m", "npu_plugin", "serve", *args],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                start_new_session=True,
-                env=None if env is None else {**os.environ, **env},
-            )
+        argv = [*wrapper, sys.executable, *python_args, "-m", "npu_plugin", "serve", *args]
+        process = cleanup.spawn(argv, log_path, cwd=REPO, env=None if env is None else {**os.environ, **env})
         self.started.append(DaemonProcess(process, log_path))
         return self.started[-1]
 

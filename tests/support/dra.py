@@ -7,9 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +23,7 @@ from npu_plugin.dra.checkpoint import Checkpoint
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator, PrepareResult
 from npu_plugin.sim.rest import RestClient
 from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError, allocate_claim
+from tests.support import cleanup
 from tests.support.cdi_validation import assert_valid_cdi
 from tests.support.daemon import write_inventory
 from tests.support.fake_devices import profile_devices
@@ -152,13 +151,10 @@ def fake_api_with_node() -> Iterator[FakeKubeAPI]:
 def temporary_workspace(api: FakeKubeAPI) -> Iterator[Workspace]:
     """A workspace under a short root in /tmp (Unix socket paths must stay under 108 bytes) whose
     kubeconfig points at `api`, with the atlas-800t-a2 inventory; removed afterwards."""
-    root = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
-    try:
+    with cleanup.temporary_directory("dra-") as root:
         workspace = make_workspace(root)
         api.write_kubeconfig(workspace.kubeconfig)
         yield workspace
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def dra_args(workspace: Workspace, *extra: str, pod_uid: str | None = None) -> list[str]:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import cleanup
+
 THREAD_GRACE_SECONDS = 5.0
 GRPC_SETTLE_SECONDS = 5.0
 # gRPC AsyncIO's own per-call tasks: a client call's status, and a server RPC's scheduling,
@@ -62,15 +64,10 @@ def children() -> dict[tuple[int, int], Child]:
     """The children of this process (every thread's, zombies included), keyed by pid and start
     time."""
     found = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            pids = (task / "children").read_text().split()
-        except FileNotFoundError:  # the thread ended while we were listing
-            continue
-        for pid in map(int, pids):
-            child = describe(pid)
-            if child is not None:
-                found[child.pid, child.started] = child
+    for pid in cleanup.child_pids(os.getpid()):
+        child = describe(pid)
+        if child is not None:
+            found[child.pid, child.started] = child
     return found
 
 
@@ -86,16 +83,8 @@ def describe(pid: int) -> Child | None:
 def parse_stat(stat: str, command: str) -> Child:
     """A child from its /proc/PID/stat line; `command` (its argv) if it has one, else the name in
     `stat`."""
-    # The name in parentheses may itself hold spaces and parentheses: the fields start after the
-    # last ")".
-    name_end = stat.rindex(")")
-    fields = stat[name_end + 2 :].split()
-    return Child(
-        int(stat.split(maxsplit=1)[0]),
-        int(fields[19]),
-        command or stat[stat.index("(") : name_end + 1],
-        fields[0] == "Z",
-    )
+    proc = cleanup.parse_stat(stat)
+    return Child(proc.pid, proc.started, command or stat[stat.index("(") : stat.rindex(")") + 1], proc.zombie)
 
 
 class LeakWatch:
@@ -185,12 +174,15 @@ class LeakWatch:
         ]
 
     def stop_children(self) -> None:
-        """Kill (by pid) and reap the children the test left, so the next test starts clean."""
+        """Kill (by pid) and reap the children the test left and everything below them, so the next
+        test starts clean."""
         for key, child in children().items():
             if key in self.children_before:
                 continue
+            below = cleanup.descendants(child.pid)
             if not child.zombie:
                 os.kill(child.pid, signal.SIGKILL)
+            cleanup.kill_and_reap(below)
             with contextlib.suppress(ChildProcessError):  # its Popen object reaped it first
                 os.waitpid(child.pid, 0)
 
