@@ -16,7 +16,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from npu_plugin.migrate.claims import SECTIONS, ContainerClaim
 from npu_plugin.migrate.workloads import Workload, key_line
-from npu_plugin.migrate.yamlstream import dump_flow, lines
+from npu_plugin.migrate.yamlstream import block_scalar_lines, dump_flow, lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +31,19 @@ class _SequenceStyle:
 @dataclass
 class LineEdits:
     """Edits planned on `text` (the last line terminated) before the data changes; new lines end in
-    `newline`."""
+    `newline`.
+
+    `open_end`: the document's last line had no line break (the caller added one and takes it off
+    again).
+    """
 
     text: str
     data: Any
     newline: str = "\n"
+    open_end: bool = False
     _lines: list[str] = field(init=False)
+    _scalar: frozenset[int] = field(init=False)  # lines inside block scalars: content, whatever they look like
+    _scalar_at_end: bool = field(init=False)  # lines added at the end would join the value of a block scalar
     _flow_root: dict[int, Any] = field(init=False, default_factory=dict)
     _deleted: set[int] = field(init=False, default_factory=set)
     _inserted: dict[int, list[str]] = field(init=False, default_factory=dict)  # before line k
@@ -44,6 +51,8 @@ class LineEdits:
 
     def __post_init__(self) -> None:
         self._lines = lines(self.text)
+        self._scalar = block_scalar_lines(self.text)
+        self._scalar_at_end = self.open_end and len(self._lines) - 1 in self._scalar
         self._index_flow(self.data, None)
 
     def _index_flow(self, node: Any, root: Any) -> None:
@@ -122,7 +131,14 @@ class LineEdits:
             return
         following = _next_key(parent, after)
         at = self._before(key_line(parent, following), indent) if following is not None else None
-        self._insert(at if at is not None else self._end(parent.lc.line, indent), new)
+        if at is None:
+            at = self._end(parent.lc.line, indent)
+        if at == len(self._lines) and self._scalar_at_end:
+            # After a block scalar that ends the file without a line break, new lines would become part of its
+            # value (or need `|-`): the new key goes first instead, before the ones it normally follows.
+            first = next(key for key in (*after, *parent) if key in parent)
+            at = self._before(key_line(parent, first), indent)
+        self._insert(at, new)
 
     def _delete_entry(self, mapping: CommentedMap, key: Any) -> None:
         """Delete a block mapping entry's content lines; comments and blank lines among them
@@ -130,7 +146,7 @@ class LineEdits:
         if self._in_flow(mapping):
             return
         line, column = mapping.lc.key(key)
-        self._deleted.update(n for n in range(line, self._end(line, column + 1)) if not _is_remark(self._lines[n]))
+        self._deleted.update(n for n in range(line, self._end(line, column + 1)) if not self._remark(n))
 
     def _in_flow(self, node: Any) -> bool:
         """Whether `node` sits in a flow collection; if so, that collection is scheduled for
@@ -147,6 +163,9 @@ class LineEdits:
         end = start + 1
         for number in range(start + 1, len(self._lines)):
             text = self._lines[number]
+            if number in self._scalar:
+                end = number + 1
+                continue
             if _is_remark(text):
                 continue
             if _indent(text) < indent:
@@ -156,9 +175,13 @@ class LineEdits:
 
     def _before(self, line: int, indent: int) -> int:
         """Above the blank lines and comments (at `indent` or less) that lead into `line`."""
-        while line > 0 and _is_remark(self._lines[line - 1]) and _indent(self._lines[line - 1]) <= indent:
+        while line > 0 and self._remark(line - 1) and _indent(self._lines[line - 1]) <= indent:
             line -= 1
         return line
+
+    def _remark(self, line: int) -> bool:
+        """A blank or comment line, not inside a block scalar."""
+        return line not in self._scalar and _is_remark(self._lines[line])
 
     def _dash_column(self, sequence: CommentedSeq) -> int:
         line, column = sequence.lc.item(0)

@@ -320,17 +320,20 @@ def _edit(doc: Document, data: Any, style: Style, planned: list[tuple[Workload, 
     """The document body with `planned` applied to `data` and to the user's own lines."""
     newline = "\r\n" if "\r\n" in doc.body else "\n"
     terminated = doc.body.endswith("\n")
-    edits = LineEdits(doc.body + ("" if terminated else newline), data, newline)
+    edits = LineEdits(doc.body + ("" if terminated else newline), data, newline, open_end=not terminated)
     for found, items in planned:
         edits.plan(found, items)
     for found, items in planned:
         apply(found, items)
     text = edits.render()
+    if text is not None and not terminated:
+        text = text.removesuffix(newline)
     if text is None or not _means(text, data):
         # A shape the line edits do not cover (a key spanning lines, say): the whole document,
         # dumped.
-        text = dump(data, style, doc.body.startswith("---")).replace("\n", newline)
-    return text if terminated else text.removesuffix(newline)
+        dumped = dump(data, style, doc.body.startswith("---")).replace("\n", newline)
+        text = dumped if terminated else dumped.removesuffix(newline)
+    return text
 
 
 def _means(text: str, data: Any) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import ScalarEvent
 
 from npu_plugin.errors import MigrateError
 
@@ -146,10 +147,35 @@ def dump(data: Any, style: Style, explicit_start: bool = False) -> str:
 
 
 def dump_flow(node: CommentedMap | CommentedSeq) -> str:
-    """A flow collection rendered on its own, without the line break a document ends with."""
+    """A flow collection rendered on its own, without its comments (the caller keeps the rest of the line they were
+    on) and without the line break a document ends with."""
     stream = io.StringIO()
-    _yaml().dump(node, stream)
+    _yaml().dump(_uncommented(node), stream)
     return stream.getvalue().removesuffix("\n").removesuffix("\n...")
+
+
+def _uncommented(node: Any) -> Any:
+    copy: CommentedMap | CommentedSeq
+    if isinstance(node, CommentedMap):
+        copy = CommentedMap((key, _uncommented(value)) for key, value in node.items())
+    elif isinstance(node, CommentedSeq):
+        copy = CommentedSeq(_uncommented(item) for item in node)
+    else:
+        return node
+    if node.fa.flow_style():
+        copy.fa.set_flow_style()
+    return copy
+
+
+def block_scalar_lines(text: str) -> frozenset[int]:
+    """The 0-based lines holding the content of literal and folded block scalars (`|`, `>`) in one document's text,
+    which parses: in them a `#` is text, and a blank line is part of the value."""
+    found: set[int] = set()
+    for event in _yaml().parse(text.replace("\r\n", "\n")):
+        if isinstance(event, ScalarEvent) and event.style in ("|", ">"):
+            end = event.end_mark.line + (1 if event.end_mark.column else 0)
+            found.update(range(event.start_mark.line + 1, end))
+    return frozenset(found)
 
 
 def detect_style(data: Any) -> Style:

@@ -125,6 +125,77 @@ CASES = [
 ]
 
 
+JOBSET_HEAD = (
+    "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: js}\nspec:\n  replicatedJobs:\n"
+    "  - name: workers\n    template:\n      spec:\n        template:\n          spec:\n"
+)
+CASES += [
+    (
+        "a flow mapping's trailing comment stays once, where it was",
+        HEAD + "  containers:\n  - name: c\n    resources:\n      limits: {huawei.com/Ascend910: 4, cpu: 16}  # note\n",
+        HEAD + "  containers:\n"
+        "  - name: c\n"
+        "    resources:\n"
+        "      limits: {cpu: 16}  # note\n"
+        "      claims:\n"
+        "      - name: c-npu\n"
+        "  resourceClaims:\n"
+        "  - name: c-npu\n"
+        "    resourceClaimTemplateName: p-c-npu\n",
+    ),
+    (
+        "a comment-like last line of a block scalar is the scalar's",
+        HEAD + "  containers:\n"
+        "  - name:  c\n"
+        "    resources:\n"
+        "      limits:\n"
+        "        huawei.com/Ascend910: 1\n"
+        "    args:\n"
+        "    - |\n"
+        "      train.py\n"
+        "      # done\n",
+        HEAD + "  containers:\n"
+        "  - name:  c\n"
+        "    resources:\n"
+        "      claims:\n"
+        "      - name: c-npu\n"
+        "    args:\n"
+        "    - |\n"
+        "      train.py\n"
+        "      # done\n"
+        "  resourceClaims:\n"
+        "  - name: c-npu\n"
+        "    resourceClaimTemplateName: p-c-npu\n",
+    ),
+    (
+        "a block scalar that ends the file without a newline keeps its indicator",
+        JOBSET_HEAD + "            containers:\n"
+        "            - name: w\n"
+        "              resources:\n"
+        "                limits:\n"
+        "                  huawei.com/Ascend910: 8\n"
+        "              command:\n"
+        "              - bash\n"
+        "              - -c\n"
+        "              - |\n"
+        "                torchrun  train.py",
+        JOBSET_HEAD + "            resourceClaims:\n"
+        "            - name: w-npu\n"
+        "              resourceClaimTemplateName: js-workers-w-npu\n"
+        "            containers:\n"
+        "            - name: w\n"
+        "              resources:\n"
+        "                claims:\n"
+        "                - name: w-npu\n"
+        "              command:\n"
+        "              - bash\n"
+        "              - -c\n"
+        "              - |\n"
+        "                torchrun  train.py",
+    ),
+]
+
+
 @pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_line_edits(text: str, expected: str) -> None:
     assert workload_text(text) == expected
