@@ -6,7 +6,9 @@ A flag's twin is `NPU_PLUGIN_` + its name upper-cased with `-` as `_` (the seed 
 `NODE_NAME` and `POD_UID` for --node-name and --pod-uid). A few flags also read the names other
 Ascend DRA manifests and kubectl use. Precedence: the command line, then the twin, then the alias,
 then the built-in default. A value the flag's checker refuses is kept as a `BadEnvironment` and
-reported after parsing, naming the variable.
+reported after parsing, naming the variable. A flag whose name another command declared first, with
+another meaning, names that command (`twin_owner`) and reads no variable: a twin applies to the
+command that owns the flag only.
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ class FlagParser(argparse.ArgumentParser):
         if not hidden:
             self.flags.append(long)
         flag = long[2:]
-        variables = (env_name(flag), *ENV_ALIASES.get(flag, ()))
+        owner = kwargs.pop("twin_owner", None)
+        variables = () if owner else (env_name(flag), *ENV_ALIASES.get(flag, ()))
         if kwargs.get("action") not in (None, "store", "store_true", "append"):
             raise TypeError(f"{long}: only store, store_true and append flags get environment twins")
         switch = kwargs.get("action") == "store_true"
@@ -142,7 +145,8 @@ class FlagParser(argparse.ArgumentParser):
         kwargs["action"] = _Switch if switch else _Append if repeated else _Given
         shown = kwargs.pop("shown_default", "off" if switch else _shown(kwargs.get("default")))
         if not hidden:
-            kwargs["help"] = _help(kwargs.get("help") or "", shown, variables)
+            env = f"none, {env_name(flag)} is {owner}'s" if owner else " or ".join(variables)
+            kwargs["help"] = _help(kwargs.get("help") or "", shown, env)
         if switch:
             kwargs.setdefault("default", False)
         source = self._environment_source(variables)
@@ -154,6 +158,8 @@ class FlagParser(argparse.ArgumentParser):
         return add(*names, **kwargs)
 
     def _environment_source(self, variables: tuple[str, ...]) -> str | None:
+        if not variables:
+            return None
         twin, *aliases = variables
         if twin in self.environ:
             return twin
@@ -174,9 +180,8 @@ def _shown(default: Any) -> str:
     return "none" if default is None else str(default)
 
 
-def _help(description: str, shown: str, variables: tuple[str, ...]) -> str:
+def _help(description: str, shown: str, env: str) -> str:
     # Help strings are %-formatted by argparse.
-    env = " or ".join(variables)
     default = "" if "default" in description else f"default: {shown}; "
     return f"{description} ({default}env: {env})".replace("%", "%%")
 

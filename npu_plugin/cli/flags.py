@@ -325,6 +325,7 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
         "-o",
         "--output",
         metavar="FILE|DIR",
+        twin_owner="inventory",
         help="where to write: a file (replaced atomically), a directory receiving the migrated copy of "
         "-f DIR, or - for stdout (default -)",
     )
@@ -338,6 +339,7 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
         action="append",
         metavar="NAME",
         type=matching(RESOURCE_NAME, "an extended resource name like huawei.com/Ascend910"),
+        twin_owner="serve",
         help=f"extended resource to migrate; repeat for several (default all of {', '.join(KNOWN_RESOURCE_NAMES)})",
     )
     migrate.add_argument(

@@ -177,6 +177,26 @@ def test_environment_twin_through_the_cli() -> None:
     assert done.stdout.decode() == golden("topology-group", "out")
 
 
+def test_the_environment_twins_of_other_commands_do_not_reach_migrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environ = {"NPU_PLUGIN_OUTPUT": "json", "NPU_PLUGIN_RESOURCE_NAME": "auto"}  # inventory -o, serve --resource-name
+    source = tmp_path / "in.yaml"
+    source.write_text(golden("helm", "in"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["migrate", "-f", str(source)], environ)
+    assert (args.output, args.resource_name) == (None, None)
+    assert run(args) == 0
+    assert capsys.readouterr().out == golden("helm", "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.yaml"]
+    assert (parse_args(["inventory"], environ).output, parse_args(["serve"], environ).resource_name) == ("json", "auto")
+    with pytest.raises(SystemExit):
+        parse_args(["migrate", "--help"], environ)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "env: none, NPU_PLUGIN_OUTPUT is inventory's)" in out
+    assert "env: none, NPU_PLUGIN_RESOURCE_NAME is serve's)" in out
+
+
 def test_bad_flag_exits_2_through_the_cli() -> None:
     done = _cli("--device-class", "Bad_Class", stdin=b"")
     assert done.returncode == 2
