@@ -330,6 +330,13 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
         "-f DIR, or - for stdout (default -)",
     )
     migrate.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GLOB",
+        help="with -f DIR: leave out files and directories whose path below DIR or name matches; repeat for "
+        "several (default none)",
+    )
+    migrate.add_argument(
         "--in-place",
         action="store_true",
         help="rewrite the input files themselves, only those that change (default off)",

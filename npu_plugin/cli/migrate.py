@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from npu_plugin.migrate.transform import Result
 
 SUFFIXES = (".yaml", ".yml", ".json")
+HELM_CHART = "Chart.yaml"  # a directory holding it is a Helm chart: templates, not manifests
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_LEFT_BEHIND = 0, 1, 2, 3
 _PROG = "npu-plugin migrate"
 
@@ -35,6 +38,8 @@ class _Job:
     to_stdout: bool = False
     only_if_changed: bool = False
     make_parents: bool = False  # a file of a migrated copy of a directory
+    of_tree: bool = False  # found below -f DIR: an error skips it instead of stopping the run
+    chart: bool = False  # a Helm chart below -f DIR, skipped whole
 
     @property
     def name(self) -> str:
@@ -44,20 +49,14 @@ class _Job:
 def run(args: argparse.Namespace) -> int:
     """Migrate the input; 0 done, 1 error (or something to do, with --check), 2 bad flags, 3 left
     behind."""
-    from npu_plugin.migrate.transform import migrate_json, migrate_text
-
     try:
         options = _options(args)
         jobs = _jobs(args)
     except _UsageError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    results: list[tuple[_Job, str, Result]] = []
     try:
-        for job in jobs:
-            text = _read(job.source)
-            migrate = migrate_json if job.source is not None and job.source.suffix == ".json" else migrate_text
-            results.append((job, text, migrate(text, options, job.name)))
+        results, failed = _migrate(jobs, options)
     except MigrateError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -72,16 +71,41 @@ def run(args: argparse.Namespace) -> int:
         for result in done:
             for change in result.changes:
                 print(f"would migrate {change}")
-        print(f"{_PROG}: {_summary(done, 'would migrate')}", file=sys.stderr)
-        return EXIT_FAILED if left or any(result.changes for result in done) else EXIT_OK
+        print(f"{_PROG}: {_summary(done, 'would migrate', failed)}", file=sys.stderr)
+        return EXIT_FAILED if failed or left or any(result.changes for result in done) else EXIT_OK
     try:
         for job, text, result in results:
             _write(job, text, result.text)
     except MigrateError as error:
         print(f"{_PROG}: error: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{_PROG}: {_summary(done, 'migrated')}", file=sys.stderr)
-    return EXIT_LEFT_BEHIND if left else EXIT_OK
+    print(f"{_PROG}: {_summary(done, 'migrated', failed)}", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_LEFT_BEHIND if left else EXIT_OK
+
+
+def _migrate(jobs: list[_Job], options: Options) -> tuple[list[tuple[_Job, str, Result]], int]:
+    """Each job's input and result, and how many files of a tree were skipped for errors (each said
+    on stderr). MigrateError for an input that is not part of a tree."""
+    from npu_plugin.migrate.transform import migrate_json, migrate_text
+
+    results: list[tuple[_Job, str, Result]] = []
+    failed = 0
+    for job in jobs:
+        try:
+            if job.chart:
+                raise MigrateError(
+                    f"{job.name}: a Helm chart ({HELM_CHART}), whose templates are not manifests; skipped: migrate "
+                    f"what it renders (helm template RELEASE {job.name} | {_PROG}), or leave it out with --exclude"
+                )
+            text = _read(job.source)
+            migrate = migrate_json if job.source is not None and job.source.suffix == ".json" else migrate_text
+            results.append((job, text, migrate(text, options, job.name)))
+        except MigrateError as error:
+            if not job.of_tree:
+                raise
+            print(f"{_PROG}: error: {error}{'' if job.chart else '; file skipped'}", file=sys.stderr)
+            failed += 1
+    return results, failed
 
 
 def _options(args: argparse.Namespace) -> Options:
@@ -96,6 +120,8 @@ def _jobs(args: argparse.Namespace) -> list[_Job]:
     source, output, in_place = args.filename, args.output, args.in_place
     if in_place and output is not None:
         raise _UsageError("--in-place and -o exclude each other")
+    if args.exclude and (source == STDIO or not Path(source).is_dir()):
+        raise _UsageError("--exclude needs -f DIR")
     if source == STDIO:
         if in_place:
             raise _UsageError("--in-place needs -f FILE or -f DIR, not stdin")
@@ -105,17 +131,23 @@ def _jobs(args: argparse.Namespace) -> list[_Job]:
         return [
             _Job(path, path, only_if_changed=True) if in_place and not args.check else _single(path, output, args.check)
         ]
-    files = _manifests(path)
+    found = _manifests(path, args.exclude or ())
+    charts = [_Job(chart, None, of_tree=True, chart=True) for chart in found.charts]
     if args.check:
-        return [_Job(file, None) for file in files]
+        return _by_path([_Job(file, None, of_tree=True) for file in found.files], charts)
     if in_place:
-        return [_Job(file, file, only_if_changed=True) for file in files]
+        return _by_path([_Job(file, file, only_if_changed=True, of_tree=True) for file in found.files], charts)
     if output is None or output == STDIO:
         raise _UsageError(f"-f {source} is a directory: give --in-place, or -o DIR for a migrated copy of it")
     target = Path(output)
     if target.exists() and not target.is_dir():
         raise _UsageError(f"-o {output} must be a directory when -f names one")
-    return [_Job(file, target / file.relative_to(path), make_parents=True) for file in files]
+    copies = [_Job(file, target / file.relative_to(path), make_parents=True, of_tree=True) for file in found.files]
+    return _by_path(copies, charts)
+
+
+def _by_path(*jobs: list[_Job]) -> list[_Job]:
+    return sorted((job for some in jobs for job in some), key=lambda job: str(job.source))
 
 
 def _single(source: Path | None, output: str | None, check: bool) -> _Job:
@@ -126,16 +158,32 @@ def _single(source: Path | None, output: str | None, check: bool) -> _Job:
     return _Job(source, Path(output))
 
 
-def _manifests(directory: Path) -> list[Path]:
-    """Every manifest below `directory`, in a stable order; hidden files and directories (.git)
-    excluded."""
-    return sorted(
-        path
-        for path in directory.rglob("*")
-        if path.suffix in SUFFIXES
-        and path.is_file()
-        and not any(part.startswith(".") for part in path.relative_to(directory).parts)
-    )
+@dataclass(frozen=True, slots=True)
+class _Found:
+    files: list[Path]
+    charts: list[Path]
+
+
+def _manifests(directory: Path, excludes: Sequence[str]) -> _Found:
+    """Every manifest below `directory`, and every Helm chart instead of its files. Hidden files and
+    directories (.git) are left out, and so is what an exclude glob matches: the path below
+    `directory`, or the name."""
+    found = _Found([], [])
+    pending = [directory]
+    while pending:
+        folder = pending.pop()
+        if (folder / HELM_CHART).is_file():
+            found.charts.append(folder)
+            continue
+        for path in folder.iterdir():
+            below = path.relative_to(directory).as_posix()
+            if path.name.startswith(".") or any(fnmatchcase(below, g) or fnmatchcase(path.name, g) for g in excludes):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                pending.append(path)
+            elif path.suffix in SUFFIXES and path.is_file():
+                found.files.append(path)
+    return found
 
 
 def _unmatched(results: list[Result], options: Options, *, explicit: bool) -> list[str]:
@@ -152,12 +200,13 @@ def _unmatched(results: list[Result], options: Options, *, explicit: bool) -> li
     return []
 
 
-def _summary(results: list[Result], verb: str) -> str:
+def _summary(results: list[Result], verb: str, failed: int) -> str:
     containers = sum(len(result.changes) for result in results)
     workloads = sum(result.workloads for result in results)
     skipped = sum(result.skipped for result in results)
     line = f"{verb} {containers} container{_s(containers)} in {workloads} workload{_s(workloads)}"
-    return f"{line}, skipped {skipped} (see above)" if skipped else line
+    line = f"{line}, skipped {skipped} (see above)" if skipped else line
+    return f"{line}; {failed} skipped for errors (see above)" if failed else line
 
 
 def _s(count: int) -> str:

@@ -7,6 +7,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,19 +284,97 @@ def test_directory_to_a_copy(tmp_path: Path) -> None:
     assert _tree(copy)["apps/train.yaml"] == golden("helm", "out")
 
 
-def test_one_bad_file_in_a_directory_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_bad_file_in_a_directory_is_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _manifest_tree(tmp_path)
-    (tmp_path / "zz-bad.yaml").write_text(BAD, encoding="utf-8")
-    before = _tree(tmp_path)
+    bad = tmp_path / "zz-bad.yaml"
+    bad.write_text(BAD, encoding="utf-8")
     assert run(parse("-f", str(tmp_path), "--in-place")) == 1
+    assert bad.read_text(encoding="utf-8") == BAD
+    assert _tree(tmp_path)["apps/train.yaml"] == golden("helm", "out")
+    err = capsys.readouterr().err
+    assert err.startswith(f'npu-plugin migrate: error: {bad}:8: document 1 (Pod p), container "c": ')
+    assert err.splitlines()[0].endswith("; file skipped")
+
+
+HELM_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "train.fullname" . }}
+spec:
+  template:
+    spec:
+      containers:
+      - name: trainer
+        resources:
+          {{- toYaml .Values.resources | nindent 10 }}
+"""
+
+
+def _chart_tree(root: Path) -> None:
+    """A Helm chart beside plain manifests and a broken file."""
+    chart = root / "charts" / "train"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: train\nversion: 0.1.0\n", encoding="utf-8")
+    (chart / "values.yaml").write_text("resources:\n  limits: {huawei.com/Ascend910: 8}\n", encoding="utf-8")
+    (chart / "templates" / "deployment.yaml").write_text(HELM_DEPLOYMENT, encoding="utf-8")
+    (root / "apps").mkdir()
+    (root / "apps" / "train.yaml").write_text(golden("helm", "in"), encoding="utf-8")
+    (root / "apps" / "broken.yaml").write_text("a: [1\n", encoding="utf-8")
+
+
+def test_a_helm_chart_and_a_broken_file_are_skipped_and_the_rest_migrated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _chart_tree(tmp_path)
+    before = _tree(tmp_path)
+    chart, broken = tmp_path / "charts" / "train", tmp_path / "apps" / "broken.yaml"
+    skipped = [
+        f"npu-plugin migrate: error: {broken}:2:1: document 1: invalid YAML: while parsing a flow sequence, expected "
+        "',' or ']', but got '<stream end>'; file skipped",
+        f"npu-plugin migrate: error: {chart}: a Helm chart (Chart.yaml), whose templates are not manifests; skipped: "
+        f"migrate what it renders (helm template RELEASE {chart} | npu-plugin migrate), or leave it out with --exclude",
+    ]
+    assert run(parse("-f", str(tmp_path), "--check")) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"would migrate {tmp_path / 'apps' / 'train.yaml'}:")
+    assert captured.err.splitlines()[:2] == skipped
+    assert captured.err.endswith(
+        "npu-plugin migrate: would migrate 1 container in 1 workload; 2 skipped for errors (see above)\n"
+    )
     assert _tree(tmp_path) == before
-    assert capsys.readouterr().err.startswith(f"npu-plugin migrate: error: {tmp_path / 'zz-bad.yaml'}:8: document 1")
+    assert run(parse("-f", str(tmp_path), "--in-place")) == 1
+    assert capsys.readouterr().err.splitlines()[:2] == skipped
+    after = _tree(tmp_path)
+    assert after.pop("apps/train.yaml") == golden("helm", "out")
+    assert after == {k: v for k, v in before.items() if k != "apps/train.yaml"}
+    assert run(parse("-f", str(tmp_path), "--check", "--exclude", "charts", "--exclude", "apps/broken.*")) == 0
+    assert capsys.readouterr().err == "npu-plugin migrate: would migrate 0 containers in 0 workloads\n"
+
+
+EXCLUDES = [
+    ("a name at any depth", ["templates"], ["a.yaml", "b.yml", "x/b.yaml"]),
+    ("a path below DIR", ["x/templates"], ["a.yaml", "b.yml", "templates/t.yaml", "x/b.yaml"]),
+    ("a pattern on file names", ["*.yml"], ["a.yaml", "templates/t.yaml", "x/b.yaml", "x/templates/t.yaml"]),
+    ("several", ["templates", "a.*"], ["b.yml", "x/b.yaml"]),
+]
+
+
+@pytest.mark.parametrize(("globs", "kept"), [e[1:] for e in EXCLUDES], ids=[e[0] for e in EXCLUDES])
+def test_exclude(globs: list[str], kept: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("a.yaml", "b.yml", "templates/t.yaml", "x/b.yaml", "x/templates/t.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(golden("helm", "in"), encoding="utf-8")
+    assert run(parse("-f", str(tmp_path), "--check", *(f"--exclude={glob}" for glob in globs))) == 1
+    found = re.findall(r"^would migrate (\S+):\d+: ", capsys.readouterr().out, re.MULTILINE)
+    assert [str(Path(path).relative_to(tmp_path)) for path in found] == kept
 
 
 USAGE = [
     ("directory without a destination", ["-f", "{dir}"], "is a directory: give --in-place, or -o DIR"),
     ("in place and -o", ["-f", "{dir}", "--in-place", "-o", "x"], "--in-place and -o exclude each other"),
     ("in place on stdin", ["--in-place"], "--in-place needs -f FILE or -f DIR, not stdin"),
+    ("exclude without a directory", ["--exclude", "x", "-f", "{dir}/a.yaml"], "--exclude needs -f DIR"),
     (
         "a resource without a class",
         ["--resource-name", "huawei.com/Ascend910B"],
