@@ -62,17 +62,18 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     done = [result for _, _, result in results]
     for result in done:
-        for warning in (*result.warnings, *result.left_behind):
+        for warning in (*result.warnings, *result.unresolved, *result.left_behind):
             print(f"{_PROG}: warning: {warning}", file=sys.stderr)
     for warning in _unmatched(done, options, explicit=args.resource_name is not None):
         print(f"{_PROG}: warning: {warning}", file=sys.stderr)
     left = any(result.left_behind for result in done)
+    unresolved = any(result.unresolved for result in done)
     if args.check:
         for result in done:
             for change in result.changes:
                 print(f"would migrate {change}")
         print(f"{_PROG}: {_summary(done, 'would migrate', failed)}", file=sys.stderr)
-        return EXIT_FAILED if failed or left or any(result.changes for result in done) else EXIT_OK
+        return EXIT_FAILED if failed or left or unresolved or any(result.changes for result in done) else EXIT_OK
     try:
         for job, text, result in results:
             _write(job, text, result.text)
@@ -110,10 +111,7 @@ def _migrate(jobs: list[_Job], options: Options) -> tuple[list[tuple[_Job, str, 
 
 def _options(args: argparse.Namespace) -> Options:
     names = tuple(dict.fromkeys(args.resource_name or KNOWN_RESOURCE_NAMES))
-    options = Options(names, args.device_class, args.same_topology_group)
-    if args.device_class is None and (classless := options.classless()):
-        raise _UsageError(f"--resource-name {', '.join(classless)} has no default DeviceClass: give --device-class")
-    return options
+    return Options(names, args.device_class, args.same_topology_group)
 
 
 def _jobs(args: argparse.Namespace) -> list[_Job]:
@@ -190,13 +188,16 @@ def _unmatched(results: list[Result], options: Options, *, explicit: bool) -> li
     """A --resource-name that matched nothing, with the Ascend names the input does ask for."""
     matched = frozenset().union(*(result.matched for result in results))
     seen = sorted(frozenset().union(*(result.seen for result in results)) - matched)
-    asked = f"the input asks for {', '.join(seen)}" if seen else "the input asks for no Ascend resource"
     if explicit:
+        found = f"found: {', '.join(seen)}" if seen else "found no Ascend resource"
         return [
-            f"--resource-name {name} matched nothing; {asked}" for name in options.resource_names if name not in matched
+            f"--resource-name {name} matches nothing; {found}" for name in options.resource_names if name not in matched
         ]
     if not matched and seen:
-        return [f"no container asks for {', '.join(options.resource_names)}; {asked}: choose with --resource-name"]
+        return [
+            f"no container asks for {', '.join(options.resource_names)}; the input asks for {', '.join(seen)}: "
+            "choose with --resource-name"
+        ]
     return []
 
 

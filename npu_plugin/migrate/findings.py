@@ -32,6 +32,8 @@ _QUOTA_PREFIXES = ("requests.", "limits.", "")
 _LIMIT_RANGE_FIELDS = ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
 DEFAULT_SCHEDULER = "default-scheduler"
 VOLCANO_GROUP = "batch.volcano.sh"
+_VOLCANO_QUEUE = ("scheduling.volcano.sh", "Queue")
+_QUEUE_FIELDS = (("capability",), ("deserved",), ("guarantee", "resource"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,8 @@ def ascend_names(node: Any) -> Iterator[str]:
 
 
 def quota_findings(obj: CommentedMap, resources: Sequence[str], device_class: dict[str, str]) -> list[Finding]:
-    """ResourceQuota and LimitRange entries for `resources`, each with what DRA counts instead."""
+    """ResourceQuota and LimitRange entries for `resources`, each with what DRA counts instead (`device_class`: each
+    resource's DeviceClass, where it has one)."""
     group, kind = group_kind(obj)
     spec = obj.get("spec")
     if group or not isinstance(spec, CommentedMap):
@@ -106,7 +109,7 @@ def _quota(
         for prefix in _QUOTA_PREFIXES:
             key = prefix + resource
             if key in hard:
-                devices = f"{device_class[resource]}.deviceclass.resource.k8s.io/devices"
+                devices = f"{device_class.get(resource, '<class>')}.deviceclass.resource.k8s.io/devices"
                 yield Finding(
                     key_line(hard, key),
                     f"{object_label(obj)}: spec.hard[{key}] counts only device-plugin pods; DRA claims count "
@@ -123,13 +126,33 @@ def _limit_range(
             entries = item.get(field) if isinstance(item, CommentedMap) else None
             for resource in resources:
                 if isinstance(entries, CommentedMap) and resource in entries:
-                    devices = f"{device_class[resource]}.deviceclass.resource.k8s.io/devices"
+                    devices = f"{device_class.get(resource, '<class>')}.deviceclass.resource.k8s.io/devices"
                     yield Finding(
                         key_line(entries, resource),
                         f"{object_label(obj)}: spec.limits[{index}].{field}[{resource}] applies only to "
                         f"device-plugin containers; DRA has no per-container limit: cap claims with a "
                         f"ResourceQuota on {devices}",
                     )
+
+
+def queue_findings(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]:
+    """A Volcano Queue's quota entries for `resources`: Volcano counts no DRA claims against a Queue."""
+    if group_kind(obj) != _VOLCANO_QUEUE:
+        return []
+    found: list[Finding] = []
+    for path in _QUEUE_FIELDS:
+        entries = _get(obj, "spec", *path)
+        for resource in resources:
+            if isinstance(entries, CommentedMap) and resource in entries:
+                found.append(
+                    Finding(
+                        key_line(entries, resource),
+                        f"{object_label(obj)}: spec.{'.'.join(path)}[{resource}] counts only device-plugin pods; "
+                        "Volcano counts no DRA claims against a Queue, so pods whose NPUs come from claims are not "
+                        f'held to it: "{entries[resource]}"',
+                    )
+                )
+    return found
 
 
 def mentions(node: Any, resources: Sequence[str]) -> bool:
@@ -146,22 +169,29 @@ def _names(key: Any, resources: Sequence[str]) -> bool:
     return isinstance(key, str) and any(key == r or key.endswith("." + r) for r in resources)
 
 
-def runtime_findings(workload: Workload, who: str) -> list[Finding]:
-    """What stops working at run time once `workload`'s NPUs come from claims; `who` names the
-    template.
+def scheduler_findings(workload: Workload, who: str) -> list[Finding]:
+    """The scheduler that must place `workload`'s pods once their NPUs come from claims; `who` names
+    the template.
 
     A scheduler set for the whole object (a Volcano Job's, an AscendJob's) is named with the object
     alone, so its several templates repeat one line that callers can fold.
     """
-    found: list[Finding] = []
-    for scheduler, line, own in _schedulers(workload):
-        found.append(
-            Finding(
-                line,
-                f"{who if own else workload.label}: schedulerName {scheduler} must support DRA resource claims "
-                "(Volcano needs its DRA support enabled), or the pods stay Pending",
-            )
+    return [
+        Finding(
+            line,
+            f"{who if own else workload.label}: schedulerName {scheduler} must support DRA resource claims "
+            "(Volcano needs its DRA support enabled), or the pods stay Pending",
         )
+        for scheduler, line, own in _schedulers(workload)
+    ]
+
+
+def annotation_findings(workload: Workload, who: str) -> list[Finding]:
+    """Env read from the device plugin's pod annotation in a pod whose NPUs come from claims: nothing sets it."""
+    claims = workload.pod_spec.get("resourceClaims")
+    if not (isinstance(claims, list) and claims) or next(ascend_names(workload.pod_spec), None) is not None:
+        return []
+    found: list[Finding] = []
     for container in containers(workload.pod_spec):
         for variable, annotation, line in _annotation_env(container.node):
             found.append(

@@ -27,13 +27,9 @@ class Options:
     same_topology_group: bool = False
     driver_name: str = DEFAULT_DRIVER
 
-    def classless(self) -> list[str]:
-        """Resource names with no shipped DeviceClass (they need an explicit device_class)."""
-        return [name for name in self.resource_names if name not in RESOURCE_DEVICE_CLASSES]
-
-    def device_class_for(self, resource: str) -> str:
-        """The class a claim for `resource` asks for (callers first check `classless`)."""
-        return self.device_class or RESOURCE_DEVICE_CLASSES[resource]
+    def device_class_for(self, resource: str) -> str | None:
+        """The class a claim for `resource` asks for; None for a name with no shipped class and no device_class."""
+        return self.device_class or RESOURCE_DEVICE_CLASSES.get(resource)
 
     @property
     def topology_attribute(self) -> str | None:

@@ -20,12 +20,14 @@ from npu_plugin.errors import MigrateError
 from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan, vnpu_selectors
 from npu_plugin.migrate.findings import (
     Finding,
+    annotation_findings,
     ascend_names,
     left_behind,
     mentions,
     object_label,
+    queue_findings,
     quota_findings,
-    runtime_findings,
+    scheduler_findings,
 )
 from npu_plugin.migrate.lineedits import LineEdits
 from npu_plugin.migrate.options import VNPU_DEVICE_CLASS, Options
@@ -72,6 +74,7 @@ class Result:
     changes: tuple[Change, ...]
     warnings: tuple[str, ...]
     left_behind: tuple[str, ...] = ()  # NPU requests in objects migrate cannot rewrite, one line each
+    unresolved: tuple[str, ...] = ()  # what keeps the migrated input from working and migrate cannot fix, one each
     workloads: int = 0  # objects with a change
     skipped: int = 0  # objects left with NPU requests migrate cannot rewrite
     matched: frozenset[str] = frozenset()  # the selected resource names the input asks for
@@ -159,6 +162,7 @@ class _Stream:
     changes: list[Change] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     left_behind: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
     migrated: list[Workload] = field(default_factory=list)
     unmigrated: set[str] = field(default_factory=set)
     skipped: int = 0
@@ -191,6 +195,7 @@ class _Stream:
             tuple(self.changes),
             tuple(self.warnings),
             tuple(self.left_behind),
+            tuple(self.unresolved),
             len({id(found.obj) for found in self.migrated}),
             self.skipped,
             frozenset(change.resource for change in self.changes) | self.unmigrated,
@@ -231,6 +236,9 @@ class _Stream:
                     item.line,
                     item.container,
                 )
+            if item.count and item.vnpu is None and self.options.device_class_for(item.resource) is None:
+                detail = f"{item.resource} has no default DeviceClass: give --device-class"
+                raise place.error(detail, item.line, item.container)
             if item.count:
                 self.generated[key] = f"document {number} ({_who(found)}), {item.container.label}"
             self.changes.append(
@@ -259,34 +267,39 @@ class _Stream:
                 selectors=selectors,
             )
         device_class = options.device_class_for(item.resource)
+        assert device_class is not None  # _record refused a whole-NPU claim without one
         return claim_template(item.template, found.namespace, item.count, device_class, options.topology_attribute)
 
     def report(
         self, doc: Document, data: Any, number: int, planned: list[tuple[Workload, list[ContainerClaim]]]
     ) -> None:
-        """Warnings for this document, in order: runtime breakage, quotas, requests left behind,
-        mentions."""
+        """What this document (its data migrated) says, in order: the scheduler of each migrated
+        workload, quotas, what stays unresolved, requests left behind, other mentions."""
         migrated = [found for found, items in planned if any(item.count for item in items)]
         resources = self.options.resource_names
-        classes = {resource: self.options.device_class_for(resource) for resource in resources}
+        classes = {resource: name for resource in resources if (name := self.options.device_class_for(resource))}
         say = self._say(doc, number)
         for found in migrated:
-            said = [say(f) for f in runtime_findings(found, _who(found))]
+            said = [say(f) for f in scheduler_findings(found, _who(found))]
             self.warnings += [warning for warning in said if warning not in self.warnings]
         for obj in objects(data):
             quotas = quota_findings(obj, resources, classes)
+            queue = queue_findings(obj, resources)
             behind = left_behind(obj, resources)
             self.warnings += [say(f) for f in quotas]
+            self.unresolved += [say(f) for f in queue]
+            self.unresolved += [say(f) for found in workloads(obj) for f in annotation_findings(found, _who(found))]
             self.left_behind += [say(f) for f in behind]
             self.skipped += bool(behind)
             self.unmigrated |= {resource for resource in resources if behind and mentions(obj, [resource])}
-            if not (quotas or behind or is_workload(obj)) and mentions(obj, resources):
+            named = [resource for resource in resources if mentions(obj, [resource])]
+            if named and not (quotas or queue or behind or is_workload(obj)):
                 self.warnings.append(
                     say(
                         Finding(
                             obj.lc.line,
-                            f"{object_label(obj)} mentions {', '.join(resources)} but is not a "
-                            "kind migrate rewrites; left unchanged",
+                            f"{object_label(obj)} mentions {', '.join(named)} but is not a kind migrate rewrites; "
+                            "left unchanged",
                         )
                     )
                 )

@@ -375,11 +375,6 @@ USAGE = [
     ("in place and -o", ["-f", "{dir}", "--in-place", "-o", "x"], "--in-place and -o exclude each other"),
     ("in place on stdin", ["--in-place"], "--in-place needs -f FILE or -f DIR, not stdin"),
     ("exclude without a directory", ["--exclude", "x", "-f", "{dir}/a.yaml"], "--exclude needs -f DIR"),
-    (
-        "a resource without a class",
-        ["--resource-name", "huawei.com/Ascend910B"],
-        "--resource-name huawei.com/Ascend910B has no default DeviceClass: give --device-class",
-    ),
 ]
 
 
@@ -406,7 +401,7 @@ def test_a_resource_name_that_matches_nothing_lists_what_was_seen(
         == 0
     )
     assert (
-        "npu-plugin migrate: warning: --resource-name huawei.com/Ascend301 matched nothing; the input asks for "
+        "npu-plugin migrate: warning: --resource-name huawei.com/Ascend301 matches nothing; found: "
         "huawei.com/Ascend910B, huawei.com/Ascend910B-memory\n" in capsys.readouterr().err
     )
     assert run(parse("-f", str(source), "--check")) == 0
@@ -415,6 +410,56 @@ def test_a_resource_name_that_matches_nothing_lists_what_was_seen(
         "huawei.com/Ascend310; the input asks for huawei.com/Ascend910B, huawei.com/Ascend910B-memory: choose "
         "with --resource-name\n" in capsys.readouterr().err
     )
+
+
+NPU_POD = (
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources:\n"
+    "      limits: {huawei.com/Ascend910: 1}\n"
+)
+
+
+def test_a_mistyped_resource_name_says_what_the_input_asks_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "p.yaml"
+    source.write_text(NPU_POD, encoding="utf-8")
+    assert run(parse("-f", str(source), "--check", "--resource-name", "huawei.com/Ascend91O")) == 0
+    err = capsys.readouterr().err
+    warning = "warning: --resource-name huawei.com/Ascend91O matches nothing; found: huawei.com/Ascend910\n"
+    assert f"npu-plugin migrate: {warning}" in err
+    assert "DeviceClass" not in err
+    source.write_text(NPU_POD.replace("Ascend910", "Ascend910B"), encoding="utf-8")
+    assert run(parse("-f", str(source), "--resource-name", "huawei.com/Ascend910B")) == 1
+    assert capsys.readouterr().err == (
+        f'npu-plugin migrate: error: {source}:8: document 1 (Pod p), container "c": huawei.com/Ascend910B has no '
+        "default DeviceClass: give --device-class\n"
+    )
+
+
+ANNOTATION_ENV = (
+    "    env:\n    - name: ASCEND_VISIBLE_DEVICES\n"
+    "      valueFrom: {fieldRef: {fieldPath: \"metadata.annotations['huawei.com/Ascend910']\"}}\n"
+)
+
+
+def test_check_fails_while_a_migrated_workload_reads_the_device_plugin_s_annotation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "p.yaml"
+    source.write_text(NPU_POD + ANNOTATION_ENV, encoding="utf-8")
+    assert run(parse("-f", str(source), "--in-place")) == 0
+    capsys.readouterr()
+    assert run(parse("-f", str(source), "--check")) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f'npu-plugin migrate: warning: {source}:26: document 2: Pod p, container "c": env ASCEND_VISIBLE_DEVICES '
+        "reads the pod annotation huawei.com/Ascend910, which nothing sets under DRA; drop it: the claim's CDI spec "
+        "injects ASCEND_VISIBLE_DEVICES\n"
+        "npu-plugin migrate: would migrate 0 containers in 0 workloads\n"
+    )
+    source.write_text(source.read_text(encoding="utf-8").replace(ANNOTATION_ENV, ""), encoding="utf-8")
+    assert run(parse("-f", str(source), "--check")) == 0
 
 
 JSON_DEPLOYMENT = {

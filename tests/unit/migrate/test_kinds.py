@@ -11,6 +11,7 @@ import yaml
 
 from npu_plugin.errors import MigrateError
 from npu_plugin.migrate import Options, migrate_text
+from npu_plugin.migrate.workloads import KINDS as WORKLOAD_KINDS
 from npu_plugin.sim.scheduler import PublishedDevice, cel_matcher
 
 POD = "{containers: [{name: main, image: i, resources: {limits: {huawei.com/Ascend910: 8}}}]}"
@@ -391,6 +392,8 @@ def test_runtime_breakage_is_named_per_workload_and_container() -> None:
     assert result.warnings == (
         "r.yaml:5: document 1: Pod p: schedulerName volcano must support DRA resource claims (Volcano needs its DRA "
         "support enabled), or the pods stay Pending",
+    )
+    assert result.unresolved == (
         'r.yaml:13: document 1: Pod p, container "c": env ASCEND_VISIBLE_DEVICES reads the pod annotation '
         "huawei.com/Ascend910, which nothing sets under DRA; drop it: the claim's CDI spec injects "
         "ASCEND_VISIBLE_DEVICES",
@@ -399,7 +402,84 @@ def test_runtime_breakage_is_named_per_workload_and_container() -> None:
 
 def test_unmigrated_workloads_get_no_runtime_warning() -> None:
     text = pod("{cpu: 1}", env=ANNOTATION_ENV, extra="  schedulerName: volcano\n")
-    assert migrate_text(text).warnings == ()
+    result = migrate_text(text)
+    assert (result.warnings, result.unresolved) == ((), ())
+
+
+def test_a_migrated_workload_that_still_reads_the_annotation_stays_unresolved() -> None:
+    migrated = migrate_text(pod("{huawei.com/Ascend910: 1}", env=ANNOTATION_ENV)).text
+    again = migrate_text(migrated, source="r.yaml")
+    assert (again.text, again.changes, again.warnings) == (migrated, (), ())
+    assert again.unresolved == (
+        'r.yaml:26: document 2: Pod p, container "c": env ASCEND_VISIBLE_DEVICES reads the pod annotation '
+        "huawei.com/Ascend910, which nothing sets under DRA; drop it: the claim's CDI spec injects "
+        "ASCEND_VISIBLE_DEVICES",
+    )
+    assert migrate_text(migrated.replace(ANNOTATION_ENV, "")).unresolved == ()
+
+
+def _manifest_for(group: str, kind: str, path: str, pod_spec: dict[str, Any]) -> str:
+    """A `kind` object holding `pod_spec` at the first template path the kind table names."""
+    obj: dict[str, Any] = {"apiVersion": f"{group}/v1" if group else "v1", "kind": kind, "metadata": {"name": "w"}}
+    node = obj
+    steps = path.split(".")
+    for number, step in enumerate(steps, start=1):
+        key = step.removesuffix("[]").removesuffix("{}")
+        child: dict[str, Any] = pod_spec if number == len(steps) else {}
+        if step.endswith("[]"):
+            child = {"name": "r", **child}
+            node[key] = [child]
+        else:
+            node[key] = {"Worker": child} if step.endswith("{}") else child
+        node = child
+    return yaml.safe_dump(obj, sort_keys=False)
+
+
+@pytest.mark.parametrize(("group", "kind"), sorted(WORKLOAD_KINDS))
+def test_a_volcano_scheduler_is_named_for_every_kind_with_a_pod_template(group: str, kind: str) -> None:
+    containers = [{"name": "c", "resources": {"limits": {"huawei.com/Ascend910": 1}}}]
+    path = WORKLOAD_KINDS[(group, kind)][0].path
+    result = migrate_text(_manifest_for(group, kind, path, {"schedulerName": "volcano", "containers": containers}))
+    assert len(result.changes) == 1
+    assert [w for w in result.warnings if ": schedulerName volcano must support DRA resource claims" in w] != []
+
+
+QUEUE = """\
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: training}
+spec:
+  weight: 1
+  capability:
+    cpu: 100
+    huawei.com/Ascend910: 16
+  deserved: {huawei.com/Ascend910: 8}
+  guarantee:
+    resource: {huawei.com/Ascend910: 4}
+"""
+
+
+def test_a_volcano_queue_s_npu_quota_stays_unresolved_naming_only_what_it_mentions() -> None:
+    result = migrate_text(QUEUE, source="q.yaml")
+    assert (result.text, result.warnings, result.left_behind) == (QUEUE, (), ())
+    why = (
+        "counts only device-plugin pods; Volcano counts no DRA claims against a Queue, so pods whose NPUs come "
+        "from claims are not held to it"
+    )
+    queue = "q.yaml:{}: document 1: scheduling.volcano.sh/v1beta1/Queue training: spec.{}[huawei.com/Ascend910] {}: {}"
+    assert result.unresolved == (
+        queue.format(8, "capability", why, '"16"'),
+        queue.format(9, "deserved", why, '"8"'),
+        queue.format(11, "guarantee.resource", why, '"4"'),
+    )
+
+
+def test_an_object_of_another_kind_is_said_to_mention_only_the_names_it_does() -> None:
+    text = "apiVersion: example.com/v1\nkind: Budget\nmetadata: {name: b}\nspec: {huawei.com/Ascend310P: 2}\n"
+    assert migrate_text(text, source="b.yaml").warnings == (
+        "b.yaml:1: document 1: example.com/v1/Budget b mentions huawei.com/Ascend310P but is not a kind migrate "
+        "rewrites; left unchanged",
+    )
 
 
 QUOTAS = [
