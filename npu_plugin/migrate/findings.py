@@ -21,6 +21,7 @@ from npu_plugin.migrate.workloads import (
     containers,
     group_kind,
     identity,
+    kept_as_is,
     key_line,
     qualified,
     type_label,
@@ -49,8 +50,10 @@ def object_label(obj: CommentedMap) -> str:
 
 def left_behind(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]:
     """Requests for `resources` still in `obj` (after migration): in a kind migrate cannot
-    rewrite."""
-    reason = UNMIGRATABLE.get(group_kind(obj), "migrate does not know where this kind keeps its pod templates")
+    rewrite, or in an object it leaves as it is."""
+    reason = kept_as_is(obj) or UNMIGRATABLE.get(
+        group_kind(obj), "migrate does not know where this kind keeps its pod templates"
+    )
     return [
         Finding(line, f"{object_label(obj)}: {path} still asks for {resource}: {reason}; left unchanged")
         for path, resource, line in _requests(obj, "", resources)

@@ -37,6 +37,7 @@ from npu_plugin.migrate.workloads import (
     group_kind,
     identity,
     is_workload,
+    kept_as_is,
     objects,
     qualified,
     workloads,
@@ -205,6 +206,8 @@ class _Stream:
     def _plan(self, doc: Document, data: Any, number: int) -> list[tuple[Workload, list[ContainerClaim]]]:
         found: list[Workload] = []
         for obj in objects(data):
+            if kept_as_is(obj):
+                continue
             try:
                 found += workloads(obj)
             except ShapeError as error:

@@ -179,6 +179,40 @@ def is_workload(obj: CommentedMap) -> bool:
     return group_kind(obj) in KINDS
 
 
+def kept_as_is(obj: CommentedMap) -> str | None:
+    """Why migrate leaves `obj`, whatever its kind, as it is: a Pod read from the cluster (Pods are immutable), or an
+    object a controller owns (the controller puts back its own pod template)."""
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    references = metadata.get("ownerReferences")
+    owner = next(
+        (
+            f"{reference.get('kind')} {reference.get('name')}"
+            for reference in (references if isinstance(references, list) else [])
+            if isinstance(reference, dict) and reference.get("controller") is True
+        ),
+        None,
+    )
+    if group_kind(obj) == ("", "Pod"):
+        fields = (("metadata.uid", "uid" in metadata), ("metadata.ownerReferences", bool(references)))
+        live = [name for name, here in (*fields, ("status", "status" in obj)) if here]
+        if not live:
+            return None
+        then = (
+            f"migrate the manifest of its controller, {owner} (or of what owns that), which replaces the Pod"
+            if owner
+            else "migrate the manifest it was created from, then delete the Pod and create it again"
+        )
+        return f"a live Pod ({', '.join(live)}), and Pods are immutable: {then}"
+    if owner:
+        kind = owner.split(" ", 1)[0]
+        return (
+            f"its controller, {owner} (metadata.ownerReferences), puts back its own pod template: migrate the "
+            f"{kind}'s manifest instead"
+        )
+    return None
+
+
 def workloads(obj: CommentedMap) -> list[Workload]:
     """Every pod template of `obj` (none for kinds not in KINDS); ShapeError when a path has the
     wrong type."""

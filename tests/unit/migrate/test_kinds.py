@@ -173,6 +173,62 @@ def test_every_list_item_keeps_its_warning() -> None:
     assert len(result.left_behind) == 1 and "TrainJob ml/tj" in result.left_behind[0]
 
 
+LIVE_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train-7d9f-abcde
+  namespace: ml
+  uid: 0b6f1c2e-5d41-4f8a-9e0b-1b2c3d4e5f60
+  ownerReferences:
+  - {apiVersion: apps/v1, kind: ReplicaSet, name: train-7d9f, uid: 9f8e7d6c, controller: true}
+spec:
+  nodeName: node-1
+  containers:
+  - name: trainer
+    resources:
+      limits: {huawei.com/Ascend910: 8}
+status:
+  phase: Running
+"""
+LIVE = [
+    (
+        "owned by a controller",
+        LIVE_POD,
+        "a live Pod (metadata.uid, metadata.ownerReferences, status), and Pods are immutable: migrate the manifest "
+        "of its controller, ReplicaSet train-7d9f (or of what owns that), which replaces the Pod",
+    ),
+    (
+        "a ReplicaSet a Deployment owns",
+        "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata:\n  name: train-7d9f\n  namespace: ml\n  ownerReferences:\n"
+        "  - {apiVersion: apps/v1, kind: Deployment, name: train, uid: 1a2b, controller: true}\nspec:\n  template:\n"
+        "    spec:\n      containers:\n      - name: trainer\n        resources:\n"
+        "          limits: {huawei.com/Ascend910: 8}\n",
+        "its controller, Deployment train (metadata.ownerReferences), puts back its own pod template: migrate the "
+        "Deployment's manifest instead",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "reason"), [c[1:] for c in LIVE], ids=[c[0] for c in LIVE])
+def test_objects_from_the_cluster_that_migrating_cannot_change_are_left_behind(text: str, reason: str) -> None:
+    result = migrate_text(text, source="live.yaml")
+    assert (result.text, result.changes, result.warnings) == (text, (), ())
+    (warning,) = result.left_behind
+    assert warning.endswith(f"still asks for huawei.com/Ascend910: {reason}; left unchanged")
+
+
+def test_a_live_pod_without_an_owner_is_left_behind() -> None:
+    owner = "  - {apiVersion: apps/v1, kind: ReplicaSet, name: train-7d9f, uid: 9f8e7d6c, controller: true}\n"
+    text = LIVE_POD.replace("  ownerReferences:\n" + owner, "")
+    (warning,) = migrate_text(text, source="live.yaml").left_behind
+    assert warning == (
+        "live.yaml:12: document 1: v1/Pod ml/train-7d9f-abcde: spec.containers[0].resources.limits still asks for "
+        "huawei.com/Ascend910: a live Pod (metadata.uid, status), and Pods are immutable: migrate the manifest it "
+        "was created from, then delete the Pod and create it again; left unchanged"
+    )
+
+
 SHAPES = [
     (
         "tasks not a list",
