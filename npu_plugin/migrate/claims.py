@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.workloads import Container, Workload, claim_name, containers, template_name
+from npu_plugin.migrate.workloads import INIT_CONTAINER, Container, Workload, claim_name, containers, template_name
 
 SECTIONS = ("limits", "requests")
 REQUEST_NAME = "npu"  # the one device request inside each generated claim
@@ -51,8 +51,8 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class ContainerClaim:
-    """One container's NPUs, planned as its own claim from its own template (count 0: the entry just
-    goes)."""
+    """One container's NPUs, planned as its own claim from its own template, or as the claim of a
+    container that starts after it (an init container's) (count 0: the entry just goes)."""
 
     container: Container
     resource: str
@@ -61,11 +61,27 @@ class ContainerClaim:
     claim: str
     template: str
     vnpu: VnpuRequest | None = None  # vNPUs of at least this size instead of whole NPUs
+    host: Container | None = None  # whose claim this init container shares
 
     @property
     def removed(self) -> tuple[str, ...]:
         """The resource entries the claim replaces."""
         return (self.resource, *(self.vnpu.slices if self.vnpu else ()))
+
+    @property
+    def own_claim(self) -> bool:
+        """Whether the claim is this container's: listed in the pod and made from a template of its own."""
+        return self.count > 0 and self.host is None
+
+    def holds(self, other: ContainerClaim) -> bool:
+        """Whether this claim's devices serve what `other` asks for: the same resource, as many or more, vNPUs at
+        least as large."""
+        if other.resource != self.resource or other.count > self.count or (other.vnpu is None) != (self.vnpu is None):
+            return False
+        if other.vnpu is None or self.vnpu is None:
+            return True
+        sizes = ((other.vnpu.memory_mib, self.vnpu.memory_mib), (other.vnpu.aicore, self.vnpu.aicore))
+        return all(wanted is None or (have is not None and have >= wanted) for wanted, have in sizes)
 
 
 def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set[int]) -> list[ContainerClaim]:
@@ -86,8 +102,28 @@ def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set
             template = template_name(workload.name, container.name, workload.role)
             planned.append(ContainerClaim(container, resource, line, count, claim, template, vnpu))
             _check_editable(workload, container, place, line, shared)
-    _check_claim_names(workload.pod_spec, [item for item in planned if item.count], place)
+    planned = _share_init_claims(planned)
+    _check_claim_names(workload.pod_spec, planned, place)
     return planned
+
+
+def _share_init_claims(planned: list[ContainerClaim]) -> list[ContainerClaim]:
+    """Each init container that ends before the next container starts uses the smallest claim that holds its request,
+    of a container or of an earlier such init container: a claim serves several containers of a pod, and the pod then
+    holds max(init, containers) devices as under the device plugin, not their sum. Else it keeps its own. A sidecar
+    (restartPolicy Always) runs beside the others: it neither lends its claim nor borrows one."""
+    hosts = [item for item in planned if item.own_claim and item.container.role != INIT_CONTAINER]
+    shared: list[ContainerClaim] = []
+    for item in planned:
+        host = None
+        if item.own_claim and item.container.runs_first:
+            host = min((h for h in hosts if h.holds(item)), key=lambda h: h.count, default=None)
+            if host is None:
+                hosts.append(item)
+        shared.append(
+            item if host is None else replace(item, claim=host.claim, template=host.template, host=host.container)
+        )
+    return shared
 
 
 def _vnpu_request(container: Container, asked: dict[str, tuple[int, int]], place: Place) -> VnpuRequest | None:
@@ -185,15 +221,18 @@ def _check_editable(workload: Workload, container: Container, place: Place, line
 
 
 def _check_claim_names(pod_spec: CommentedMap, planned: Sequence[ContainerClaim], place: Place) -> None:
+    """A new claim's name must be free in the pod and, shared or not, in its container."""
+    planned = [item for item in planned if item.count]
     if not planned:
         return
     taken = set(_names(pod_spec.get("resourceClaims"), "spec.resourceClaims", pod_spec, place))
     for item in planned:
         resources = item.container.node["resources"]
         in_use = set(_names(resources.get("claims"), "resources.claims", resources, place, item.container))
-        if item.claim in taken | in_use:
+        if item.claim in in_use or (item.own_claim and item.claim in taken):
             raise place.error(f'the pod already has a resource claim named "{item.claim}"', item.line, item.container)
-        taken.add(item.claim)
+        if item.own_claim:
+            taken.add(item.claim)
 
 
 def _names(
@@ -228,7 +267,7 @@ def apply(workload: Workload, planned: Sequence[ContainerClaim]) -> None:
             claims.append(_mapping([("name", item.claim)], claims))
         elif not resources:
             del item.container.node["resources"]
-    claimed = [item for item in planned if item.count]
+    claimed = [item for item in planned if item.own_claim]
     if claimed:
         pod_claims = _list(workload.pod_spec, "resourceClaims", _after_containers(workload.pod_spec))
     for item in claimed:

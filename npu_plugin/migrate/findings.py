@@ -14,7 +14,7 @@ from typing import Any
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from npu_plugin.migrate.claims import SECTIONS, is_slice_resource
+from npu_plugin.migrate.claims import SECTIONS, ContainerClaim, is_slice_resource
 from npu_plugin.migrate.workloads import (
     UNMIGRATABLE,
     Workload,
@@ -170,6 +170,31 @@ def mentions(node: Any, resources: Sequence[str]) -> bool:
 
 def _names(key: Any, resources: Sequence[str]) -> bool:
     return isinstance(key, str) and any(key == r or key.endswith("." + r) for r in resources)
+
+
+def init_claim_findings(planned: Sequence[ContainerClaim], who: str) -> list[Finding]:
+    """Init containers (of one pod template, `who`) that keep a claim of their own beside the claims of the containers
+    they precede: the pod holds both at once, where the device plugin reused the init container's devices."""
+    found: list[Finding] = []
+    for item in planned:
+        if not (item.own_claim and item.container.runs_first):
+            continue
+        beside = sum(
+            other.count
+            for other in planned
+            if other.own_claim and not other.container.runs_first and other.resource == item.resource
+        )
+        if beside:
+            count = item.count
+            found.append(
+                Finding(
+                    item.line,
+                    f"{who}, {item.container.label}: its {count} {item.resource} fit in no claim of a container that "
+                    f"starts after it, so it gets a claim of its own and the pod holds {count} + {beside} at once, "
+                    f"where the device plugin needed max({count}, {beside}): lower its request to share a claim",
+                )
+            )
+    return found
 
 
 def scheduler_findings(workload: Workload, who: str) -> list[Finding]:

@@ -71,7 +71,7 @@ class LineEdits:
         for container in _unique(item.container.node for item in planned):
             mine = [item for item in planned if item.container.node is container]
             self._container(container, mine, style)
-        claimed = [item for item in planned if item.count]
+        claimed = [item for item in planned if item.own_claim]
         if claimed:
             self._pod_claims(workload.pod_spec, claimed, style)
 

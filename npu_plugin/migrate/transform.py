@@ -22,6 +22,7 @@ from npu_plugin.migrate.findings import (
     Finding,
     annotation_findings,
     ascend_names,
+    init_claim_findings,
     left_behind,
     mentions,
     object_label,
@@ -61,11 +62,15 @@ class Change:
     count: int
     claim: str
     template: str
+    host: str = ""  # the container whose claim an init container shares
 
     def __str__(self) -> str:
         where = f"{self.source}:{self.line}: {self.workload}, {self.container}: {self.resource}: {self.count}"
         if not self.count:
             return f"{where} -> entry dropped, no claim"
+        if self.host:
+            template = f"(ResourceClaimTemplate {self.template})"
+            return f'{where} -> claim "{self.claim}" of {self.host} {template}, which starts after it'
         return f'{where} -> claim "{self.claim}" from ResourceClaimTemplate {self.template}'
 
 
@@ -113,7 +118,7 @@ def migrate_json(text: str, options: Options | None = None, source: str = "<stdi
     if not planned:
         return stream.result(text, [data])
     templates = {
-        id(found.obj): [stream.template(found, item) for item in items if item.count] for found, items in planned
+        id(found.obj): [stream.template(found, item) for item in items if item.own_claim] for found, items in planned
     }
     if isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list):
         items = [plain(t) for item in data["items"] for t in [*templates.get(id(item), []), item]]
@@ -174,7 +179,7 @@ class _Stream:
             style = detect_style(data)
             body = _edit(doc, data, style, planned)
             templates = [
-                dump(self.template(found, item), style) for found, items in planned for item in items if item.count
+                dump(self.template(found, item), style) for found, items in planned for item in items if item.own_claim
             ]
             text = _assemble(doc, templates, body)
         else:
@@ -227,22 +232,22 @@ class _Stream:
         for item in items:
             key = (found.namespace, item.template)
             template = qualified(*key)
-            if item.count and key in self.existing:
+            if item.own_claim and key in self.existing:
                 raise place.error(
                     f"ResourceClaimTemplate {template} already exists at {self.existing[key]}",
                     item.line,
                     item.container,
                 )
-            if item.count and key in self.generated:
+            if item.own_claim and key in self.generated:
                 raise place.error(
                     f"ResourceClaimTemplate {template} would also be generated for {self.generated[key]}",
                     item.line,
                     item.container,
                 )
-            if item.count and item.vnpu is None and self.options.device_class_for(item.resource) is None:
+            if item.own_claim and item.vnpu is None and self.options.device_class_for(item.resource) is None:
                 detail = f"{item.resource} has no default DeviceClass: give --device-class"
                 raise place.error(detail, item.line, item.container)
-            if item.count:
+            if item.own_claim:
                 self.generated[key] = f"document {number} ({_who(found)}), {item.container.label}"
             self.changes.append(
                 Change(
@@ -254,6 +259,7 @@ class _Stream:
                     item.count,
                     item.claim,
                     template,
+                    item.host.label if item.host else "",
                 )
             )
 
@@ -285,6 +291,8 @@ class _Stream:
         for found in migrated:
             said = [say(f) for f in scheduler_findings(found, _who(found))]
             self.warnings += [warning for warning in said if warning not in self.warnings]
+        for found, items in planned:
+            self.warnings += [say(f) for f in init_claim_findings(items, _who(found))]
         for obj in objects(data):
             quotas = quota_findings(obj, resources, classes)
             queue = queue_findings(obj, resources)

@@ -87,7 +87,8 @@ UNMIGRATABLE = {
 }
 BUILT_IN_GROUPS = ("", "apps", "batch")
 _GROUP_ALIASES = {"extensions": "apps"}  # the pre-1.16 home of Deployment, DaemonSet and ReplicaSet
-CONTAINER_LISTS = (("initContainers", "init container"), ("containers", "container"))
+INIT_CONTAINER = "init container"
+CONTAINER_LISTS = (("initContainers", INIT_CONTAINER), ("containers", "container"))
 LABEL_MAX, SUBDOMAIN_MAX = 63, 253
 
 
@@ -124,6 +125,11 @@ class Container:
     @property
     def label(self) -> str:
         return f'{self.role} "{self.name}"' if self.name else f"{self.role} #{self.index + 1}"
+
+    @property
+    def runs_first(self) -> bool:
+        """An init container that ends before the next container starts (a sidecar, restartPolicy Always, does not)."""
+        return self.role == INIT_CONTAINER and self.node.get("restartPolicy") != "Always"
 
 
 class ShapeError(Exception):

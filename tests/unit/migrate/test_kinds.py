@@ -430,6 +430,115 @@ def test_slices_alone_are_not_touched() -> None:
     assert result.seen == {"huawei.com/Ascend910-2c"}
 
 
+# --- init containers
+# -----------------------------------------------------------------------------------
+
+
+def _pod_of(init: list[str], main: list[str]) -> str:
+    """A Pod whose init containers and containers are given as flow mappings."""
+    lists = "".join(
+        f"  {key}:\n" + "".join(f"  - {c}\n" for c in cs)
+        for key, cs in (("initContainers", init), ("containers", main))
+        if cs
+    )
+    return f"apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: ml}}\nspec:\n{lists}"
+
+
+def _npu(name: str, count: int, resource: str = "Ascend910", extra: str = "", memory: int | None = None) -> str:
+    size = f", huawei.com/{resource}-memory: {memory}" if memory else ""
+    return f"{{name: {name}{extra}, resources: {{limits: {{huawei.com/{resource}: {count}{size}}}}}}}"
+
+
+INIT = [
+    (
+        "the smallest container claim that holds the request",
+        [_npu("warmup", 1)],
+        [_npu("prefill", 4), _npu("decode", 2)],
+        {"warmup": ["decode-npu"], "prefill": ["prefill-npu"], "decode": ["decode-npu"]},
+        [],
+    ),
+    (
+        "a request no container claim holds gets its own, with a warning",
+        [_npu("warmup", 8)],
+        [_npu("train", 4)],
+        {"warmup": ["warmup-npu"], "train": ["train-npu"]},
+        [
+            'l:6: document 1: Pod ml/p, init container "warmup": its 8 huawei.com/Ascend910 fit in no claim of a '
+            "container that starts after it, so it gets a claim of its own and the pod holds 8 + 4 at once, where "
+            "the device plugin needed max(8, 4): lower its request to share a claim"
+        ],
+    ),
+    (
+        "alone it keeps its claim, quietly",
+        [_npu("warmup", 2)],
+        ["{name: web}"],
+        {"warmup": ["warmup-npu"], "web": []},
+        [],
+    ),
+    (
+        "a sidecar runs beside the containers: its own claim",
+        [_npu("monitor", 1, extra=", restartPolicy: Always")],
+        [_npu("train", 2)],
+        {"monitor": ["monitor-npu"], "train": ["train-npu"]},
+        [],
+    ),
+    (
+        "a later init container shares an earlier one's claim",
+        [_npu("a", 4), _npu("b", 4)],
+        [_npu("train", 2)],
+        {"a": ["a-npu"], "b": ["a-npu"], "train": ["train-npu"]},
+        [
+            'l:6: document 1: Pod ml/p, init container "a": its 4 huawei.com/Ascend910 fit in no claim of a '
+            "container that starts after it, so it gets a claim of its own and the pod holds 4 + 2 at once, where "
+            "the device plugin needed max(4, 2): lower its request to share a claim"
+        ],
+    ),
+    (
+        "vNPUs at least as large",
+        [_npu("warmup", 1, "Ascend310P", memory=4096)],
+        [_npu("serve", 1, "Ascend310P", memory=8192)],
+        {"warmup": ["serve-npu"], "serve": ["serve-npu"]},
+        [],
+    ),
+    (
+        "another resource is another device",
+        [_npu("warmup", 1, "Ascend310P")],
+        [_npu("train", 2)],
+        {"warmup": ["warmup-npu"], "train": ["train-npu"]},
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("init", "main", "claims", "warnings"), [c[1:] for c in INIT], ids=[c[0] for c in INIT])
+def test_init_containers_share_a_claim_where_their_request_fits(
+    init: list[str], main: list[str], claims: dict[str, list[str]], warnings: list[str]
+) -> None:
+    result = migrate_text(_pod_of(init, main), source="l")
+    *templates, pod = _objects(result.text)
+    spec = pod["spec"]
+    used = {
+        c["name"]: [x["name"] for x in c.get("resources", {}).get("claims", [])]
+        for c in spec["initContainers"] + spec["containers"]
+    }
+    assert used == claims
+    own = sorted({name for names in claims.values() for name in names})
+    assert sorted(c["name"] for c in spec["resourceClaims"]) == own
+    assert sorted(t["metadata"]["name"] for t in templates) == [f"p-{name}" for name in own]
+    assert list(result.warnings) == warnings
+    assert migrate_text(result.text).changes == ()
+
+
+def test_a_shared_claim_is_named_in_the_change() -> None:
+    result = migrate_text(_pod_of([_npu("warmup", 1)], [_npu("train", 2)]), source="l")
+    assert [str(change) for change in result.changes] == [
+        'l:6: Pod ml/p, init container "warmup": huawei.com/Ascend910: 1 -> claim "train-npu" of container "train" '
+        "(ResourceClaimTemplate ml/p-train-npu), which starts after it",
+        'l:8: Pod ml/p, container "train": huawei.com/Ascend910: 2 -> claim "train-npu" from ResourceClaimTemplate '
+        "ml/p-train-npu",
+    ]
+
+
 # --- runtime warnings
 # -----------------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ CASES = [
         "  resourceClaims:\n"
         "  - name: other\n"
         "    resourceClaimName: shared\n",
-        HEAD + "  initContainers: [{name: i, image: x, resources: {claims: [{name: i-npu}]}}]\n"
+        HEAD + "  initContainers: [{name: i, image: x, resources: {claims: [{name: d-npu}]}}]\n"
         "  containers:\n"
         "  - {name: c, image: \"y\", resources: {limits: {cpu: '1'}, claims: [{name: c-npu}]}}\n"
         "  - name: d\n"
@@ -97,8 +97,6 @@ CASES = [
         "  resourceClaims:\n"
         "  - name: other\n"
         "    resourceClaimName: shared\n"
-        "  - name: i-npu\n"
-        "    resourceClaimTemplateName: p-i-npu\n"
         "  - name: c-npu\n"
         "    resourceClaimTemplateName: p-c-npu\n"
         "  - name: d-npu\n"

@@ -87,22 +87,30 @@ def rendered(draw: st.DrawFn, obj: dict[str, Any]) -> str:
 
 
 def expected(obj: dict[str, Any]) -> dict[str, Any]:
-    """The migration done by hand on plain data."""
+    """The migration done by hand on plain data: an init container uses the smallest claim holding its request, of a
+    container or an earlier init container, else its own."""
     obj = copy.deepcopy(obj)
-    spec, claims = obj["spec"]["template"]["spec"], []
-    for container in spec.get("initContainers", []) + spec["containers"]:
+    spec, counts = obj["spec"]["template"]["spec"], {}
+    every = spec.get("initContainers", []) + spec["containers"]
+    for container in every:
         resources = container.get("resources", {})
         for section in [s for s in ("limits", "requests") if RESOURCE in resources.get(s, {})]:
-            del resources[section][RESOURCE]
+            counts[container["name"]] = resources[section].pop(RESOURCE)
             if not resources[section]:
                 del resources[section]
-            claims.append(container["name"])
-    names = list(dict.fromkeys(claims))
-    for container in spec.get("initContainers", []) + spec["containers"]:
-        if container["name"] in names:
-            container["resources"]["claims"] = [{"name": f"{container['name']}-npu"}]
-    if names:
-        spec["resourceClaims"] = [{"name": f"{n}-npu", "resourceClaimTemplateName": f"d-{n}-npu"} for n in names]
+    hosts = [(name, count) for name, count in counts.items() if not name.startswith("init")]
+    claim_of = {name: name for name, _ in hosts}
+    for name, count in counts.items():
+        if name.startswith("init"):
+            host = min((h for h in hosts if h[1] >= count), key=lambda h: h[1], default=(name, count))
+            claim_of[name] = host[0]
+            if host[0] == name:
+                hosts.append(host)
+    for container in every:
+        if container["name"] in claim_of:
+            container["resources"]["claims"] = [{"name": f"{claim_of[container['name']]}-npu"}]
+    if owned := [name for name in counts if claim_of[name] == name]:
+        spec["resourceClaims"] = [{"name": f"{n}-npu", "resourceClaimTemplateName": f"d-{n}-npu"} for n in owned]
     return obj
 
 
