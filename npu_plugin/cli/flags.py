@@ -365,8 +365,8 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
     migrate.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; list what would change and exit 1 if anything would or NPU requests would "
-        "be left behind (default off)",
+        help="write nothing; list what would change and exit 1 if anything would, NPU requests would be left "
+        "behind, or something migrate cannot fix remains (default off)",
     )
 
 
