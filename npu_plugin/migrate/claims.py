@@ -70,12 +70,13 @@ class ContainerClaim:
 
     @property
     def own_claim(self) -> bool:
-        """Whether the claim is this container's: listed in the pod and made from a template of its own."""
+        """Whether the claim is this container's: listed in the pod and made from a template of its
+        own."""
         return self.count > 0 and self.host is None
 
     def holds(self, other: ContainerClaim) -> bool:
-        """Whether this claim's devices serve what `other` asks for: the same resource, as many or more, vNPUs at
-        least as large."""
+        """Whether this claim's devices serve what `other` asks for: the same resource, as many or
+        more, vNPUs at least as large."""
         if other.resource != self.resource or other.count > self.count or (other.vnpu is None) != (self.vnpu is None):
             return False
         if other.vnpu is None or self.vnpu is None:
@@ -108,10 +109,11 @@ def plan(workload: Workload, resources: Sequence[str], place: Place, shared: set
 
 
 def _share_init_claims(planned: list[ContainerClaim]) -> list[ContainerClaim]:
-    """Each init container that ends before the next container starts uses the smallest claim that holds its request,
-    of a container or of an earlier such init container: a claim serves several containers of a pod, and the pod then
-    holds max(init, containers) devices as under the device plugin, not their sum. Else it keeps its own. A sidecar
-    (restartPolicy Always) runs beside the others: it neither lends its claim nor borrows one."""
+    """Each init container that ends before the next container starts uses the smallest claim that
+    holds its request, of a container or of an earlier such init container: a claim serves several
+    containers of a pod, and the pod then holds max(init, containers) devices as under the device
+    plugin, not their sum. Else it keeps its own. A sidecar (restartPolicy Always) runs beside the
+    others: it neither lends its claim nor borrows one."""
     hosts = [item for item in planned if item.own_claim and item.container.role != INIT_CONTAINER]
     shared: list[ContainerClaim] = []
     for item in planned:

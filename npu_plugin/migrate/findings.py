@@ -89,8 +89,8 @@ def ascend_names(node: Any) -> Iterator[str]:
 
 
 def quota_findings(obj: CommentedMap, resources: Sequence[str], device_class: dict[str, str]) -> list[Finding]:
-    """ResourceQuota and LimitRange entries for `resources`, each with what DRA counts instead (`device_class`: each
-    resource's DeviceClass, where it has one)."""
+    """ResourceQuota and LimitRange entries for `resources`, each with what DRA counts instead
+    (`device_class`: each resource's DeviceClass, where it has one)."""
     group, kind = group_kind(obj)
     spec = obj.get("spec")
     if group or not isinstance(spec, CommentedMap):
@@ -139,7 +139,8 @@ def _limit_range(
 
 
 def queue_findings(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]:
-    """A Volcano Queue's quota entries for `resources`: Volcano counts no DRA claims against a Queue."""
+    """A Volcano Queue's quota entries for `resources`: Volcano counts no DRA claims against a
+    Queue."""
     if group_kind(obj) != _VOLCANO_QUEUE:
         return []
     found: list[Finding] = []
@@ -173,8 +174,9 @@ def _names(key: Any, resources: Sequence[str]) -> bool:
 
 
 def init_claim_findings(planned: Sequence[ContainerClaim], who: str) -> list[Finding]:
-    """Init containers (of one pod template, `who`) that keep a claim of their own beside the claims of the containers
-    they precede: the pod holds both at once, where the device plugin reused the init container's devices."""
+    """Init containers (of one pod template, `who`) that keep a claim of their own beside the claims
+    of the containers they precede: the pod holds both at once, where the device plugin reused the
+    init container's devices."""
     found: list[Finding] = []
     for item in planned:
         if not (item.own_claim and item.container.runs_first):
@@ -215,7 +217,8 @@ def scheduler_findings(workload: Workload, who: str) -> list[Finding]:
 
 
 def annotation_findings(workload: Workload, who: str) -> list[Finding]:
-    """Env read from the device plugin's pod annotation in a pod whose NPUs come from claims: nothing sets it."""
+    """Env read from the device plugin's pod annotation in a pod whose NPUs come from claims:
+    nothing sets it."""
     claims = workload.pod_spec.get("resourceClaims")
     if not (isinstance(claims, list) and claims) or next(ascend_names(workload.pod_spec), None) is not None:
         return []

@@ -134,8 +134,9 @@ class LineEdits:
         if at is None:
             at = self._end(parent.lc.line, indent)
         if at == len(self._lines) and self._scalar_at_end:
-            # After a block scalar that ends the file without a line break, new lines would become part of its
-            # value (or need `|-`): the new key goes first instead, before the ones it normally follows.
+            # After a block scalar that ends the file without a line break, new lines would become
+            # part of its value (or need `|-`): the new key goes first instead, before the ones it
+            # normally follows.
             first = next(key for key in (*after, *parent) if key in parent)
             at = self._before(key_line(parent, first), indent)
         self._insert(at, new)

@@ -28,7 +28,8 @@ class Options:
     driver_name: str = DEFAULT_DRIVER
 
     def device_class_for(self, resource: str) -> str | None:
-        """The class a claim for `resource` asks for; None for a name with no shipped class and no device_class."""
+        """The class a claim for `resource` asks for; None for a name with no shipped class and no
+        device_class."""
         return self.device_class or RESOURCE_DEVICE_CLASSES.get(resource)
 
     @property

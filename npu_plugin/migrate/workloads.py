@@ -128,7 +128,8 @@ class Container:
 
     @property
     def runs_first(self) -> bool:
-        """An init container that ends before the next container starts (a sidecar, restartPolicy Always, does not)."""
+        """An init container that ends before the next container starts (a sidecar, restartPolicy
+        Always, does not)."""
         return self.role == INIT_CONTAINER and self.node.get("restartPolicy") != "Always"
 
 
@@ -186,8 +187,8 @@ def is_workload(obj: CommentedMap) -> bool:
 
 
 def kept_as_is(obj: CommentedMap) -> str | None:
-    """Why migrate leaves `obj`, whatever its kind, as it is: a Pod read from the cluster (Pods are immutable), or an
-    object a controller owns (the controller puts back its own pod template)."""
+    """Why migrate leaves `obj`, whatever its kind, as it is: a Pod read from the cluster (Pods are
+    immutable), or an object a controller owns (the controller puts back its own pod template)."""
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     references = metadata.get("ownerReferences")

@@ -147,8 +147,8 @@ def dump(data: Any, style: Style, explicit_start: bool = False) -> str:
 
 
 def dump_flow(node: CommentedMap | CommentedSeq) -> str:
-    """A flow collection rendered on its own, without its comments (the caller keeps the rest of the line they were
-    on) and without the line break a document ends with."""
+    """A flow collection rendered on its own, without its comments (the caller keeps the rest of the
+    line they were on) and without the line break a document ends with."""
     stream = io.StringIO()
     _yaml().dump(_uncommented(node), stream)
     return stream.getvalue().removesuffix("\n").removesuffix("\n...")
@@ -168,8 +168,8 @@ def _uncommented(node: Any) -> Any:
 
 
 def block_scalar_lines(text: str) -> frozenset[int]:
-    """The 0-based lines holding the content of literal and folded block scalars (`|`, `>`) in one document's text,
-    which parses: in them a `#` is text, and a blank line is part of the value."""
+    """The 0-based lines holding the content of literal and folded block scalars (`|`, `>`) in one
+    document's text, which parses: in them a `#` is text, and a blank line is part of the value."""
     found: set[int] = set()
     for event in _yaml().parse(text.replace("\r\n", "\n")):
         if isinstance(event, ScalarEvent) and event.style in ("|", ">"):

@@ -46,7 +46,8 @@ def test_every_flag_says_what_it_does_its_default_and_its_environment_variable(
         description = re.sub(r"^\S+( \S+)?(, \S+( \S+)?)? ", "", entry).split(" (")[0]
         assert len(description) > 10, (flag, entry)
         assert "default" in entry, (flag, entry)
-        # A flag another command declared first reads no variable and names the command its twin belongs to.
+        # A flag another command declared first reads no variable and names the command its twin
+        # belongs to.
         assert f"env: {env_name(flag[2:])}" in entry or f"env: none, {env_name(flag[2:])} is " in entry, (flag, entry)
 
 

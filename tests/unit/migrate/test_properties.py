@@ -87,8 +87,8 @@ def rendered(draw: st.DrawFn, obj: dict[str, Any]) -> str:
 
 
 def expected(obj: dict[str, Any]) -> dict[str, Any]:
-    """The migration done by hand on plain data: an init container uses the smallest claim holding its request, of a
-    container or an earlier init container, else its own."""
+    """The migration done by hand on plain data: an init container uses the smallest claim holding
+    its request, of a container or an earlier init container, else its own."""
     obj = copy.deepcopy(obj)
     spec, counts = obj["spec"]["template"]["spec"], {}
     every = spec.get("initContainers", []) + spec["containers"]
