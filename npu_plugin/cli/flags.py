@@ -404,6 +404,7 @@ def _add_plan_flags(plan: FlagParser) -> None:
         type=among(("table", "json", "yaml")),
         default="table",
         metavar="{table,json,yaml}",
+        twin_owner="inventory",
         help="table for people; json and yaml in the stable shape of docs/migration.md",
     )
 

@@ -191,6 +191,8 @@ def test_the_environment_twins_of_other_commands_do_not_reach_migrate(
     assert capsys.readouterr().out == golden("helm", "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.yaml"]
     assert (parse_args(["inventory"], environ).output, parse_args(["serve"], environ).resource_name) == ("json", "auto")
+    # plan's -o takes fewer values than inventory's: the variable set for inventory must not stop it.
+    assert parse_args(["plan"], {"NPU_PLUGIN_OUTPUT": "resourceslice"}).output == "table"
     with pytest.raises(SystemExit):
         parse_args(["migrate", "--help"], environ)
     out = " ".join(capsys.readouterr().out.split())
