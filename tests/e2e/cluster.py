@@ -1,0 +1,150 @@
+"""The e2e tier's handle on the local cluster of scripts/cluster: bring it up in a mode, run kubectl
+against it, wait for what the real components do, take it down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "cluster"
+STATE = Path("/var/lib/npu-plugin-cluster")
+KUBECONFIG = STATE / "kubeconfig"
+KUBECTL = STATE / "bin" / "kubectl"
+NODE = "127.0.0.1"
+# Where scripts/cluster makes the fake NPUs' character devices (the plugin's --dev-root).
+DEV_ROOT = "/dev/npu-plugin-cluster"
+# The fake profile scripts/cluster deploys (atlas-800-9000): eight Ascend910 in two HCCS rings of four,
+# ring 0 on NUMA node 0 and ring 1 on NUMA node 1.
+RINGS = (frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}))
+ENABLE = "NPU_PLUGIN_E2E"
+RELEASE = "NPU_PLUGIN_E2E_KUBERNETES"
+
+T = TypeVar("T")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE, "") not in ("", "0")
+
+
+def release() -> str:
+    return os.environ.get(RELEASE, "1.37")
+
+
+class KubectlError(RuntimeError):
+    pass
+
+
+class Cluster:
+    def __init__(self, release: str, mode: str) -> None:
+        self.release, self.mode = release, mode
+
+    def up(self) -> None:
+        run = subprocess.run(
+            [str(SCRIPT), "up", "--kubernetes", self.release, "--mode", self.mode],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if run.returncode != 0:
+            raise RuntimeError(f"scripts/cluster up failed ({run.returncode}):\n{run.stderr[-4000:]}")
+
+    def down(self) -> None:
+        subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, check=True)
+
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+        run = subprocess.run(
+            [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if run.returncode != 0:
+            raise KubectlError(f"kubectl {' '.join(args)}: {run.stderr.strip()}")
+        return run.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def apply(self, manifest: str) -> None:
+        self.kubectl("apply", "-f", "-", stdin=manifest)
+
+    def delete(self, manifest: str) -> None:
+        self.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", "-", stdin=manifest, timeout=120)
+
+    def exec(self, pod: str, command: str) -> str:
+        return self.kubectl("exec", pod, "--", "sh", "-c", command)
+
+    def pod(self, name: str) -> Mapping[str, Any]:
+        pod: Mapping[str, Any] = self.get("pod", name)
+        return pod
+
+    def wait_running(self, name: str, timeout: float = 120) -> Mapping[str, Any]:
+        def running() -> Mapping[str, Any] | None:
+            pod = self.pod(name)
+            phase = pod["status"].get("phase")
+            if phase in ("Failed", "Succeeded"):
+                raise AssertionError(f"pod {name} ended ({phase}): {self.describe(name)}")
+            return pod if phase == "Running" else None
+
+        return wait(running, timeout, lambda: f"pod {name} Running: {self.describe(name)}")
+
+    def unschedulable(self, name: str, timeout: float = 60) -> str:
+        """The scheduler's message once it has marked the pod Unschedulable."""
+
+        def message() -> str | None:
+            for condition in self.pod(name)["status"].get("conditions", []):
+                if condition["type"] == "PodScheduled" and condition.get("reason") == "Unschedulable":
+                    return str(condition["message"])
+            return None
+
+        return wait(message, timeout, lambda: f"pod {name} Unschedulable: {self.describe(name)}")
+
+    def describe(self, name: str) -> str:
+        try:
+            return self.kubectl("describe", "pod", name)[-3000:]
+        except KubectlError as error:
+            return str(error)
+
+
+def wait(probe: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:
+    """Poll `probe` every half second until it returns something other than None or False."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {timeout:.0f} s: {what() if callable(what) else what}")
+        time.sleep(0.5)
+
+
+def workload(name: str, command: str, **resources: Any) -> str:
+    """A pod on the busybox image scripts/cluster imports, with `resources` as its container's."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 1,
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "busybox:1.36",
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", command],
+                        "resources": resources,
+                    }
+                ],
+            },
+        }
+    )

@@ -1,0 +1,176 @@
+"""(b) dra mode on the real API server, scheduler, ResourceClaim controller, kubelet and containerd's CDI
+injection: the slices are accepted, the seed example runs with its NPU injected, selectors and
+allocation modes get what they ask for, an unsatisfiable claim waits, and a deleted pod's claim is
+unprepared."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import NODE, REPO, RINGS, Cluster, wait, workload
+from tests.e2e.conftest import cluster_in
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
+
+DRIVER = "npu.huawei.com"
+CDI_ROOT = Path("/etc/cdi")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    yield from cluster_in("dra")
+
+
+def slices(cluster: Cluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get("resourceslices")["items"]
+    return [s for s in items if s["spec"]["driver"] == DRIVER and s["spec"].get("nodeName") == NODE]
+
+
+def devices(cluster: Cluster) -> list[dict[str, Any]]:
+    return [d for s in slices(cluster) for d in s["spec"].get("devices", [])]
+
+
+def claim_template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": request}},
+    }
+
+
+def claim_pod(name: str, template: str) -> dict[str, Any]:
+    pod: dict[str, Any] = json.loads(workload(name, "sleep 3600"))
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "npu"}]}
+    pod["spec"]["resourceClaims"] = [{"name": "npu", "resourceClaimTemplateName": template}]
+    return pod
+
+
+def as_list(*objects: dict[str, Any]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
+def visible_ids(cluster: Cluster, pod: str) -> set[int]:
+    text = cluster.exec(pod, "echo $ASCEND_VISIBLE_DEVICES").strip()
+    return {int(i) for i in text.split(",")} if text else set()
+
+
+def dev_nodes(cluster: Cluster, pod: str) -> set[int]:
+    names = cluster.exec(pod, "ls /dev").split()
+    return {int(n[7:]) for n in names if n.startswith("davinci") and n[7:].isdigit()}
+
+
+def allocated(cluster: Cluster, pod: str) -> list[dict[str, Any]]:
+    status = cluster.pod(pod)["status"]
+    claim = next(s["resourceClaimName"] for s in status["resourceClaimStatuses"])
+    results: list[dict[str, Any]] = cluster.get("resourceclaim", claim)["status"]["allocation"]["devices"]["results"]
+    return results
+
+
+def test_slices_are_accepted_by_the_api_server(cluster: Cluster) -> None:
+    found = wait(lambda: devices(cluster) if len(devices(cluster)) == 8 else None, 60, "8 devices in slices")
+    attributes = [d["attributes"] for d in found]
+    assert sorted(a["physicalId"]["int"] for a in attributes) == list(range(8))
+
+
+def test_seed_example_runs_with_its_npu_injected_through_cdi(cluster: Cluster) -> None:
+    example = (REPO / "manifests" / "examples" / "single-npu.yaml").read_text(encoding="utf-8")
+    cluster.apply(example)
+    try:
+        cluster.wait_running("single-npu")
+        ids = visible_ids(cluster, "single-npu")
+        assert len(ids) == 1
+        assert dev_nodes(cluster, "single-npu") == ids
+        log = cluster.kubectl("logs", "single-npu")
+        assert f"ASCEND_VISIBLE_DEVICES={next(iter(ids))}" in log
+        assert "crw" in log, log
+        (result,) = allocated(cluster, "single-npu")
+        assert result["driver"] == DRIVER
+    finally:
+        cluster.delete(example)
+
+
+def test_cel_selector_on_numa_node_gets_a_device_of_that_node(cluster: Cluster) -> None:
+    request = {
+        "requests": [
+            {
+                "name": "npu",
+                "exactly": {
+                    "deviceClassName": DRIVER,
+                    "count": 2,
+                    "selectors": [{"cel": {"expression": f'device.attributes["{DRIVER}"].numaNode == 1'}}],
+                },
+            }
+        ]
+    }
+    manifest = as_list(claim_template("numa-1", request), claim_pod("numa-1", "numa-1"))
+    cluster.apply(manifest)
+    try:
+        cluster.wait_running("numa-1")
+        assert visible_ids(cluster, "numa-1") <= {4, 5, 6, 7}
+        assert len(visible_ids(cluster, "numa-1")) == 2
+    finally:
+        cluster.delete(manifest)
+
+
+def test_allocation_mode_all_gets_every_npu(cluster: Cluster) -> None:
+    request = {"requests": [{"name": "npu", "exactly": {"deviceClassName": DRIVER, "allocationMode": "All"}}]}
+    manifest = as_list(claim_template("all", request), claim_pod("all", "all"))
+    cluster.apply(manifest)
+    try:
+        cluster.wait_running("all")
+        assert visible_ids(cluster, "all") == set(range(8))
+        assert dev_nodes(cluster, "all") == set(range(8))
+    finally:
+        cluster.delete(manifest)
+
+
+def test_match_attribute_on_the_topology_group_keeps_a_pair_in_one_ring(cluster: Cluster) -> None:
+    request = {
+        "requests": [
+            {"name": "a", "exactly": {"deviceClassName": DRIVER}},
+            {"name": "b", "exactly": {"deviceClassName": DRIVER}},
+        ],
+        "constraints": [{"requests": ["a", "b"], "matchAttribute": f"{DRIVER}/topologyGroup"}],
+    }
+    manifest = as_list(claim_template("pair", request), claim_pod("pair", "pair"))
+    cluster.apply(manifest)
+    try:
+        cluster.wait_running("pair")
+        ids = visible_ids(cluster, "pair")
+        assert len(ids) == 2
+        assert any(ids <= ring for ring in RINGS), ids
+    finally:
+        cluster.delete(manifest)
+
+
+def test_unsatisfiable_claim_stays_pending(cluster: Cluster) -> None:
+    request = {"requests": [{"name": "npu", "exactly": {"deviceClassName": DRIVER, "count": 9}}]}
+    manifest = as_list(claim_template("nine", request), claim_pod("nine", "nine"))
+    cluster.apply(manifest)
+    try:
+        message = cluster.unschedulable("nine")
+        assert "resourceclaim" in message.lower() or "cannot allocate" in message.lower(), message
+    finally:
+        cluster.delete(manifest)
+
+
+def test_deleting_the_pod_unprepares_the_claim_and_removes_its_cdi_spec(cluster: Cluster) -> None:
+    request = {"requests": [{"name": "npu", "exactly": {"deviceClassName": DRIVER}}]}
+    manifest = as_list(claim_template("gone", request), claim_pod("gone", "gone"))
+    cluster.apply(manifest)
+    try:
+        pod = cluster.wait_running("gone")
+        claim = next(s["resourceClaimName"] for s in pod["status"]["resourceClaimStatuses"])
+        claim_uid = cluster.get("resourceclaim", claim)["metadata"]["uid"]
+        spec = CDI_ROOT / f"{DRIVER}-claim_{claim_uid}.json"
+        assert spec.is_file(), f"no CDI spec {spec} for the running pod's claim"
+        cluster.kubectl("delete", "pod", "gone", "--wait=true", timeout=120)
+        wait(lambda: not spec.exists(), 60, f"{spec} removed once the pod is gone")
+    finally:
+        cluster.delete(manifest)
