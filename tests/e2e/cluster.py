@@ -55,7 +55,9 @@ class Cluster:
             raise RuntimeError(f"scripts/cluster up failed ({run.returncode}):\n{run.stderr[-4000:]}")
 
     def down(self) -> None:
-        subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, check=True)
+        run = subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise RuntimeError(f"scripts/cluster down failed ({run.returncode}):\n{run.stderr[-4000:]}")
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
         run = subprocess.run(
