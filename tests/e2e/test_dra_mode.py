@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import NODE, REPO, Cluster, wait, workload
+from tests.e2e.cluster import NODE, REPO, Cluster, release, wait, workload
 from tests.e2e.conftest import cluster_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
@@ -157,6 +157,7 @@ def test_match_attribute_on_the_topology_group_keeps_a_pair_in_one_ring(cluster:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="product bug found here: a claim's CDI spec has one device per request, each setting "
     "ASCEND_VISIBLE_DEVICES to its own request's NPUs, so a container given the whole claim of two requests "
     "sees one request's ids only (its /dev has both)",
@@ -204,3 +205,25 @@ def test_deleting_the_pod_unprepares_the_claim_and_removes_its_cdi_spec(cluster:
         wait(lambda: not spec.exists(), 60, f"{spec} removed once the pod is gone")
     finally:
         cluster.delete(manifest)
+
+
+@pytest.mark.skipif(release() != "1.37", reason="KEP-5004 (DRAExtendedResource) is GA from 1.37; 1.34 has it as alpha")
+def test_unchanged_pod_with_extended_resource_limits_runs_through_dra(cluster: Cluster) -> None:
+    """(f) With the optional extendedResourceName DeviceClass, the classic `limits: {huawei.com/Ascend910: 1}`
+    is served by DRA on a dra-mode node: the scheduler makes a claim and the container sees its NPU via CDI."""
+    device_class = (REPO / "manifests" / "deviceclasses" / "optional" / "extended-resource-ascend910.yaml").read_text(
+        encoding="utf-8"
+    )
+    pod = workload("classic", "sleep 3600", limits={"huawei.com/Ascend910": "1"})
+    cluster.apply(device_class)
+    cluster.apply(pod)
+    try:
+        cluster.wait_running("classic")
+        ids = visible_ids(cluster, "classic")
+        assert len(ids) == 1
+        assert dev_nodes(cluster, "classic") == ids
+        status = cluster.pod("classic")["status"]
+        assert status.get("extendedResourceClaimStatus", {}).get("resourceClaimName"), status
+    finally:
+        cluster.delete(pod)
+        cluster.delete(device_class)
