@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,6 +82,15 @@ class Cluster:
     def delete(self, manifest: str) -> None:
         self.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", "-", stdin=manifest, timeout=120)
 
+    @contextmanager
+    def applied(self, manifest: str) -> Iterator[None]:
+        """The objects of `manifest` for the length of the block; deleted (and waited for) after it."""
+        self.apply(manifest)
+        try:
+            yield
+        finally:
+            self.delete(manifest)
+
     def exec(self, pod: str, command: str) -> str:
         return self.kubectl("exec", pod, "--", "sh", "-c", command)
 
@@ -126,27 +136,3 @@ def wait(probe: Callable[[], T | None], timeout: float, what: Callable[[], str] 
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached in {timeout:.0f} s: {what() if callable(what) else what}")
         time.sleep(0.5)
-
-
-def workload(name: str, command: str, **resources: Any) -> str:
-    """A pod on the busybox image scripts/cluster imports, with `resources` as its container's."""
-    return json.dumps(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "app",
-                        "image": "busybox:1.36",
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", command],
-                        "resources": resources,
-                    }
-                ],
-            },
-        }
-    )
