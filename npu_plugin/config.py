@@ -35,9 +35,10 @@ class Mode(StrEnum):
 
 
 class UnhealthyPolicy(StrEnum):
-    """What a ResourceSlice does with an unhealthy device: leave it out, or keep it with a
-    NoSchedule taint."""
+    """What a ResourceSlice does with an unhealthy device: keep it with taints that say why (auto:
+    when the API server keeps device taints, else as remove), leave it out, or always taint."""
 
+    AUTO = "auto"
     REMOVE = "remove"
     TAINT = "taint"
 
@@ -75,7 +76,9 @@ class Config:
     device_injection: Injection = Injection.NODES
     mount_driver: bool = False
     cdi_enabled: bool = False
-    unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.REMOVE
+    unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.AUTO
+    fault_policy: Path | None = None
+    claim_status: bool = False
     healthcheck_port: int = -1
     metrics_port: int = -1
     bind_address: str = "0.0.0.0"

@@ -279,6 +279,9 @@ class Daemon:
             on_registered=lambda up: self.telemetry.registered(Mode.DRA, up),
             vnpus=self._vnpu_hands(),
             on_vnpu_dynamic_available=self.telemetry.vnpu_dynamic_available,
+            fault_policy=config.fault_policy,
+            claim_status=config.claim_status,
+            on_claim_status=self.telemetry.claim_status,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin

@@ -68,12 +68,17 @@ def probe_host(dev_root: Path, injection: Injection, mount_driver: bool) -> Host
     )
 
 
+def visible_devices(ids: Iterable[int]) -> str:
+    """The ASCEND_VISIBLE_DEVICES value for these device ids: ascending, comma-separated."""
+    return ",".join(str(i) for i in sorted(set(ids)))
+
+
 def container_edits(layout: HostLayout, ids: Iterable[int], *, virtual: bool = False) -> ContainerEdits:
     """Env, device nodes and mounts for these devices (pure): whole NPUs by physical id or,
     `virtual`, vNPUs by vNPU id. The container sees a vNPU as /dev/davinci<id>, backed by the host's
     /dev/vdavinci<id>."""
     ids = sorted(set(ids))
-    env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, ",".join(str(i) for i in ids)),)
+    env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, visible_devices(ids)),)
     if virtual:
         env += ((RUNTIME_OPTIONS_ENV, VIRTUAL_OPTION),)
     nodes = _device_nodes(layout, [_own_node(i, virtual) for i in ids] + [(n, n) for n in layout.common_nodes])

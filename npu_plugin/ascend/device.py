@@ -35,6 +35,25 @@ class Health(StrEnum):
         raise ValueError(f"unknown health {word!r} (allowed: {allowed})")
 
 
+FAULT_CODE_MAX = 0xFFFFFFFF  # DCMI fault codes are unsigned 32-bit words, e.g. 0x80E01801
+
+
+def parse_fault_code(value: object) -> int:
+    """A fault code from a number or a hex string (`80E01801`, `0x80E01801`, as npu-smi prints
+    them); ValueError naming the value otherwise."""
+    code = value
+    if isinstance(value, str):
+        try:
+            code = int(value.strip().removeprefix("0x").removeprefix("0X"), 16)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a fault code (hex digits)") from None
+    if isinstance(code, bool) or not isinstance(code, int):
+        raise ValueError(f"{value!r} is not a fault code")
+    if not 0 <= code <= FAULT_CODE_MAX:
+        raise ValueError(f"code {value} is out of range (0 to 0xFFFFFFFF)")
+    return code
+
+
 DEVICE_TYPES = ("Ascend910", "Ascend910B", "Ascend910C", "Ascend310P", "Ascend310")
 
 _CHIP_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -94,6 +113,7 @@ class Device:
     driver_version: str | None = None
     health: Health = Health.OK
     pcie_root: str | None = None  # e.g. `pci0000:00`, from sysfs; not part of the inventory file
+    faults: tuple[int, ...] = ()  # fault codes the backend reported with the health level, ascending
 
     @property
     def dp_id(self) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from npu_plugin.ascend.device import Device, Health
@@ -39,6 +39,17 @@ class ChangeSource(Protocol):
     def watch_changes(self, watch: DirectoryWatch, on_change: Callable[[list[Device]], None]) -> None:
         """Register with `watch`; `on_change` runs on the event loop with the devices after each
         change."""
+        ...
+
+
+@runtime_checkable
+class FaultSource(Protocol):
+    """A backend that reads the fault codes behind a health level (DCMI
+    `dcmi_get_device_errorcode_v2`, `npu-smi info -t health`, the fake inventory's `faultCodes`)."""
+
+    def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        """The fault codes of these devices, ascending; a device without any (or whose query fails)
+        is left out. Never raises."""
         ...
 
 

@@ -252,9 +252,24 @@ def _add_serve_flags(serve: FlagParser) -> None:
     dra.add_argument(
         "--unhealthy-policy",
         type=one_of(UnhealthyPolicy),
-        default=UnhealthyPolicy.REMOVE,
-        metavar="{remove,taint}",
-        help="unhealthy devices leave the slice, or stay with a NoSchedule taint",
+        default=UnhealthyPolicy.AUTO,
+        metavar="{auto,remove,taint}",
+        help="unhealthy devices stay in the slice with health and fault taints (auto: when the API server keeps "
+        "device taints, else they leave it), leave the slice (remove), or always stay tainted (taint)",
+    )
+    dra.add_argument(
+        "--fault-policy",
+        type=Path,
+        metavar="FILE",
+        help="YAML list of {codes: [...], effect: None|NoSchedule|NoExecute}: the effect of the fault taint for "
+        "these fault codes (re-read when it changes)",
+        shown_default="every fault taint has effect None",
+    )
+    dra.add_argument(
+        "--claim-status",
+        action="store_true",
+        help="write each prepared claim's status.devices (a Ready condition, physicalId, visibleDevices, vNPU id "
+        "and template) and remove it at Unprepare",
     )
     probes = serve.add_flag_group("probes and metrics")
     probes.add_argument(
@@ -306,8 +321,8 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
         "--unhealthy-policy",
         type=one_of(UnhealthyPolicy),
         default=UnhealthyPolicy.REMOVE,
-        metavar="{remove,taint}",
-        help="-o resourceslice: what unhealthy devices do",
+        metavar="{auto,remove,taint}",
+        help="-o resourceslice: what unhealthy devices do (auto renders as taint)",
     )
     _add_vnpu_flags(inventory)
     _add_log_flags(inventory)

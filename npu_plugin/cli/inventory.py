@@ -130,12 +130,17 @@ def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int,
     """The node's slices at generation 1; with --vnpu, in the layout of `--kubernetes-version` with
     DRAPartitionableDevices on (the layout without counters is the one of `--vnpu static`)."""
     from npu_plugin.dra.slices import SliceSettings, build_slices
+    from npu_plugin.dra.taints import NONE_EFFECT_FROM_MINOR, TaintRules
     from npu_plugin.dra.vnpu_slices import build_vnpu_slices, layout_for
 
     if not output.node_name:
         raise ConfigError("--output resourceslice needs --node-name (or NODE_NAME)")
     settings = SliceSettings(
-        driver=output.driver, node_name=output.node_name, node_uid=None, unhealthy_policy=output.unhealthy_policy
+        driver=output.driver,
+        node_name=output.node_name,
+        node_uid=None,
+        unhealthy_policy=output.unhealthy_policy,
+        taint_rules=TaintRules(none_effect=output.kubernetes_minor >= NONE_EFFECT_FROM_MINOR),
     )
     pairs = [(d, d.health.healthy) for d in devices]
     if output.vnpu is VnpuMode.OFF:

@@ -125,6 +125,8 @@ _DRA_ONLY = (
     "--state-dir",
     "--kubeconfig",
     "--unhealthy-policy",
+    "--fault-policy",
+    "--claim-status",
 )
 _CDI_FLAGS = ("--cdi-root", "--driver-name")
 

@@ -17,9 +17,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from npu_plugin.dra.slices import API_VERSION, SliceSettings
+from npu_plugin.dra.probes import probe, probe_slice
+from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, layout_for
-from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi.protocol import KubeApi, ResourceSlice, SliceDevice, StoredSlice
 
 log = logging.getLogger(__name__)
@@ -27,23 +27,9 @@ PROBE_SECONDS = 600.0
 GATE = "DRAPartitionableDevices"
 
 
-def probe_pool(settings: SliceSettings) -> str:
-    return f"{settings.node_name}-vnpu-probe"
-
-
-def probe_slice(settings: SliceSettings) -> ResourceSlice:
-    """A counter-only slice in a pool of its own, never stored (dry run) or deleted at once."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ResourceSlice",
-        "metadata": {"generateName": f"{settings.node_name}-{settings.driver}-probe-"},
-        "spec": {
-            "driver": settings.driver,
-            "nodeName": settings.node_name,
-            "pool": {"name": probe_pool(settings), "generation": 1, "resourceSliceCount": 1},
-            "sharedCounters": [{"name": "probe", "counters": {"probe": {"value": "1"}}}],
-        },
-    }
+def probe_counters(settings: SliceSettings) -> ResourceSlice:
+    """A counter-only probe slice."""
+    return probe_slice(settings, counters=[{"name": "probe", "counters": {"probe": {"value": "1"}}}])
 
 
 def lost_counters(written: ResourceSlice, stored: StoredSlice) -> bool:
@@ -107,17 +93,7 @@ class PartitionableGate:
         self._set(False, "a published slice lost its counters")
 
     def _probe(self, settings: SliceSettings) -> bool:
-        body = probe_slice(settings)
-        try:
-            answer = self._api.create_slice(body, dry_run=True)
-        except KubeApiError as error:
-            if error.status not in (400, 404, 405, 422):
-                raise
-            log.info("the API server refused a dry-run create (%s); probing with a real create and delete", error)
-            answer = self._api.create_slice(body)
-        if answer["metadata"].get("resourceVersion"):  # it was stored: dry run not honoured
-            self._api.delete_slice(answer["metadata"]["name"])
-        return bool(answer["spec"].get("sharedCounters"))
+        return bool(probe(self._api, probe_counters(settings))["spec"].get("sharedCounters"))
 
     def _set(self, on: bool, why: str) -> None:
         if on == self.on and (on or self._warned):

@@ -21,6 +21,8 @@ from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.checkpoint import CheckpointStore
+from npu_plugin.dra.claim_status import ClaimStatusReporter
+from npu_plugin.dra.fault_policy_file import FaultPolicyFile
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
@@ -85,8 +87,15 @@ class DraPlugin:
         on_registered: Callable[[bool], None] = lambda _registered: None,
         vnpus: VnpuOperations | None = None,
         on_vnpu_dynamic_available: Callable[[bool], None] = lambda _available: None,
+        fault_policy: Path | None = None,
+        claim_status: bool = False,
+        on_claim_status: Callable[[str], None] = lambda _result: None,
     ) -> None:
+        """`fault_policy` is read here (ConfigError when it is bad) and followed while `run` runs;
+        `claim_status` writes prepared claims' device status (`on_claim_status` hears each
+        result)."""
         self.paths, self.driver, self.node_name = paths, driver, node_name
+        self.claim_status = ClaimStatusReporter(client, driver, on_result=on_claim_status) if claim_status else None
         self._inventory, self._client = inventory, client
         self._on_registered = on_registered
         self._closing = asyncio.Event()
@@ -100,7 +109,9 @@ class DraPlugin:
             on_publish=on_publish,
             vnpu=None if vnpus is None else partial(self._vnpu_chips, vnpus),
             on_dynamic_available=on_vnpu_dynamic_available,
+            fault_policy=lambda: self.faults.policy,
         )
+        self.faults = FaultPolicyFile(fault_policy, on_change=self.publisher.trigger)
         store = CheckpointStore(paths.state_dir, read_boot_id())
         self.preparer = Preparer(
             driver=driver,
@@ -163,10 +174,14 @@ class DraPlugin:
             supervised(lambda: self.publisher.run(stop), what="the ResourceSlice publisher", log=log),
             name="slice-publisher",
         )
+        self.faults.start_watching()
         try:
             reg_server = await self._keep_registration_socket(stop, reg_server)
         finally:
             self._closing.set()
+            self.faults.stop_watching()
+            if self.claim_status is not None:
+                self.claim_status.close()
             await stop_unix_server(reg_server, self.paths.registration_socket, grace=0.5)
             await stop_unix_server(dra_server, self.paths.dra_socket, grace=1.0)
             publisher.cancel()
@@ -175,8 +190,9 @@ class DraPlugin:
 
     def _add_dra_services(self, server: grpc.aio.Server) -> None:
         observe = self._observe_call
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer, observe), server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1Beta1(self.preparer, observe), server)
+        status = self.claim_status
+        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer, observe, status), server)
+        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1Beta1(self.preparer, observe, status), server)
         health_grpc.add_DRAResourceHealthServicer_to_server(
             ResourceHealth(self._inventory, self.node_name, self._health_timeout, self._closing), server
         )

@@ -16,17 +16,21 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from http import HTTPStatus
 from typing import Any, TypeVar
 
 from npu_plugin.aio.backoff import BackoffPolicy, retry_forever
 from npu_plugin.aio.tasks import until_closed
-from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.informer import SliceInformer
-from npu_plugin.dra.partitionable import PartitionableGate, lost_counters, probe_pool
+from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
+from npu_plugin.dra.probes import probe_pool
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
+from npu_plugin.dra.taint_gate import TaintGate, lost_taints
+from npu_plugin.dra.taints import FaultPolicy, TaintRules
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.ownership import Owner
@@ -97,15 +101,20 @@ class SlicePublisher:
         on_publish: Callable[[str], None] = lambda _result: None,
         vnpu: Callable[[], VnpuChips] | None = None,
         on_dynamic_available: Callable[[bool], None] = lambda _available: None,
+        fault_policy: Callable[[], FaultPolicy] = FaultPolicy,
     ) -> None:
         """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices
         are built; `on_dynamic_available` hears whether vNPUs on demand are published (counters
-        kept, a chip split)."""
+        kept, a chip split); `fault_policy` is the --fault-policy in force (call `trigger` when it
+        changes)."""
         self._api, self._inventory = api, inventory
         self._vnpu = vnpu
         self._on_dynamic_available = on_dynamic_available
         self._gate = PartitionableGate(api) if vnpu is not None else None
         self._interruptions_seen = 0  # the informer's interruptions as of the last read of the version
+        self._taints = TaintGate(api, unhealthy_policy)
+        self._taint_interruptions_seen = 0
+        self._fault_policy = fault_policy
         self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
         self._on_publish = on_publish
         self._trigger = asyncio.Event()
@@ -162,7 +171,7 @@ class SlicePublisher:
 
     @staticmethod
     def _published_view(snapshot: Snapshot) -> tuple[Any, ...]:
-        return tuple((v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA))
+        return tuple((v.published, v.healthy) for v in snapshot.offered_by(Owner.DRA))
 
     async def _resync(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -220,9 +229,22 @@ class SlicePublisher:
                 log.info("ResourceSlice update conflicted, reading again: %s", error)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _desired(self, devices: Sequence[tuple[Device, bool]]) -> list[SliceContent]:
+    def _resolved(self, devices: Sequence[tuple[Device, bool]]) -> SliceSettings:
+        """The settings to write with: the policy and taint rules in force. What the API server does
+        with taints is asked only once a device needs one (and again after the server restarted)."""
+        settings = self._settings
+        if settings.unhealthy_policy is UnhealthyPolicy.REMOVE:
+            return settings
+        needed = any(not healthy or d.health is not Health.OK or d.faults for d, healthy in devices)
+        if needed and (not self._taints.known or self.informer.interruptions != self._taint_interruptions_seen):
+            self._taint_interruptions_seen = self.informer.interruptions
+            self._taints.refresh(settings)
+        rules = self._taints.rules(TaintRules(fault_policy=self._fault_policy()))
+        return replace(settings, unhealthy_policy=self._taints.policy, taint_rules=rules)
+
+    def _desired(self, settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[SliceContent]:
         if self._vnpu is None or self._gate is None:
-            return [SliceContent(chunk) for chunk in slice_specs(self._settings, devices)]
+            return [SliceContent(chunk) for chunk in slice_specs(settings, devices)]
         chips = self._vnpu()
         # The version and the gate only choose how counters are laid out: while no chip of ours is
         # split on demand, every layout gives the same slices, and neither is asked (the first chip
@@ -230,23 +252,24 @@ class SlicePublisher:
         split = any(device.physical_id in chips.dynamic for device, _healthy in devices)
         if split and (self._gate.due() or self.informer.interruptions != self._interruptions_seen):
             self._interruptions_seen = self.informer.interruptions
-            self._gate.refresh(self._settings)
+            self._gate.refresh(settings)
         layout = self._gate.layout
         self._on_dynamic_available(layout is not Layout.FALLBACK and split)
-        return vnpu_slice_contents(self._settings, devices, chips, layout)
+        return vnpu_slice_contents(settings, devices, chips, layout)
 
     def _write_slices(self) -> bool:
         snapshot = self._inventory.snapshot()
-        devices = [(v.device, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
-        desired = self._desired(devices)
+        devices = [(v.published, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
+        settings = self._resolved(devices)
+        desired = self._desired(settings, devices)
         # A probe slice stored by an API server without dry run lives a moment; it is the gate's,
         # never reused.
         existing = [s for s in self.informer.snapshot() if s["spec"]["pool"]["name"] != probe_pool(self._settings)]
-        if slices_match(existing, desired, self._settings):
+        if slices_match(existing, desired, settings):
             return False
         stored = [s["spec"]["pool"]["generation"] for s in existing]
         generation = max([self._generation, *stored]) + 1
-        bodies = [slice_object(self._settings, c.devices, generation, len(desired), c.counter_sets) for c in desired]
+        bodies = [slice_object(settings, c.devices, generation, len(desired), c.counter_sets) for c in desired]
         for index, body in enumerate(bodies):
             if index < len(existing):
                 meta = existing[index]["metadata"]
@@ -258,10 +281,13 @@ class SlicePublisher:
                 answer = self._api.create_slice(body)
                 name = answer["metadata"]["name"]
             self.informer.record(answer, name)
-            if self._gate is not None and lost_counters(body, answer):
-                # The rest is written in the layout without counters, at once (the caller's next
-                # burst).
-                self._gate.stripped()
+            counters_lost = self._gate is not None and lost_counters(body, answer)
+            if counters_lost or lost_taints(body, answer):
+                # The rest is written without what was dropped, at once (the caller's next burst).
+                if self._gate is not None and counters_lost:
+                    self._gate.stripped()
+                else:
+                    self._taints.stripped()
                 self._generation = generation
                 self.trigger_from_thread()
                 return True

@@ -19,6 +19,7 @@ from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import until_closed
+from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
@@ -34,8 +35,17 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 class _DraPluginLogic:
     """NodePrepareResources/NodeUnprepareResources for one API version's message module."""
 
-    def __init__(self, pb: ModuleType, preparer: Preparer, observe: Callable[[str, float], None]) -> None:
-        self._pb, self._preparer, self._observe = pb, preparer, observe
+    _pb: ModuleType  # the API version's messages
+
+    def __init__(
+        self,
+        preparer: Preparer,
+        observe: Callable[[str, float], None],
+        claim_status: ClaimStatusReporter | None = None,
+    ) -> None:
+        """`claim_status` (with --claim-status) hears each claim prepared or unprepared."""
+        self._preparer, self._observe = preparer, observe
+        self._claim_status = claim_status
 
     async def NodePrepareResources(self, request: Any, context: Context) -> Any:
         started = time.perf_counter()
@@ -45,6 +55,10 @@ class _DraPluginLogic:
         deadline = answer_by(context.time_remaining(), time.monotonic())
         results = await asyncio.to_thread(self._preparer.prepare, refs, deadline=deadline)
         response = self._pb.NodePrepareResourcesResponse()
+        if self._claim_status is not None:
+            for ref in refs:
+                if (done := results.get(ref.uid)) is not None and not done.error and done.devices:
+                    self._claim_status.prepared(ref, done.devices)
         for uid, result in results.items():
             entry = response.claims[uid]
             entry.error = printable(result.error)
@@ -62,6 +76,10 @@ class _DraPluginLogic:
         refs = [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
         errors = await asyncio.to_thread(self._preparer.unprepare, refs)
         response = self._pb.NodeUnprepareResourcesResponse()
+        if self._claim_status is not None:
+            for ref in refs:
+                if not errors.get(ref.uid, "x"):
+                    self._claim_status.unprepared(ref)
         for uid, error in errors.items():
             response.claims[uid].error = printable(error)
         self._observe("unprepare", 0.0)
@@ -69,13 +87,11 @@ class _DraPluginLogic:
 
 
 class DraPluginV1(_DraPluginLogic, dra_v1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observe: Callable[[str, float], None]) -> None:
-        super().__init__(dra_v1_pb2, preparer, observe)
+    _pb = dra_v1_pb2
 
 
 class DraPluginV1Beta1(_DraPluginLogic, dra_v1beta1_pb2_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observe: Callable[[str, float], None]) -> None:
-        super().__init__(dra_v1beta1_pb2, preparer, observe)
+    _pb = dra_v1beta1_pb2
 
 
 def health_response(snapshot: Snapshot, pool: str, timeout_seconds: int) -> health_pb.NodeWatchResourcesResponse:

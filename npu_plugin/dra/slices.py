@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dra.taints import TaintRules, device_taints
 from npu_plugin.kubeapi.protocol import (
     CounterSet,
     DeviceAttribute,
@@ -22,15 +23,18 @@ from npu_plugin.kubeapi.quantity import format_bytes
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_TAINTS = 64
-UNHEALTHY_TAINT_KEY_SUFFIX = "unhealthy"
 
 
 @dataclass(frozen=True, slots=True)
 class SliceSettings:
+    """`unhealthy_policy` auto renders as taint: the publisher resolves it to remove when the API
+    server strips taints; `taint_rules` say what the server accepts and the fault policy."""
+
     driver: str
     node_name: str
     node_uid: str | None
     unhealthy_policy: UnhealthyPolicy
+    taint_rules: TaintRules = field(default_factory=TaintRules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +46,12 @@ class SliceContent:
     counter_sets: list[CounterSet] | None = None
 
 
-def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy) -> SliceDevice | None:
-    """A device of a slice; None when the remove policy keeps an unhealthy device out."""
+def device_entry(
+    driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy, rules: TaintRules | None = None
+) -> SliceDevice | None:
+    """A device of a slice; None when the remove policy keeps an unhealthy device out. Otherwise
+    the device carries the taints of its health level and fault codes (`taints.py`); the remove
+    policy writes none."""
     if not healthy and policy is UnhealthyPolicy.REMOVE:
         return None
     attributes: dict[str, DeviceAttribute] = {
@@ -67,8 +75,10 @@ def device_entry(driver: str, device: Device, healthy: bool, policy: UnhealthyPo
     if device.ai_core is not None:
         capacity["aiCore"] = {"value": str(device.ai_core)}
     entry: SliceDevice = {"name": device.dra_name, "attributes": attributes, "capacity": capacity}
-    if not healthy:
-        entry["taints"] = [{"key": f"{driver}/{UNHEALTHY_TAINT_KEY_SUFFIX}", "effect": "NoSchedule"}]
+    if policy is not UnhealthyPolicy.REMOVE and (
+        taints := device_taints(driver, device.health, healthy, device.faults, rules or TaintRules())
+    ):
+        entry["taints"] = taints
     return entry
 
 
@@ -77,7 +87,7 @@ def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]])
     entries = [
         e
         for d, healthy in sorted(devices, key=lambda pair: pair[0].physical_id)
-        if (e := device_entry(settings.driver, d, healthy, settings.unhealthy_policy)) is not None
+        if (e := device_entry(settings.driver, d, healthy, settings.unhealthy_policy, settings.taint_rules)) is not None
     ]
     limit = MAX_DEVICES_WITH_TAINTS if any("taints" in e for e in entries) else MAX_DEVICES
     chunks = [entries[i : i + limit] for i in range(0, len(entries), limit)]

@@ -8,8 +8,8 @@ import contextlib
 import logging
 from pathlib import Path
 
-from npu_plugin.ascend.device import device_key, parse_device_node
-from npu_plugin.backends.base import Backend, ChangeSource
+from npu_plugin.ascend.device import Health, device_key, parse_device_node
+from npu_plugin.backends.base import Backend, ChangeSource, FaultSource
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory.state import Inventory
 
@@ -38,8 +38,16 @@ class HealthMonitor:
             )
 
     async def sample_once(self) -> None:
-        levels = await asyncio.to_thread(self._backend.sample)
-        self._inventory.observe(levels)
+        levels, faults = await asyncio.to_thread(self._sample)
+        self._inventory.observe(levels, faults)
+
+    def _sample(self) -> tuple[dict[int, Health], dict[int, tuple[int, ...]]]:
+        """Health levels, and the fault codes of devices whose level is not OK (no fault query for
+        a healthy node)."""
+        levels = self._backend.sample()
+        troubled = [physical_id for physical_id, level in levels.items() if level is not Health.OK]
+        faults = self._backend.fault_codes(troubled) if troubled and isinstance(self._backend, FaultSource) else {}
+        return levels, faults
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sample until `stop` is set; the sleep between samples ends at once on stop."""

@@ -22,10 +22,19 @@ class DeviceView:
     healthy: bool
     owner: Owner
     draining: bool = False  # held by `owner` after a partition change; offered to nobody new
+    # The level and fault codes of the last sample that agreed with the verdict: what the verdict
+    # stands for, so a sample that does not (yet) move the verdict changes nothing published.
+    level: Health = Health.OK
+    faults: tuple[int, ...] = ()
 
     @property
     def physical_id(self) -> int:
         return self.device.physical_id
+
+    @property
+    def published(self) -> Device:
+        """The record as a ResourceSlice shows it: health and faults as the verdict stands for."""
+        return replace(self.device, health=self.level, faults=self.faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +124,7 @@ class Inventory:
         self._failures, self._recoveries = failure_threshold, recovery_threshold
         self._devices: dict[int, Device] = {}
         self._trackers: dict[int, HealthTracker] = {}
+        self._shown: dict[int, tuple[Health, tuple[int, ...]]] = {}
         self._node_missing: set[int] = set()
         self._undiscovered: set[int] = set()
         self._owners: dict[int, Owner] = {}
@@ -133,21 +143,27 @@ class Inventory:
     def _add(self, device: Device) -> None:
         self._devices[device.physical_id] = device
         self._trackers[device.physical_id] = HealthTracker(self._failures, self._recoveries, device.health.healthy)
+        # Fault codes are read for devices whose level is not OK only (health_feed.py).
+        self._shown[device.physical_id] = (device.health, device.faults if device.health is not Health.OK else ())
         self._owners.setdefault(device.physical_id, self._new_device_owner(device))
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def observe(self, levels: Mapping[int, Health]) -> None:
-        """One health sample; a device missing from it reads Unknown."""
+    def observe(self, levels: Mapping[int, Health], faults: Mapping[int, tuple[int, ...]] | None = None) -> None:
+        """One health sample, with the fault codes of devices that have any; a device missing from
+        it reads Unknown."""
         self.last_sample = time.monotonic()
         for physical_id, device in list(self._devices.items()):
             level = levels.get(physical_id, Health.UNKNOWN)
-            if level is not device.health:
-                self._devices[physical_id] = replace(device, health=level)
+            codes = tuple(sorted(set((faults or {}).get(physical_id, ()))))
+            if level is not device.health or codes != device.faults:
+                self._devices[physical_id] = replace(device, health=level, faults=codes)
             # A sample of a device whose node is gone is no evidence of health: recovery counts from
             # its return.
-            self._trackers[physical_id].observe(level.healthy and physical_id not in self._node_missing)
+            healthy = self._trackers[physical_id].observe(level.healthy and physical_id not in self._node_missing)
+            if healthy == level.healthy and physical_id not in self._node_missing:
+                self._shown[physical_id] = (level, codes)
         self._publish()
 
     def set_present(self, physical_id: int, present: bool) -> None:
@@ -158,7 +174,7 @@ class Inventory:
             self._node_missing.discard(physical_id)
         else:
             self._node_missing.add(physical_id)
-            self._trackers[physical_id].force_unhealthy()
+            self._force_unhealthy(physical_id)
         self._publish()
 
     def update_devices(self, devices: Iterable[Device]) -> None:
@@ -166,7 +182,8 @@ class Inventory:
         fresh = {d.physical_id: d for d in devices}
         for physical_id, device in fresh.items():
             if physical_id in self._devices:
-                self._devices[physical_id] = replace(device, health=self._devices[physical_id].health)
+                known = self._devices[physical_id]
+                self._devices[physical_id] = replace(device, health=known.health, faults=known.faults)
             else:
                 self._add(device)
                 self._desired[physical_id] = self._owners[physical_id]
@@ -177,9 +194,14 @@ class Inventory:
                     extra={"device": device_key([physical_id])},
                 )
         for physical_id in self._devices.keys() - fresh.keys() - self._undiscovered:
-            self._trackers[physical_id].force_unhealthy()
+            self._force_unhealthy(physical_id)
         self._undiscovered = self._devices.keys() - fresh.keys()
         self._publish()
+
+    def _force_unhealthy(self, physical_id: int) -> None:
+        """The device is gone: unhealthy at once, its level unknown."""
+        self._trackers[physical_id].force_unhealthy()
+        self._shown[physical_id] = (Health.UNKNOWN, ())
 
     def desired_owners(self) -> dict[int, Owner]:
         """The partition: the owner each device should have once nothing holds it elsewhere."""
@@ -199,6 +221,8 @@ class Inventory:
                 and physical_id not in self._node_missing | self._undiscovered,
                 owner=self._owners[physical_id],
                 draining=self._owners[physical_id] is not self._desired.get(physical_id, self._owners[physical_id]),
+                level=self._shown[physical_id][0],
+                faults=self._shown[physical_id][1],
             )
             for physical_id in sorted(self._devices)
         )

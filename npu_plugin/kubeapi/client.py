@@ -54,6 +54,8 @@ NODE = "/api/v1/nodes/{name}"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 SLICE = "/apis/resource.k8s.io/v1/resourceslices/{name}"
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+CLAIM_STATUS = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status"
+APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is YAML too
 
 
 def connect(
@@ -140,6 +142,7 @@ class KubeClient:
         params: Mapping[str, str] | None = None,
         query: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
         timeout: float = REQUEST_TIMEOUT,
         stream: bool = False,
     ) -> Any:
@@ -148,7 +151,13 @@ class KubeClient:
         data = None if body is None else json.dumps(body).encode()
         try:
             response = self._transport.request(
-                method, path_of(path, params or {}), query=query, body=data, timeout=timeout, stream=stream
+                method,
+                path_of(path, params or {}),
+                query=query,
+                body=data,
+                content_type=content_type,
+                timeout=timeout,
+                stream=stream,
             )
             if not 200 <= response.status < 300:
                 detail = response.read() if stream else response.data
@@ -242,6 +251,17 @@ class KubeClient:
         action = f"get resourceclaim {namespace}/{name}"
         status, data = self._json(action, "GET", CLAIM, params={"namespace": namespace, "name": name})
         return checked_response(action, status, lambda: parse_claim(data))
+
+    def apply_claim_status(self, namespace: str, name: str, body: Mapping[str, Any], *, field_manager: str) -> None:
+        self._request(
+            f"apply resourceclaim {namespace}/{name} status",
+            "PATCH",
+            CLAIM_STATUS,
+            params={"namespace": namespace, "name": name},
+            query={"fieldManager": field_manager, "force": "true"},
+            body=body,
+            content_type=APPLY_PATCH,
+        )
 
     def close(self) -> None:
         self._transport.close()

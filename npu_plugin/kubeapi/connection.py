@@ -172,6 +172,7 @@ class Transport:
         *,
         query: Mapping[str, str] | None = None,
         body: bytes | None = None,
+        content_type: str = "application/json",
         timeout: float,
         stream: bool = False,
     ) -> urllib3.BaseHTTPResponse:
@@ -179,7 +180,7 @@ class Transport:
         server cannot be reached or the connection breaks."""
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         if (authorization := self._authorization()) is not None:
             headers["Authorization"] = authorization
         url = self.server + path + (f"?{urlencode(query)}" if query else "")

@@ -7,9 +7,9 @@ sees them, so the fields declared required here are present with the declared ty
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, NotRequired, Protocol, TypedDict
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
 WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
@@ -179,5 +179,10 @@ class KubeApi(Protocol):
         ...
 
     def get_claim(self, namespace: str, name: str) -> ResourceClaim: ...
+
+    def apply_claim_status(self, namespace: str, name: str, body: Mapping[str, Any], *, field_manager: str) -> None:
+        """Server-side apply of `body` (an apply configuration) to the claim's status subresource,
+        as `field_manager`, forcing conflicts."""
+        ...
 
     def close(self) -> None: ...

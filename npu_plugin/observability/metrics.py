@@ -46,6 +46,8 @@ LATENCY_BUCKETS = (
 HEALTH_LABELS = ("healthy", "unhealthy")
 APIS = ("device-plugin", "dra")
 PUBLISH_RESULTS = ("success", "error")
+# refused: the API server denied the permission (RBAC, or from 1.36 resourceclaims/driver).
+CLAIM_STATUS_RESULTS = ("success", "refused", "error")
 VnpuOp = Literal["create", "destroy"]
 # refused: the driver answered with a refusal code (no resources, id in use, wrong mode); error:
 # anything else.
@@ -71,6 +73,12 @@ class Metrics:
         self.prepared_claims = Gauge("npu_plugin_prepared_claims", "ResourceClaims prepared on this node", registry=r)
         self.slice_publish = Counter(
             "npu_plugin_slice_publish", "ResourceSlice publish attempts", ["result"], registry=r
+        )
+        self.claim_status_writes = Counter(
+            "npu_plugin_claim_status_writes",
+            "--claim-status writes (apply at Prepare, removal at Unprepare) by result",
+            ["result"],
+            registry=r,
         )
         self.registrations = Counter(
             "npu_plugin_registrations", "Successful registrations with the kubelet", ["api"], registry=r
@@ -113,6 +121,8 @@ class Metrics:
                 self.vnpu_operations.labels(op, result)
         for result in PUBLISH_RESULTS:
             self.slice_publish.labels(result)
+        for result in CLAIM_STATUS_RESULTS:
+            self.claim_status_writes.labels(result)
         for api in APIS:
             self.registrations.labels(api)
         for owner in Owner:

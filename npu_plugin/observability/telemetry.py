@@ -81,6 +81,10 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.slice_publish.labels(result).inc()
 
+    def claim_status(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.claim_status_writes.labels(result).inc()
+
     def registered(self, api: str, registered: bool) -> None:
         if self.health is not None:
             self.health.set_registered(api, registered)

@@ -53,11 +53,12 @@ class FakeKubeAPI:
         watch_timeout_seconds: float = 1800.0,
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
+        device_taints: bool | None = None,
     ) -> None:
-        """`partitionable_devices`: the DRAPartitionableDevices gate; None is the version's default
-        (on from 1.36)."""
+        """`partitionable_devices` and `device_taints`: the DRAPartitionableDevices and
+        DRADeviceTaints gates; None is the version's default (on from 1.36)."""
         self._host, self._port = host, port
-        self._cluster = Cluster(kubernetes_minor, partitionable_devices)
+        self._cluster = Cluster(kubernetes_minor, partitionable_devices, device_taints)
         self._store = Store(history_limit)
         self._registry = self._make_registry(self._store)
         self._watch_timeout = watch_timeout_seconds
@@ -126,16 +127,16 @@ class FakeKubeAPI:
     def scheme(self) -> str:
         return "http"
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> None:
+    def write_kubeconfig(self, path: str | os.PathLike[str], token: str | None = None) -> None:
         """A kubeconfig (JSON, which is YAML) pointing at this server over plain http, without
-        credentials."""
+        credentials or with a bearer `token`."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "current-context": "fake",
             "preferences": {},
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {}}],
+            "users": [{"name": "fake", "user": {"token": token} if token else {}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}],
         }
         Path(path).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -173,15 +174,18 @@ class FakeKubeAPI:
             raise KeyError(f"{resolved.kind} {name!r} not found") from err
 
     # ---- the cluster's version and gate (changes apply to the next request)
-    def set_kubernetes_version(self, minor: int, partitionable_devices: bool | None = None) -> None:
-        """Serve as Kubernetes 1.<minor> (34, 35, 36), the gate as given or the version's default. A
+    def set_kubernetes_version(
+        self, minor: int, partitionable_devices: bool | None = None, device_taints: bool | None = None
+    ) -> None:
+        """Serve as Kubernetes 1.<minor> (34 to 37), the gates as given or the version's default. A
         running server restarts on the same port, as an upgrade (or a feature gate changed) restarts
         kube-apiserver: open connections and watches end."""
-        checked = Cluster(minor, partitionable_devices)
+        checked = Cluster(minor, partitionable_devices, device_taints)
         running = self._server is not None
         if running:
             self.stop()
         self._cluster.minor, self._cluster.partitionable_gate = checked.minor, checked.partitionable_gate
+        self._cluster.device_taints_gate = checked.device_taints_gate
         if running:
             self.start()
 

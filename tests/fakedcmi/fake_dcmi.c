@@ -10,6 +10,7 @@
  *   card 0 dev 0 logic 0 phy 3 chip 910B3 health 0 hbm_mb 65536 ddr_mb 0 aicore 20 bus 0000:C1:00.0
  *   # chip: the v1 chip_name; npu_name: the v2 call's model; board: dcmi_get_device_board_info's board_id
  *   card 2 dev 1 logic 5 phy 5 chip Ascend910 npu_name Ascend910_9392 board 0xb0
+ *   card 0 dev 1 logic 1 phy 1 chip 910B3 health 2 faults 0x80E01801,0x80E18402   # dcmi_get_device_errorcode_v2
  *   driver 24.1.rc2                      # dcmi_get_driver_version (no line: NOT_SUPPORT)
  *   topo_group 3 0 1 2 3 4 5 6 7         # DCMI topo type for every pair of these physical ids
  *   topo_default 1                       # type for pairs in no group (no topo line: NOT_SUPPORT)
@@ -66,6 +67,7 @@
 #define DCMI_SOC_SPLIT_MAX 32
 #define FAKE_MAX_TEMPLATES 16
 #define FAKE_MAX_VNPUS 256
+#define FAKE_MAX_FAULTS 160 /* more than the 128 a caller's list holds, to test the cut */
 #define FAKE_DESTROY_ALL 0xFFFF
 #define FAKE_ANY_ID 0xFFFFFFFFu
 
@@ -233,6 +235,8 @@ struct fake_dev {
     int has_hbm, has_ddr, has_bus;
     unsigned int aicore;
     unsigned int domain, bus, devno, func;
+    unsigned int faults[FAKE_MAX_FAULTS];
+    int nfaults;
 };
 
 struct fake_fail {
@@ -299,6 +303,33 @@ static int parse_bus(const char *text, struct fake_dev *d)
     return 0;
 }
 
+/* "0x80E01801,0x80E18402" (or "none"); "many:N" makes N codes 0x80E00000.. for the list-length cut. */
+static int parse_faults(const char *text, struct fake_dev *d)
+{
+    char copy[FAKE_LINE_LEN];
+    char *item, *save = NULL;
+
+    d->nfaults = 0;
+    if (strncmp(text, "many:", 5) == 0) {
+        int n = atoi(text + 5);
+        for (int i = 0; i < n && i < FAKE_MAX_FAULTS; i++) {
+            d->faults[d->nfaults++] = 0x80E00000u + (unsigned int)i;
+        }
+        return 0;
+    }
+    if (strcmp(text, "none") == 0) {
+        return 0;
+    }
+    snprintf(copy, sizeof(copy), "%s", text);
+    for (item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        if (d->nfaults >= FAKE_MAX_FAULTS) {
+            return -1;
+        }
+        d->faults[d->nfaults++] = (unsigned int)strtoul(item, NULL, 0);
+    }
+    return 0;
+}
+
 static int parse_dev_pair(struct fake_dev *d, const char *key, const char *val)
 {
     if (strcmp(key, "card") == 0) { d->card = atoi(val); return 0; }
@@ -310,6 +341,7 @@ static int parse_dev_pair(struct fake_dev *d, const char *key, const char *val)
     if (strcmp(key, "hbm_mb") == 0) { d->hbm_mb = strtoull(val, NULL, 0); d->has_hbm = 1; return 0; }
     if (strcmp(key, "ddr_mb") == 0) { d->ddr_mb = strtoull(val, NULL, 0); d->has_ddr = 1; return 0; }
     if (strcmp(key, "bus") == 0) { return parse_bus(val, d); }
+    if (strcmp(key, "faults") == 0) { return parse_faults(val, d); }
     if (strcmp(key, "board") == 0) { d->board = (unsigned int)strtoul(val, NULL, 0); d->has_board = 1; return 0; }
     if (strcmp(key, "chip") == 0) {
         snprintf(d->chip, sizeof(d->chip), "%s", val);
@@ -731,6 +763,25 @@ int dcmi_get_device_health(int card_id, int device_id, unsigned int *health)
         *health = d->health;
     }
     return ret;
+}
+
+/* As the driver: the device's fault codes, at most list_len of them, and how many were written. */
+int dcmi_get_device_errorcode_v2(int card_id, int device_id, int *error_count, unsigned int *error_code_list,
+                                 unsigned int list_len)
+{
+    const struct fake_dev *d;
+    int ret = enter_dev("dcmi_get_device_errorcode_v2", card_id, device_id, &d);
+    int n;
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    n = d->nfaults < (int)list_len ? d->nfaults : (int)list_len;
+    for (int i = 0; i < n; i++) {
+        error_code_list[i] = d->faults[i];
+    }
+    *error_count = n;
+    return DCMI_OK;
 }
 
 /* The fields dcmi_chip_info and dcmi_chip_info_v2 share. */

@@ -89,14 +89,22 @@ def test_both_backends_see_the_same_a3_host(
     dcmi.close()
 
 
-def test_both_backends_sample_the_same_health(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> None:
-    host = atlas_a3_container()
+def _discovered(
+    host: FakeHost, fake_builds: dict[str, Path], config_path: Path, tmp_path: Path
+) -> tuple[DcmiBackend, NpuSmiBackend]:
+    """Both backends over `host`, each having discovered it."""
     host.write(config_path)
     npu_smi = npu_smi_for(tmp_path / "npu-smi", host)
     dcmi = DcmiBackend(_library(fake_builds, tmp_path / "lib"), driver_version_file=tmp_path / "absent")
     smi = NpuSmiBackend(str(npu_smi))
     dcmi.discover()
     smi.discover()
+    return dcmi, smi
+
+
+def test_both_backends_sample_the_same_health(fake_builds: dict[str, Path], config_path: Path, tmp_path: Path) -> None:
+    host = atlas_a3_container()
+    dcmi, smi = _discovered(host, fake_builds, config_path, tmp_path)
 
     for phy, code in ((5, 1), (6, 2), (9, 3), (11, 0xFFFFFFFF)):
         host.die(phy).health = code
@@ -106,6 +114,18 @@ def test_both_backends_sample_the_same_health(fake_builds: dict[str, Path], conf
     expected = dict.fromkeys(range(4, 12), Health.OK)
     expected |= {5: Health.WARNING, 6: Health.ALARM, 9: Health.CRITICAL, 11: Health.UNKNOWN}
     assert dcmi.sample() == smi.sample() == expected
+    dcmi.close()
+
+
+def test_both_backends_read_the_same_fault_codes(
+    fake_builds: dict[str, Path], config_path: Path, tmp_path: Path
+) -> None:
+    host = atlas_a3_container()
+    host.die(6).health, host.die(6).faults = 2, "0x80E18402,0x80E01801"
+    host.die(9).health, host.die(9).faults = 3, "0x81078603"
+    dcmi, smi = _discovered(host, fake_builds, config_path, tmp_path)
+    expected = {6: (0x80E01801, 0x80E18402), 9: (0x81078603,)}
+    assert dcmi.fault_codes([5, 6, 9]) == smi.fault_codes([5, 6, 9]) == expected
     dcmi.close()
 
 

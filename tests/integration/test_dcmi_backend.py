@@ -9,6 +9,7 @@ import logging
 import re
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -415,3 +416,17 @@ def test_a_host_without_npus_is_a_backend_error(open_host: Opener) -> None:
         backend.discover()
     assert backend.sample() == {}
     assert backend.hccs_peers() == {}
+
+
+def test_fault_codes_come_from_dcmi_get_device_errorcode_v2(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    first, second, third = host.dies[0].phy, host.dies[1].phy, host.dies[2].phy
+    host.dies[0] = replace(host.dies[0], health=2, faults="0x80E18402,0x80E01801,0x80E01801")
+    host.dies[1] = replace(host.dies[1], health=3, faults="many:140")  # more than the caller's list holds
+    host.fails.append(f"dcmi_get_device_errorcode_v2 card {host.dies[2].card} dev 0 -8001")
+    backend = open_host(host)
+    backend.discover()
+    codes = backend.fault_codes([first, second, third, 99])
+    assert codes[first] == (0x80E01801, 0x80E18402)
+    assert codes[second] == tuple(range(0x80E00000, 0x80E00000 + abi.ERROR_CODE_MAX_COUNT))
+    assert third not in codes and 99 not in codes  # the call failed; no such die

@@ -106,14 +106,15 @@ def test_300_devices_are_chunked_at_128(workspace: Workspace, fake_api: FakeKube
 
 
 def test_taints_halve_the_chunk_size(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
+    fake_api.set_kubernetes_version(34, device_taints=True)
     write_inventory(workspace.inventory, with_health(many_devices(300), {7}))
     launch_daemon(*dra_args(workspace, "--unhealthy-policy", "taint"))
     slices = settled(fake_api, [f"npu-{i}" for i in range(300)])
     assert [len(s["spec"]["devices"]) for s in slices] == [64, 64, 64, 64, 44]
     tainted = {d["name"]: d["taints"] for s in slices for d in s["spec"]["devices"] if d.get("taints")}
     assert list(tainted) == ["npu-7"]
-    assert [{k: t[k] for k in ("key", "effect")} for t in tainted["npu-7"]] == [
-        {"key": "npu.huawei.com/unhealthy", "effect": "NoSchedule"}
+    assert [{k: t[k] for k in ("key", "value", "effect")} for t in tainted["npu-7"]] == [
+        {"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}
     ]
 
 
@@ -188,6 +189,7 @@ def test_health_fault_and_recovery_reconcile_with_a_generation_bump(
 def test_taint_policy_keeps_an_unhealthy_device_with_a_taint(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
+    fake_api.set_kubernetes_version(34, device_taints=True)
     launch_daemon(*dra_args(workspace, "--unhealthy-policy", "taint"))
     everything = [f"npu-{i}" for i in range(8)]
     settled(fake_api, everything)
@@ -313,4 +315,5 @@ def test_inventory_command_honours_the_unhealthy_policy(tmp_path: Path, policy: 
     if policy == "remove":
         assert "npu-2" not in devices and len(devices) == 7
     else:
-        assert devices["npu-2"]["taints"] == [{"key": "npu.huawei.com/unhealthy", "effect": "NoSchedule"}]
+        health = {"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}
+        assert devices["npu-2"]["taints"] == [health]

@@ -42,7 +42,7 @@ class Kube:
 
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
+    with FakeKubeAPI(device_taints=True) as server:  # 1.34 with its alpha DRADeviceTaints on
         server.add_node(NODE)
         yield server
 
@@ -390,7 +390,7 @@ def _taint(**taint: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
-TAINT = {"key": "npu.huawei.com/unhealthy", "effect": "NoSchedule"}
+TAINT = {"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}
 INVALID_SLICES = {
     "129 devices": (_with(lambda b: None, devices=129), "spec.devices", "FieldValueTooMany"),
     "65 devices, one tainted": (
@@ -535,9 +535,9 @@ def test_invalid_slice_is_422_with_field_cause(api: FakeKubeAPI, kube: Kube, cas
                 b, **{"resource.kubernetes.io/pciBusID": {"string": "0000:c1:00.0"}, "v": {"version": "1.2.3-rc.1"}}
             )
         ),
-        _with(_taint(key="npu.huawei.com/unhealthy", value="hbm", effect="None")),
+        _with(_taint(key="npu.huawei.com/fault", value="v" * 63, effect="NoExecute")),
     ],
-    ids=["128 devices", "64 tainted devices", "32 attributes and capacities", "qualified names", "taint effect None"],
+    ids=["128 devices", "64 tainted devices", "32 attributes and capacities", "qualified names", "taint value 63"],
 )
 def test_limits_are_inclusive(kube: Kube, body: dict[str, Any]) -> None:
     kube.resource.create_resource_slice(body)

@@ -86,6 +86,12 @@ def _one(objs: tuple[Obj, ...] | list[Obj], kind: str) -> Obj:
     return found[0]
 
 
+def _named(objs: tuple[Obj, ...] | list[Obj], kind: str, name: str) -> Obj:
+    found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
 def daemonset(mode: str) -> Obj:
     return _one(build(mode), "DaemonSet")
 
@@ -361,7 +367,11 @@ def test_clusterrole_is_least_privilege() -> None:
     """The verbs themselves are derived from the code in test_deploy_contract.py."""
     role = _one(build("dra"), "ClusterRole")
     assert {group for group, _, _ in _rules(role)} == {"", "resource.k8s.io"}
-    assert not any("resourceNames" in r or "nonResourceURLs" in r for r in role["rules"])
+    assert not any("nonResourceURLs" in r for r in role["rules"])
+    # Only the synthetic status permission is named, and after our driver alone.
+    assert [(r["resources"], r["resourceNames"]) for r in role["rules"] if "resourceNames" in r] == [
+        (["resourceclaims/driver"], [DRIVER])
+    ]
     binding = _one(build("dra"), "ClusterRoleBinding")
     sa = _one(build("dra"), "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -373,8 +383,8 @@ def test_clusterrole_is_least_privilege() -> None:
 def test_admission_policy_pins_slices_to_the_token_node() -> None:
     objs = build("dra")
     sa = _one(objs, "ServiceAccount")["metadata"]
-    policy = _one(objs, "ValidatingAdmissionPolicy")
-    binding = _one(objs, "ValidatingAdmissionPolicyBinding")
+    policy = _named(objs, "ValidatingAdmissionPolicy", "npu-plugin-resourceslices")
+    binding = _named(objs, "ValidatingAdmissionPolicyBinding", "npu-plugin-resourceslices")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     spec = policy["spec"]
@@ -387,6 +397,23 @@ def test_admission_policy_pins_slices_to_the_token_node() -> None:
     text = yaml.safe_dump(spec)
     assert "authentication.kubernetes.io/node-name" in text
     assert "nodeName" in text and "oldObject" in text
+
+
+def test_claim_status_policy_pins_status_writes_to_the_token_node_and_our_driver() -> None:
+    objs = build("dra")
+    sa = _one(objs, "ServiceAccount")["metadata"]
+    policy = _named(objs, "ValidatingAdmissionPolicy", "npu-plugin-claim-status")
+    binding = _named(objs, "ValidatingAdmissionPolicyBinding", "npu-plugin-claim-status")
+    assert binding["spec"] == {"policyName": "npu-plugin-claim-status", "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["resources"], rule["operations"]) == (["resourceclaims/status"], ["UPDATE"])
+    (condition,) = spec["matchConditions"]
+    assert f'"system:serviceaccount:{sa["namespace"]}:{sa["name"]}"' in condition["expression"]
+    text = yaml.safe_dump(spec)
+    for needed in ("authentication.kubernetes.io/node-name", "metadata.name", f"d.driver != '{DRIVER}'", "allocation"):
+        assert needed in text, needed
 
 
 def test_namespace_admits_privileged_pods() -> None:

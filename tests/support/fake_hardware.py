@@ -27,6 +27,7 @@ case "$*" in
   "info -t vnpu-mode") name=vnpu-mode ;;
   "info -t template-info -i "*) name="template-info-$5" ;;
   "info -t info-vnpu -i "*" -c "*) name="info-vnpu-$5-$7" ;;
+  "info -t health -i "*" -c "*) name="health-$5-$7" ;;
   "set -t create-vnpu "*|"set -t destroy-vnpu "*) name=$3; echo "$*" >> "$dir/set.log" ;;
   *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
 esac
@@ -70,11 +71,18 @@ class FakeDie:
     bus: str | None = None
     npu_name: str | None = None
     board: int | None = None
+    faults: str | None = None  # "0x80E01801,0x80E18402", or "many:N" for N codes
 
     def line(self) -> str:
         words = [f"card {self.card} dev {self.dev} logic {self.logic} phy {self.phy} chip {self.chip}"]
         words.append(f"health {self.health} aicore {self.aicore}")
-        optional = {"hbm_mb": self.hbm_mb, "ddr_mb": self.ddr_mb, "bus": self.bus, "npu_name": self.npu_name}
+        optional = {
+            "hbm_mb": self.hbm_mb,
+            "ddr_mb": self.ddr_mb,
+            "bus": self.bus,
+            "npu_name": self.npu_name,
+            "faults": self.faults,
+        }
         words += [f"{key} {value}" for key, value in optional.items() if value is not None]
         if self.board is not None:
             words.append(f"board {self.board:#x}")
@@ -294,6 +302,15 @@ def npu_smi_info_vnpu(host: FakeHost, phy: int) -> str:
     return "\n".join([*lines, rule]) + "\n"
 
 
+def npu_smi_health(die: FakeDie) -> str:
+    """`npu-smi info -t health -i <card> -c <chip>` of a die: its level and fault codes."""
+    codes = "NA"
+    if die.faults and not die.faults.startswith("many:"):
+        codes = " ".join(f"{int(code, 0):08X}" for code in die.faults.split(","))
+    level = _HEALTH_WORDS.get(die.health, "UNKNOWN")
+    return f"\t{'Health Status':<30} : {level}\n\t{'Error Code':<30} : {codes}\n\t{'Error Information':<30} : NA\n"
+
+
 def npu_smi_for(directory: Path, host: FakeHost) -> Path:
     """A fake npu-smi printing `host`, the host the fake libdcmi.so simulates from the same
     FakeHost."""
@@ -301,6 +318,8 @@ def npu_smi_for(directory: Path, host: FakeHost) -> Path:
     (directory / "info.txt").write_text(npu_smi_info(host))
     (directory / "mapping.txt").write_text(npu_smi_mapping(host))
     (directory / "topo.txt").write_text(npu_smi_topology(host))
+    for die in host.dies:
+        (directory / f"health-{die.card}-{die.dev}.txt").write_text(npu_smi_health(die))
     if host.vnpu_mode is not None:
         (directory / "vnpu-mode.txt").write_text(f"\t{'vnpu-mode':<30} : {('docker', 'VM')[host.vnpu_mode]}\n")
     for phy in host.vnpu_totals:

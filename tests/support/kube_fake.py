@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import partial
+from typing import Any
 
 from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi.protocol import (
@@ -43,6 +44,7 @@ class InMemoryKube:
         self._at_once = 0
         self._closed = False
         self.calls: Counter[str] = Counter()
+        self.claim_statuses: dict[tuple[str, str], dict[str, Any]] = {}
 
     # ---- set-up and faults
     def add_node(self, name: str, uid: str = "node-uid") -> None:
@@ -152,9 +154,11 @@ class InMemoryKube:
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:
         self._enter("create_slice")
-        if dry_run:  # answered as an API server with DRAPartitionableDevices off: stored nothing, no counters
+        if dry_run:  # answered as Kubernetes 1.34 with its alpha gates off: no counters, no taints
             spec = copy.deepcopy(body["spec"])
             spec.pop("sharedCounters", None)
+            for device in spec.get("devices") or []:
+                device.pop("taints", None)
             return {"metadata": {"name": body["metadata"].get("generateName", "slice-") + "dry"}, "spec": spec}
         with self._cond:
             meta = copy.deepcopy(body["metadata"])
@@ -190,6 +194,12 @@ class InMemoryKube:
         if (namespace, name) not in self._claims:
             raise KubeApiError(f"get resourceclaim {namespace}/{name}", 404, "not found")
         return copy.deepcopy(self._claims[(namespace, name)])
+
+    def apply_claim_status(self, namespace: str, name: str, body: Mapping[str, Any], *, field_manager: str) -> None:
+        """Records the last apply configuration per claim in `claim_statuses`."""
+        self._enter("apply_claim_status")
+        with self._cond:
+            self.claim_statuses[(namespace, name)] = copy.deepcopy(dict(body))
 
     def close(self) -> None:
         with self._cond:

@@ -265,6 +265,7 @@ SIGNATURES: dict[str, list[type]] = {
     "dcmi_get_device_logic_id": [_INT_P, _INT, _INT],
     "dcmi_get_device_phyid_from_logicid": [ctypes.c_uint, _UINT_P],
     "dcmi_get_device_health": [_INT, _INT, _UINT_P],
+    "dcmi_get_device_errorcode_v2": [_INT, _INT, _INT_P, _UINT_P, ctypes.c_uint],
     "dcmi_get_device_chip_info": [_INT, _INT, ctypes.POINTER(ChipInfo)],
     "dcmi_get_device_chip_info_v2": [_INT, _INT, ctypes.POINTER(ChipInfoV2)],
     "dcmi_get_device_board_info": [_INT, _INT, ctypes.POINTER(BoardInfo)],
@@ -288,6 +289,10 @@ REQUIRED_CALLS = (
     "dcmi_get_device_phyid_from_logicid",
     "dcmi_get_device_health",
 )
+
+
+# The driver keeps at most 128 fault codes per device (DCMI_ERROR_CODE_MAX_COUNT).
+ERROR_CODE_MAX_COUNT = 128
 
 
 def health_from_code(code: int) -> Health:

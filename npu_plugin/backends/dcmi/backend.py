@@ -152,6 +152,34 @@ class DcmiBackend:
         finally:
             self._lock.release()
 
+    def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        """dcmi_get_device_errorcode_v2 for these dies; a die whose call fails (or a library
+        without the call, or one busy past the lock timeout) is left out. Never raises."""
+        wanted = set(physical_ids)
+        if not self._acquire():
+            self._busy()
+            return {}
+        try:
+            if self._closed:
+                return {}
+            found = {
+                slot.physical_id: self._fault_codes(slot) for slot in self._known_slots() if slot.physical_id in wanted
+            }
+            return {physical_id: codes for physical_id, codes in found.items() if codes}
+        finally:
+            self._lock.release()
+
+    def _fault_codes(self, slot: _Slot) -> tuple[int, ...]:
+        count = ctypes.c_int()
+        codes = (ctypes.c_uint * abi.ERROR_CODE_MAX_COUNT)()
+        call = "dcmi_get_device_errorcode_v2"
+        code = self._call(call, slot.card_id, slot.device_index, ctypes.byref(count), codes, abi.ERROR_CODE_MAX_COUNT)
+        if code != driver_codes.OK:
+            if code != driver_codes.NOT_SUPPORT:
+                log.debug("DCMI %s failed for %s with error code %d", call, slot, code, extra=_about(slot))
+            return ()
+        return tuple(sorted(set(codes[: max(0, min(count.value, abi.ERROR_CODE_MAX_COUNT))])))
+
     def hccs_peers(self) -> dict[int, frozenset[int]]:
         """HCCS (or SIO) peers per physical id, for devices the driver answered about; {} when
         unsupported."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,6 +98,10 @@ class FakeBackend:
     def sample(self) -> dict[int, Health]:
         devices = self._last_good.devices if self._last_good is not None else []
         return {d.physical_id: d.health for d in devices}
+
+    def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        devices = {d.physical_id: d for d in (self._last_good.devices if self._last_good is not None else [])}
+        return {i: devices[i].faults for i in physical_ids if i in devices and devices[i].faults}
 
     # ---- VnpuBackend
 

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from npu_plugin.ascend.device import DEVICE_TYPES, Device, Health, device_type_for_chip
+from npu_plugin.ascend.device import DEVICE_TYPES, Device, Health, device_type_for_chip, parse_fault_code
 from npu_plugin.ascend.topology import derive_topology_group
 from npu_plugin.ascend.vnpu import (
     AICORE,
@@ -45,6 +45,7 @@ _FIELDS = (
     "topologyGroup",
     "driverVersion",
     "health",
+    "faultCodes",
     "vnpu",
 )
 _VNPU_FIELDS = ("mode", "dynamic", "idRange", "resources", "templates", "existing")
@@ -164,6 +165,12 @@ def _health(value: Any) -> Health:
     return Health.parse(str(value))
 
 
+def _fault_codes(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of fault codes, got {value!r}")
+    return tuple(sorted({parse_fault_code(code) for code in value}))
+
+
 def _device(entry: _Entry) -> Device:
     physical_id = entry.get("physicalId", _non_negative_int, required=True)
     chip_name = entry.get("chipName", _text, required=True)
@@ -191,6 +198,7 @@ def _device(entry: _Entry) -> Device:
         ),
         driver_version=entry.get("driverVersion", _text),
         health=entry.get("health", _health, default=Health.OK),
+        faults=entry.get("faultCodes", _fault_codes, default=()),
     )
 
 
@@ -362,6 +370,7 @@ def device_record(device: Device) -> dict[str, Any]:
         "topologyGroup": device.topology_group,
         "driverVersion": device.driver_version,
         "health": device.health.value,
+        "faultCodes": list(device.faults) or None,
     }
     return {key: value for key, value in record.items() if value is not None and value != ""}
 

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from npu_plugin.ascend import driver_codes
@@ -27,6 +27,7 @@ from npu_plugin.backends.npusmi.parse import (
     TopologyMatrix,
     build_devices,
     hccs_peers,
+    parse_health_codes,
     parse_info,
     parse_mapping,
     parse_topology,
@@ -125,6 +126,24 @@ class NpuSmiBackend:
             self._sampling_fails = False
         health = {(row.card_id, row.chip_id): row.health for row in rows}
         return {physical: health.get(chip, Health.UNKNOWN) for chip, physical in known.items()}
+
+    def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
+        """`npu-smi info -t health -i <card> -c <chip>` for each of these devices (one run each: only
+        devices whose level is not OK are asked); a device whose run fails is left out. Never
+        raises."""
+        wanted = set(physical_ids)
+        found: dict[int, tuple[int, ...]] = {}
+        for (card, chip), physical in self._physical_ids.items():
+            if physical not in wanted:
+                continue
+            try:
+                codes = parse_health_codes(self._run("info", "-t", "health", "-i", str(card), "-c", str(chip)))
+            except BackendError as error:
+                log.debug("npu-smi fault codes of npu-%d unread: %s", physical, error, extra={"error": str(error)})
+                continue
+            if codes:
+                found[physical] = codes
+        return found
 
     def close(self) -> None:
         """Nothing to release: no npu-smi process outlives the call that started it."""

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from npu_plugin.ascend.device import Device, Health, device_type_for_chip
+from npu_plugin.ascend.device import Device, Health, device_type_for_chip, parse_fault_code
 from npu_plugin.errors import NpuSmiParseError
 
 MIB = 1024 * 1024
@@ -226,6 +226,25 @@ def _memory(cell: str, number: int, has_hbm: bool) -> int:
 
 
 # ---------------------------------------------------------------- npu-smi info -m
+
+
+def parse_health_codes(text: str) -> tuple[int, ...]:
+    """The fault codes of `npu-smi info -t health -i <card> -c <chip>`: its `Error Code : 80E01801
+    80E18402` line (codes in hex, separated by blanks or commas; `NA` or nothing: none), ascending."""
+    command = "info -t health"
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        label, colon, value = line.partition(":")
+        if not colon or " ".join(label.split()).lower() != "error code":
+            continue
+        words = value.replace(",", " ").split()
+        if not words or [w.upper() for w in words] == ["NA"]:
+            return ()
+        try:
+            return tuple(sorted({parse_fault_code(word) for word in words}))
+        except ValueError as error:
+            raise parse_error(command, number, f"{error} in {quoted_line(line)}") from None
+    raise parse_error(command, None, f"no 'Error Code : ...' line found; {output_opening(lines)}")
 
 
 def parse_mapping(text: str) -> list[MappingRow]:

@@ -1,6 +1,6 @@
 """What the API server's version and feature gates change: `/version`, whether
-DRAPartitionableDevices is on, and the ResourceSlice fields its strategy drops on write while that
-gate is off."""
+DRAPartitionableDevices and DRADeviceTaints are on, and the ResourceSlice fields the write strategy
+drops while they are off (`pkg/registry/resource/resourceslice/strategy.go` `dropDisabledFields`)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,31 @@ from typing import Any
 
 from npu_plugin.sim._fakeapi.kinds import JSON
 
-SUPPORTED_MINORS = (34, 35, 36)
+SUPPORTED_MINORS = (34, 35, 36, 37)
 PARTITIONABLE_ON_BY_DEFAULT_FROM = 36  # alpha in 1.33-1.35, beta and on by default in 1.36
+DEVICE_TAINTS_ON_BY_DEFAULT_FROM = 36  # alpha in 1.33-1.35, beta and on in 1.36, GA in 1.37
 _DEVICE_FIELDS = ("consumesCounters", "nodeName", "nodeSelector", "allNodes")
 
 
 @dataclass
 class Cluster:
-    """The server's Kubernetes minor version and the DRAPartitionableDevices gate (None: the
-    version's default)."""
+    """The server's Kubernetes minor version and the DRAPartitionableDevices and DRADeviceTaints
+    gates (None: the version's default)."""
 
     minor: int = 34
     partitionable_gate: bool | None = None
+    device_taints_gate: bool | None = None
 
     def __post_init__(self) -> None:
         if self.minor not in SUPPORTED_MINORS:
-            raise ValueError(f"Kubernetes 1.{self.minor} is not simulated (1.34, 1.35 or 1.36)")
+            shown = ", ".join(f"1.{minor}" for minor in SUPPORTED_MINORS)
+            raise ValueError(f"Kubernetes 1.{self.minor} is not simulated ({shown})")
+
+    @property
+    def device_taints(self) -> bool:
+        if self.device_taints_gate is not None:
+            return self.device_taints_gate
+        return self.minor >= DEVICE_TAINTS_ON_BY_DEFAULT_FROM
 
     @property
     def partitionable_devices(self) -> bool:
@@ -41,13 +50,17 @@ class Cluster:
         }
 
     def drop_disabled_fields(self, new: JSON, old: JSON | None) -> None:
-        """`dropDisabledDRAPartitionableDevicesFields`: with the gate off, a write loses the slice's
-        counters and per-device node selection, unless the stored object already uses them (a
-        ratchet, so an update never strips what an earlier, gate-on write stored)."""
-        if self.partitionable_devices or (old is not None and _uses_partitionable_fields(old)):
-            return
+        """`dropDisabledDRADeviceTaintsFields` and `dropDisabledDRAPartitionableDevicesFields`: with
+        a gate off, a write loses the devices' taints, or the slice's counters and per-device node
+        selection, unless the stored object already uses them (a ratchet, so an update never strips
+        what an earlier, gate-on write stored)."""
         spec = new.get("spec")
         if not isinstance(spec, dict):
+            return
+        if not self.device_taints and not (old is not None and _uses_taints(old)):
+            for device in _devices(spec):
+                device.pop("taints", None)
+        if self.partitionable_devices or (old is not None and _uses_partitionable_fields(old)):
             return
         spec.pop("sharedCounters", None)
         spec.pop("perDeviceNodeSelection", None)
@@ -59,6 +72,10 @@ class Cluster:
 def _devices(spec: JSON) -> list[dict[str, Any]]:
     devices = spec.get("devices")
     return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
+
+
+def _uses_taints(obj: JSON) -> bool:
+    return any(device.get("taints") for device in _devices(obj.get("spec") or {}))
 
 
 def _uses_partitionable_fields(obj: JSON) -> bool:

@@ -18,6 +18,7 @@ from npu_plugin.sim import fakeapi
 from npu_plugin.sim._fakeapi.registry import Registry
 from npu_plugin.sim._fakeapi.server import Context, Server
 from npu_plugin.sim._fakeapi.store import Store
+from tests.support.fakeapi.authz import Caller
 from tests.support.fakeapi.faults import Faults, RawAnswer, RecordedRequest, RequestLog, most_at_once
 from tests.support.fakeapi.registry import FullRegistry
 from tests.support.fakeapi.server import FullContext, FullHandler
@@ -40,6 +41,7 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         watch_timeout_seconds: float = 1800.0,
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
+        device_taints: bool | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which
@@ -56,6 +58,7 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
             watch_timeout_seconds=watch_timeout_seconds,
             kubernetes_minor=kubernetes_minor,
             partitionable_devices=partitionable_devices,
+            device_taints=device_taints,
         )
 
     def _make_registry(self, store: Store) -> Registry:
@@ -74,6 +77,13 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
     @property
     def scheme(self) -> str:
         return "http" if self._tls is None else "https"
+
+    # ---- authorization
+    def authorize_as(self, caller: Caller | None) -> None:
+        """Check every request that carries `caller`'s token as RBAC would (and, from 1.36, the
+        per-driver claim status check); None: allow everything (the default)."""
+        assert isinstance(self._registry, FullRegistry)
+        self._registry.authorizer.caller = caller
 
     # ---- faults
     def fail_next(self, n: int, status: int = 500, path_contains: str = "") -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from npu_plugin.sim._fakeapi.kinds import Kind
 from npu_plugin.sim._fakeapi.routes import parse_route
 
 
@@ -57,6 +58,14 @@ def verb_of(method: str, path: str, query: Mapping[str, str]) -> str:
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
+def denial(user: str, kind: Kind, *, verb: str, resource: str, namespace: str, name: str) -> str:
+    """The RBAC authorizer's refusal as a Forbidden Status words it; `resource` may name a
+    subresource (`resourceclaims/status`) or a synthetic one (`resourceclaims/driver`)."""
+    what = f'{kind.qualified_resource} "{name}"' if name else kind.qualified_resource
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    return f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{kind.group}" {scope}'
+
+
 def forbidden(verb: str, path: str, user: str) -> dict[str, Any] | None:
     """The 403 `Status` RBAC answers when `user` may not `verb` what `path` addresses, worded as
     the API server words it; None for a path that is no resource."""
@@ -64,11 +73,8 @@ def forbidden(verb: str, path: str, user: str) -> dict[str, Any] | None:
     if route is None:
         return None
     kind = route.kind
-    what = f'{kind.qualified_resource} "{route.name}"' if route.name else kind.qualified_resource
-    scope = f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
-    message = (
-        f'{what} is forbidden: User "{user}" cannot {verb} resource "{kind.plural}" in API group "{kind.group}" {scope}'
-    )
+    resource = f"{kind.plural}/{route.subresource}" if route.subresource else kind.plural
+    message = denial(user, kind, verb=verb, resource=resource, namespace=route.namespace or "", name=route.name or "")
     details: dict[str, Any] = {"kind": kind.plural} | ({"group": kind.group} if kind.group else {})
     if route.name:
         details["name"] = route.name

@@ -14,6 +14,7 @@ from npu_plugin.sim._fakeapi.routes import Route, parse_route
 from npu_plugin.sim._fakeapi.server import Context, Handler
 from npu_plugin.sim._fakeapi.status import ApiError, conflict, status_object
 from tests.support.fakeapi import patch as patches
+from tests.support.fakeapi.authz import check_request
 from tests.support.fakeapi.faults import (
     Faults,
     RawAnswer,
@@ -106,7 +107,18 @@ class FullHandler(Handler):
         if (answer := faults.take_answer(request)) is not None:
             self._send_raw(answer)
             return False
+        self._authorize()
         return True
+
+    def _authorize(self) -> None:
+        """403 unless the caller set with `authorize_as` may make this request (RBAC)."""
+        registry = self._context.registry
+        assert isinstance(registry, FullRegistry)
+        caller = registry.authorizer.act_for(self.headers.get("Authorization"))
+        route = parse_route(self._path)
+        if route is None or caller is None:
+            return
+        check_request(caller, verb_of(self._method, self._path, self._query), self._path)
 
     def record(self, status: int) -> None:
         context = self._context
@@ -190,6 +202,7 @@ class FullHandler(Handler):
             content_type=content_type,
             field_validation=self._field_validation,
             subresource=route.subresource,
+            field_manager=self._query.get("fieldManager", ""),
         )
         self._send_json(200, obj, warnings)
 

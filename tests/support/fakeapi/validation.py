@@ -8,6 +8,7 @@ JSON types.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH = 64
 DEVICE_TAINTS_MAX_LENGTH = 16
 DRIVER_NAME_MAX_LENGTH = 63
 DEVICE_TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+NONE_EFFECT_FROM_MINOR = 35  # `None` joined the effects in 1.35 (KEP-5055)
 _ATTRIBUTE_VALUE_FIELDS = ("bool", "int", "string", "version")
 _NODE_SELECTION = "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required"
 _DEVICE_NODE_SELECTION = (
@@ -46,6 +48,10 @@ _SEMVER = re.compile(
     r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?\Z"
 )
 IMMUTABLE = "field is immutable"
+ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS = 8
+ALLOCATED_DEVICE_STATUS_DATA_MAX_LENGTH = 10 * 1024
+CONDITION_STATUSES = ("True", "False", "Unknown")
+_CONDITION_REASON = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 
 def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[FieldError]:
@@ -60,6 +66,50 @@ def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[F
             errs += _slice_immutables(obj.get("spec", {}), old.get("spec", {}))
     elif kind is RESOURCE_CLAIMS and old is not None and obj.get("spec") != old.get("spec"):
         errs.append(invalid_value("spec", obj.get("spec"), IMMUTABLE))
+    if kind is RESOURCE_CLAIMS:
+        errs += _device_statuses(obj.get("status") or {})
+    return errs
+
+
+def _device_statuses(status: JSON) -> list[FieldError]:
+    """`validateDeviceStatus`: each entry names an allocated device, at most 8 valid conditions,
+    data of at most 10 KiB."""
+    allocated = {
+        (r.get("driver"), r.get("pool"), r.get("device"))
+        for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    }
+    errs: list[FieldError] = []
+    for i, entry in enumerate(status.get("devices") or []):
+        path = f"status.devices[{i}]"
+        device_id = (entry.get("driver"), entry.get("pool"), entry.get("device"))
+        if device_id not in allocated:
+            errs.append(
+                invalid_value(path, "/".join(str(p) for p in device_id), "must be an allocated device in the claim")
+            )
+        conditions = entry.get("conditions") or []
+        if len(conditions) > ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS:
+            errs.append(too_many(f"{path}.conditions", len(conditions), ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS))
+        for j, condition in enumerate(conditions):
+            errs += _condition(condition, f"{path}.conditions[{j}]")
+        if "data" in entry and len(json.dumps(entry["data"])) > ALLOCATED_DEVICE_STATUS_DATA_MAX_LENGTH:
+            errs.append(too_long(f"{path}.data", ALLOCATED_DEVICE_STATUS_DATA_MAX_LENGTH))
+    return errs
+
+
+def _condition(condition: JSON, path: str) -> list[FieldError]:
+    """`metav1validation.ValidateCondition`, the parts a driver can get wrong."""
+    errs: list[FieldError] = []
+    if not condition.get("type"):
+        errs.append(required(f"{path}.type", "must be set"))
+    if condition.get("status") not in CONDITION_STATUSES:
+        errs.append(not_supported(f"{path}.status", str(condition.get("status", "")), CONDITION_STATUSES))
+    if not condition.get("lastTransitionTime"):
+        errs.append(required(f"{path}.lastTransitionTime", "must be set"))
+    reason = condition.get("reason", "")
+    if not reason:
+        errs.append(required(f"{path}.reason", "must be set"))
+    elif not _CONDITION_REASON.fullmatch(reason):
+        errs.append(invalid_value(f"{path}.reason", reason, "a condition reason must start with alphabetic character"))
     return errs
 
 
@@ -162,7 +212,7 @@ def _slice_spec(spec: JSON, path: str, minor: int) -> list[FieldError]:
     errs = _driver_name(spec.get("driver", ""), f"{path}.driver") + _pool(spec.get("pool", {}), f"{path}.pool")
     errs += _node_selection(spec, path)
     errs += slice_counter_errors(spec, path, minor)
-    return errs + _devices(spec.get("devices", []), bool(spec.get("perDeviceNodeSelection")), f"{path}.devices")
+    return errs + _devices(spec.get("devices", []), bool(spec.get("perDeviceNodeSelection")), f"{path}.devices", minor)
 
 
 def _true_flag(spec: JSON, key: str, path: str, errs: list[FieldError]) -> bool:
@@ -200,7 +250,7 @@ def _node_selection(spec: JSON, path: str) -> list[FieldError]:
     return errs
 
 
-def _devices(devices: list[JSON], per_device: bool, path: str) -> list[FieldError]:
+def _devices(devices: list[JSON], per_device: bool, path: str, minor: int) -> list[FieldError]:
     advanced = any(d.get("taints") or d.get("consumesCounters") for d in devices)
     limit = RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS if advanced else RESOURCE_SLICE_MAX_DEVICES
     if len(devices) > limit:
@@ -208,7 +258,7 @@ def _devices(devices: list[JSON], per_device: bool, path: str) -> list[FieldErro
     errs: list[FieldError] = []
     seen: set[str] = set()
     for i, device in enumerate(devices):
-        errs += _device(device, per_device, f"{path}[{i}]")
+        errs += _device(device, per_device, f"{path}[{i}]", minor)
         name = device.get("name", "")
         if name in seen:
             errs.append(duplicate(f"{path}[{i}]", name))
@@ -216,7 +266,7 @@ def _devices(devices: list[JSON], per_device: bool, path: str) -> list[FieldErro
     return errs
 
 
-def _device(device: JSON, per_device: bool, path: str) -> list[FieldError]:
+def _device(device: JSON, per_device: bool, path: str, minor: int) -> list[FieldError]:
     errs = _each(names.dns1123_label(device.get("name", "")), f"{path}.name", device.get("name", ""))
     attributes, capacity = device.get("attributes", {}), device.get("capacity", {})
     total = len(attributes) + len(capacity)
@@ -226,7 +276,7 @@ def _device(device: JSON, per_device: bool, path: str) -> list[FieldError]:
         errs.append(invalid_value(path, total, detail))
     errs += _map(attributes, f"{path}.attributes", _attribute)
     errs += _map(capacity, f"{path}.capacity", lambda _value, _path: [])
-    errs += _taints(device.get("taints", []), f"{path}.taints")
+    errs += _taints(device.get("taints", []), f"{path}.taints", minor)
     return errs + _device_node_selection(device, per_device, path)
 
 
@@ -280,7 +330,8 @@ def _attribute(attribute: JSON, path: str) -> list[FieldError]:
     return errs
 
 
-def _taints(taints: list[JSON], path: str) -> list[FieldError]:
+def _taints(taints: list[JSON], path: str, minor: int) -> list[FieldError]:
+    effects = tuple(e for e in DEVICE_TAINT_EFFECTS if e != "None" or minor >= NONE_EFFECT_FROM_MINOR)
     if len(taints) > DEVICE_TAINTS_MAX_LENGTH:
         return [too_many(path, len(taints), DEVICE_TAINTS_MAX_LENGTH)]
     errs: list[FieldError] = []
@@ -292,8 +343,8 @@ def _taints(taints: list[JSON], path: str) -> list[FieldError]:
         effect = taint.get("effect", "")
         if not effect:
             errs.append(required(f"{where}.effect"))
-        elif effect not in DEVICE_TAINT_EFFECTS:
-            errs.append(not_supported(f"{where}.effect", effect, DEVICE_TAINT_EFFECTS))
+        elif effect not in effects:
+            errs.append(not_supported(f"{where}.effect", effect, effects))
     return errs
 
 

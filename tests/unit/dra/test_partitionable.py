@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.dra.partitionable import PROBE_SECONDS, PartitionableGate, lost_counters, probe_slice
+from npu_plugin.dra.partitionable import PROBE_SECONDS, PartitionableGate, lost_counters, probe_counters
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout
 from npu_plugin.kubeapi.protocol import ResourceSlice, StoredSlice
@@ -38,12 +38,12 @@ class Versioned(InMemoryKube):
 
 
 def test_the_probe_is_a_counter_only_slice_in_a_pool_of_its_own() -> None:
-    probe = probe_slice(SETTINGS)
+    probe = probe_counters(SETTINGS)
     assert probe["metadata"] == {"generateName": "n1-npu.huawei.com-probe-"}
     assert probe["spec"] == {
         "driver": "npu.huawei.com",
         "nodeName": "n1",
-        "pool": {"name": "n1-vnpu-probe", "generation": 1, "resourceSliceCount": 1},
+        "pool": {"name": "n1-probe", "generation": 1, "resourceSliceCount": 1},
         "sharedCounters": [{"name": "probe", "counters": {"probe": {"value": "1"}}}],
     }
 

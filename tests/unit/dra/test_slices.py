@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.device import Device, Health
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.publisher import slices_match
 from npu_plugin.dra.slices import SliceContent, SliceSettings, build_slices, device_entry, slice_specs
+from npu_plugin.dra.taints import TaintRules
 from npu_plugin.kubeapi.protocol import SliceDevice
 
 DRIVER = "npu.huawei.com"
@@ -85,17 +86,46 @@ def test_unknown_optional_fields_are_left_out() -> None:
     assert entry["capacity"] == {"memCapacity": {"value": str(24 * 2**30 + 1)}}
 
 
+HEALTH_CRITICAL = {"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}
+HEALTH_WARNING = {"key": "npu.huawei.com/health", "value": "Warning", "effect": "None"}
+FAULT = {"key": "npu.huawei.com/fault", "value": "80E01801", "effect": "None"}
+
+
 @pytest.mark.parametrize(
-    ("policy", "healthy", "taints"),
+    ("policy", "health", "healthy", "taints"),
     [
-        ("remove", True, None),
-        ("taint", True, None),
-        ("taint", False, [{"key": "npu.huawei.com/unhealthy", "effect": "NoSchedule"}]),
+        ("remove", Health.OK, True, None),
+        ("remove", Health.WARNING, True, None),
+        ("taint", Health.OK, True, None),
+        ("taint", Health.WARNING, True, [HEALTH_WARNING]),
+        ("auto", Health.WARNING, True, [HEALTH_WARNING]),
+        ("taint", Health.CRITICAL, False, [HEALTH_CRITICAL]),
+        ("auto", Health.CRITICAL, False, [HEALTH_CRITICAL]),
     ],
 )
-def test_unhealthy_policy(policy: str, healthy: bool, taints: list[dict[str, str]] | None) -> None:
-    entry = device_entry(DRIVER, FULL, healthy=healthy, policy=UnhealthyPolicy(policy))
+def test_unhealthy_policy(policy: str, health: Health, healthy: bool, taints: list[dict[str, str]] | None) -> None:
+    device = replace(FULL, health=health)
+    entry = device_entry(DRIVER, device, healthy=healthy, policy=UnhealthyPolicy(policy))
     assert entry is not None and entry.get("taints") == taints
+
+
+def test_fault_codes_become_a_second_taint_unless_removed() -> None:
+    device = replace(FULL, health=Health.CRITICAL, faults=(0x80E01801,))
+    entry = device_entry(DRIVER, device, healthy=False, policy=UnhealthyPolicy.TAINT)
+    assert entry is not None and entry.get("taints") == [HEALTH_CRITICAL, FAULT]
+    assert device_entry(DRIVER, replace(device, health=Health.OK), healthy=True, policy=UnhealthyPolicy.REMOVE) == (
+        device_entry(DRIVER, replace(FULL, health=Health.OK), healthy=True, policy=UnhealthyPolicy.REMOVE)
+    )
+
+
+def test_servers_before_1_35_get_no_none_effect_taints() -> None:
+    old = TaintRules(none_effect=False)
+    warning = replace(FULL, health=Health.WARNING, faults=(1,))
+    entry = device_entry(DRIVER, warning, healthy=True, policy=UnhealthyPolicy.TAINT, rules=old)
+    assert entry is not None and "taints" not in entry
+    critical = replace(FULL, health=Health.CRITICAL)
+    entry = device_entry(DRIVER, critical, healthy=False, policy=UnhealthyPolicy.TAINT, rules=old)
+    assert entry is not None and entry.get("taints") == [HEALTH_CRITICAL]
 
 
 def test_remove_policy_drops_an_unhealthy_device() -> None:

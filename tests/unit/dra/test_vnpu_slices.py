@@ -247,7 +247,7 @@ def test_an_unhealthy_chip_keeps_its_counter_set_and_its_devices_leave_or_are_ta
     tainted = slices("atlas-800t-a2", Layout.SPLIT, policy="taint", unhealthy=frozenset({1}))
     chip1 = [d for d in all_devices(tainted) if d["attributes"]["physicalId"] == {"int": 1}]
     assert len(chip1) == 7
-    assert all(d["taints"][0]["key"] == "npu.huawei.com/unhealthy" for d in chip1)
+    assert all(d["taints"][0]["key"] == "npu.huawei.com/health" for d in chip1)
 
 
 def test_offered_templates_limit_the_candidates() -> None:

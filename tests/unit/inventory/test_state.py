@@ -187,3 +187,36 @@ def test_a_device_found_after_start_gets_the_rule_s_owner_and_is_not_draining() 
         (9, Owner.DEVICE_PLUGIN, False),
     ]
     assert inv.desired_owners()[8] is Owner.DRA and inv.desired_owners()[9] is Owner.DEVICE_PLUGIN
+
+
+C, W, G, A = Health.CRITICAL, Health.WARNING, Health.OK, Health.ALARM  # G: good
+
+
+@pytest.mark.parametrize(
+    ("samples", "shown"),
+    [
+        # The level a slice shows moves with the verdict: a sample that does not move it changes nothing.
+        ([C, C, G, C, G, G, G], [G, C, C, C, C, C, G]),
+        ([C, G, C, G], [G, G, G, G]),  # flapping below the threshold: nothing to publish
+        ([W, G, W], [W, G, W]),  # healthy to healthy is no verdict change: shown at once
+        ([C, C, A], [G, C, A]),  # unhealthy to unhealthy: shown at once
+    ],
+)
+def test_the_published_level_is_the_one_the_verdict_stands_for(samples: list[Health], shown: list[Health]) -> None:
+    inv = inventory(failures=2, recoveries=3)
+    seen = []
+    for level in samples:
+        inv.observe(levels(d3=level), {3: (0x80E01801,)} if not level.healthy else {})
+        view = inv.snapshot().get(3)
+        assert view is not None
+        seen.append(view.published.health)
+        assert view.published.faults == ((0x80E01801,) if not view.level.healthy else ())
+    assert seen == shown
+
+
+def test_a_vanished_device_publishes_unknown_without_faults() -> None:
+    inv = inventory(failures=1)
+    inv.observe(levels(d3=Health.CRITICAL), {3: (7,)})
+    inv.set_present(3, False)
+    view = inv.snapshot().get(3)
+    assert view is not None and (view.level, view.faults, view.healthy) == (Health.UNKNOWN, (), False)

@@ -56,6 +56,9 @@ MALFORMED = [
     (entry(topologyGroup="''"), 4, "topologyGroup", "non-empty string"),
     (entry(driverVersion="[1, 2]"), 4, "driverVersion", "non-empty string"),
     (entry(health="Sick"), 4, "health", "unknown health 'Sick'"),
+    (entry(faultCodes="0x80E01801"), 4, "faultCodes", "expected a list of fault codes"),
+    (entry(faultCodes="[0x100000000]"), 4, "faultCodes", "out of range"),
+    (entry(faultCodes="[zz]"), 4, "faultCodes", "'zz' is not a fault code"),
     (entry(colour="red"), 4, "colour", "unknown field"),
     ("devices:\n  - physicalId: 0\n    chipName: 910B3\n    physicalId: 1\n", 4, "physicalId", "given twice"),
     ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId", "0 already used by devices[0]"),
@@ -108,6 +111,7 @@ def test_every_field_is_read() -> None:
         topologyGroup="card-2",
         driverVersion="24.1.rc1",
         health="warning",
+        faultCodes="[0x80E18402, '80E01801']",
     )
     [device] = parse_inventory(text, SOURCE)
     assert device == Device(
@@ -124,6 +128,7 @@ def test_every_field_is_read() -> None:
         topology_group="card-2",
         driver_version="24.1.rc1",
         health=Health.WARNING,
+        faults=(0x80E01801, 0x80E18402),
     )
 
 

@@ -18,6 +18,7 @@ from npu_plugin.backends.npusmi.parse import (
     MappingRow,
     build_devices,
     hccs_peers,
+    parse_health_codes,
     parse_info,
     parse_mapping,
     parse_topology,
@@ -358,3 +359,32 @@ def test_building_from_mutated_tables_raises_nothing_but_parse_errors(
         build_devices(parse_info(info_text), parse_mapping(mapping_text), device_nodes)
     except NpuSmiParseError as error:
         assert str(error).startswith("npu-smi")
+
+
+@pytest.mark.parametrize(
+    ("text", "codes"),
+    [
+        (
+            "\tHealth Status : Alarm\n\tError Code    : 80E18402 80E01801\n\tError Information : x\n",
+            (0x80E01801, 0x80E18402),
+        ),
+        ("Health Status : Warning\nError Code : 80E01801,0x80E18402\n", (0x80E01801, 0x80E18402)),
+        ("Health Status : OK\nError Code : NA\n", ()),
+        ("Health Status : OK\nError Code :\n", ()),
+    ],
+)
+def test_health_fault_codes(text: str, codes: tuple[int, ...]) -> None:
+    assert parse_health_codes(text) == codes
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Health Status : OK\n", "npu-smi info -t health: no 'Error Code : ...' line found"),
+        ("Error Code : 80E0180Z\n", "npu-smi info -t health, line 1: '80E0180Z' is not a fault code (hex digits)"),
+    ],
+)
+def test_unreadable_health_output_names_the_line(text: str, message: str) -> None:
+    with pytest.raises(NpuSmiParseError) as caught:
+        parse_health_codes(text)
+    assert str(caught.value).startswith(message)

@@ -1,0 +1,63 @@
+"""dra/claim_status.py: the status.devices entries of a prepared claim, and refusals told apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from npu_plugin.ascend.vnpu import VnpuOrigin
+from npu_plugin.dra.checkpoint import PreparedDevice, VnpuRecord
+from npu_plugin.dra.claim_status import apply_body, device_statuses, missing_permission
+from npu_plugin.dra.prepare_results import ClaimRef
+from npu_plugin.errors import KubeApiError
+
+DRIVER = "npu.huawei.com"
+NOW = "2026-11-28T01:00:00Z"
+
+
+def test_whole_npus_and_a_vnpu() -> None:
+    vnpu = VnpuRecord(4, "vir05_1c_16g", 164, VnpuOrigin.DYNAMIC)
+    devices = (
+        PreparedDevice(("train",), "n1", "npu-2", 2, ("cdi-train",)),
+        PreparedDevice(("train",), "n1", "npu-0", 0, ()),
+        PreparedDevice(("infer",), "n1", "npu-4-vir05-1c-16g-0", 4, ("cdi-infer",), vnpu),
+    )
+    entries = device_statuses(DRIVER, devices, NOW)
+    assert [(e["driver"], e["pool"], e["device"]) for e in entries] == [
+        (DRIVER, "n1", "npu-2"),
+        (DRIVER, "n1", "npu-0"),
+        (DRIVER, "n1", "npu-4-vir05-1c-16g-0"),
+    ]
+    assert [e["data"] for e in entries] == [
+        {"physicalId": 2, "visibleDevices": "0,2"},
+        {"physicalId": 0, "visibleDevices": "0,2"},
+        {"physicalId": 4, "visibleDevices": "164", "vnpuId": 164, "vnpuTemplate": "vir05_1c_16g"},
+    ]
+    assert entries[0]["conditions"] == [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Prepared",
+            "message": entries[0]["conditions"][0]["message"],
+            "lastTransitionTime": NOW,
+        }
+    ]
+    body = apply_body(ClaimRef("ns", "uid-1", "claim"), entries)
+    assert body["metadata"] == {"name": "claim", "namespace": "ns"} and body["kind"] == "ResourceClaim"
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "missing"),
+    [
+        (403, "forbidden", 'resource="resourceclaims/status", verb="patch"'),
+        (
+            422,
+            'status.devices: Forbidden: changing status.devices requires resource="resourceclaims/driver", '
+            'verb="[associated-node:patch arbitrary-node:patch]" permission: ...',
+            'resource="resourceclaims/driver", verb="[associated-node:patch arbitrary-node:patch]"',
+        ),
+        (422, "status.devices[0]: Invalid value: must be an allocated device in the claim", None),
+        (500, "boom", None),
+    ],
+)
+def test_a_refusal_names_the_missing_permission(status: int, message: str, missing: str | None) -> None:
+    assert missing_permission(KubeApiError("apply", status, message)) == missing
