@@ -18,6 +18,7 @@ from typing import Any
 
 from benchmarks import (
     bench,
+    bench_api_cost,
     bench_both,
     bench_dra,
     bench_fleet,
@@ -41,6 +42,7 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
     ("one health pass per backend", bench_health_pass, "health_pass"),
     ("vNPU: --vnpu dynamic on 16 dies", bench_vnpu, "vnpu"),
     ("plan: 5,000 nodes, 40,000 NPU pods", bench_plan, "plan"),
+    ("API cost: --claim-status and health taints on Kubernetes 1.37", bench_api_cost, "api_cost"),
 ]
 
 
