@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.ownership import Partition
-from npu_plugin.inventory.state import Inventory
+from npu_plugin.inventory.state import FRESHNESS_INTERVALS, Inventory, samples_fresh
 from npu_plugin.observability.telemetry import Telemetry
 
 # What only some modes or flags use (the device plugin, DRA, the handover, vNPUs, CDI) is imported
@@ -273,7 +274,8 @@ class Daemon:
             layout=self.layout,
             client=KubeClient(connect(config.kubeconfig)),
             unhealthy_policy=config.unhealthy_policy,
-            health_timeout_seconds=max(30, int(config.health_interval * 3)),
+            health_timeout_seconds=max(30, int(config.health_interval * FRESHNESS_INTERVALS)),
+            samples_fresh=lambda: samples_fresh(self.inventory.last_sample, time.monotonic(), config.health_interval),
             observe=self.telemetry.dra_call,
             on_publish=self.telemetry.published,
             on_registered=lambda up: self.telemetry.registered(Mode.DRA, up),

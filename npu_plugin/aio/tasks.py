@@ -63,3 +63,26 @@ async def until_closed(source: AsyncGenerator[T, None], closing: asyncio.Event) 
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         await source.aclose()
+
+
+async def repeating(source: AsyncGenerator[T, None], every: float) -> AsyncGenerator[tuple[T, bool], None]:
+    """Each item of `source` as `(item, False)`, and the latest one again as `(item, True)` whenever
+    `every` seconds pass without a new one; ends with `source`, which it closes."""
+    step: asyncio.Future[T] = asyncio.ensure_future(anext(source))
+    try:
+        latest, repeated = await step, False
+        while True:
+            yield latest, repeated
+            if step.done():
+                step = asyncio.ensure_future(anext(source))
+            await asyncio.wait({step}, timeout=every)
+            repeated = not step.done()
+            if not repeated:
+                latest = step.result()
+    except StopAsyncIteration:
+        return
+    finally:
+        if not step.done():
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+        await source.aclose()

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import grpc
 
-from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
-from npu_plugin._proto import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import supervised
 from npu_plugin.ascend.container_edits import HostLayout
@@ -25,7 +23,7 @@ from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.fault_policy_file import FaultPolicyFile
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
-from npu_plugin.dra.service import DraPluginV1, DraPluginV1Beta1, Registration, ResourceHealth
+from npu_plugin.dra.service import HealthFeed, Registration, dra_services
 from npu_plugin.dra.vnpus import VnpuOperations
 from npu_plugin.host.atomic import make_directories
 from npu_plugin.host.boot import read_boot_id
@@ -82,6 +80,7 @@ class DraPlugin:
         client: KubeApi,
         unhealthy_policy: UnhealthyPolicy,
         health_timeout_seconds: int,
+        samples_fresh: Callable[[], bool] = lambda: True,
         observe: Callable[[str, float], None] = lambda _kind, _seconds: None,
         on_publish: Callable[[str], None] = lambda _result: None,
         on_registered: Callable[[bool], None] = lambda _registered: None,
@@ -125,8 +124,9 @@ class DraPlugin:
             vnpus=vnpus,
             on_vnpus_changed=self.publisher.trigger_from_thread,
         )
-        self.observe, self._health_timeout = observe, health_timeout_seconds
-        self._vnpus = vnpus
+        self.observe, self._vnpus = observe, vnpus
+        health = HealthFeed(inventory, node_name, health_timeout_seconds, samples_fresh, self._closing)
+        self._services = dra_services(self.preparer, self._observe_call, health, self.claim_status)
 
     def _vnpu_chips(self, vnpus: VnpuOperations) -> VnpuChips:
         """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the
@@ -189,16 +189,12 @@ class DraPlugin:
                 await publisher
 
     def _add_dra_services(self, server: grpc.aio.Server) -> None:
-        observe = self._observe_call
-        status = self.claim_status
-        dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1(self.preparer, observe, status), server)
-        dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(DraPluginV1Beta1(self.preparer, observe, status), server)
-        health_grpc.add_DRAResourceHealthServicer_to_server(
-            ResourceHealth(self._inventory, self.node_name, self._health_timeout, self._closing), server
-        )
+        for _name, add in self._services:
+            add(server)
 
     async def _start_registration(self) -> grpc.aio.Server:
-        registration = Registration(self.driver, str(self.paths.dra_socket), self._set_registered)
+        services = [name for name, _add in self._services]
+        registration = Registration(self.driver, str(self.paths.dra_socket), services, self._set_registered)
         server = await start_unix_server(
             self.paths.registration_socket, lambda s: reg_grpc.add_RegistrationServicer_to_server(registration, s)
         )

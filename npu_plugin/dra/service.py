@@ -1,5 +1,5 @@
-"""DRA gRPC services: DRAPlugin v1 and v1beta1 (one implementation), resource health,
-registration."""
+"""DRA gRPC services: DRAPlugin v1 and v1beta1 (one implementation), DRAResourceHealth v1 and
+v1alpha1 (one implementation), registration advertising exactly the services served."""
 
 from __future__ import annotations
 
@@ -7,29 +7,39 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 import grpc
 
-from npu_plugin._proto import dra_health_v1alpha1_pb2 as health_pb
-from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
-from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from npu_plugin._proto import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+)
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
-from npu_plugin.aio.tasks import until_closed
+from npu_plugin.aio.tasks import repeating, until_closed
 from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory.ownership import Owner
-from npu_plugin.inventory.state import Inventory, Snapshot
+from npu_plugin.inventory.state import DeviceView, Inventory, Snapshot
 from npu_plugin.logs import printable
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# The kubelet stops trusting a device's health this many refresh periods after the last report.
+REFRESHES_PER_TIMEOUT = 3
 
 
 class _DraPluginLogic:
@@ -94,46 +104,121 @@ class DraPluginV1Beta1(_DraPluginLogic, dra_v1beta1_pb2_grpc.DRAPluginServicer):
     _pb = dra_v1beta1_pb2
 
 
-def health_response(snapshot: Snapshot, pool: str, timeout_seconds: int) -> health_pb.NodeWatchResourcesResponse:
-    now = int(time.time())
-    return health_pb.NodeWatchResourcesResponse(
+def health_message(view: DeviceView) -> str:
+    """Pure: what the kubelet shows beside a device's health in the pod status."""
+    level = view.device.health
+    if view.healthy == level.healthy:
+        return f"{view.device.chip_name} health {level.value}"
+    if view.healthy:
+        return f"{view.device.chip_name} health {level.value}, not yet past the failure threshold"
+    return f"{view.device.chip_name} health {level.value}, unhealthy until it recovers or its device node is back"
+
+
+def health_response(pb: ModuleType, snapshot: Snapshot, pool: str, timeout_seconds: int, now: int) -> Any:
+    """A complete NodeWatchResourcesResponse of `pb` (dra-health v1 or v1alpha1: same fields)."""
+    return pb.NodeWatchResourcesResponse(
         devices=[
-            health_pb.DeviceHealth(
-                device=health_pb.DeviceIdentifier(pool_name=pool, device_name=view.device.dra_name),
-                health=health_pb.HEALTHY if view.healthy else health_pb.UNHEALTHY,
+            pb.DeviceHealth(
+                device=pb.DeviceIdentifier(pool_name=pool, device_name=view.device.dra_name),
+                health=pb.HEALTHY if view.healthy else pb.UNHEALTHY,
                 last_updated_time=now,
                 health_check_timeout_seconds=timeout_seconds,
+                message=health_message(view),
             )
             for view in snapshot.owned_by(Owner.DRA)
         ]
     )
 
 
-class ResourceHealth(health_grpc.DRAResourceHealthServicer):
-    """v1alpha1.DRAResourceHealth: the complete device list on connect and after every change."""
+@dataclass(frozen=True, slots=True)
+class HealthFeed:
+    """What both versions of DRAResourceHealth stream: the inventory, our pool, the per-device
+    timeout the kubelet is told, and whether the inventory was sampled recently (a health poller
+    stuck in a hung driver call stops the refreshes, so the kubelet turns the devices Unknown)."""
 
-    def __init__(self, inventory: Inventory, pool: str, timeout_seconds: int, closing: asyncio.Event) -> None:
-        self._inventory, self._pool = inventory, pool
-        self._timeout, self._closing = timeout_seconds, closing
+    inventory: Inventory
+    pool: str
+    timeout_seconds: int
+    fresh: Callable[[], bool]
+    closing: asyncio.Event
 
-    async def NodeWatchResources(
-        self, request: health_pb.NodeWatchResourcesRequest, context: Context
-    ) -> AsyncIterator[health_pb.NodeWatchResourcesResponse]:
-        async with contextlib.aclosing(until_closed(self._inventory.watch(), self._closing)) as snapshots:
-            async for snapshot in snapshots:
-                yield health_response(snapshot, self._pool, self._timeout)
+
+class _ResourceHealthLogic:
+    """NodeWatchResources for one API version's message module: the complete device list on
+    connect, after every change, and again every timeout / REFRESHES_PER_TIMEOUT while samples
+    stay fresh."""
+
+    def __init__(self, pb: ModuleType, feed: HealthFeed) -> None:
+        self._pb, self._feed = pb, feed
+
+    async def NodeWatchResources(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        feed = self._feed
+        refresh = feed.timeout_seconds / REFRESHES_PER_TIMEOUT
+        changes = until_closed(feed.inventory.watch(), feed.closing)
+        async with contextlib.aclosing(repeating(changes, refresh)) as snapshots:
+            async for snapshot, repeated in snapshots:
+                if not repeated or feed.fresh():
+                    yield health_response(self._pb, snapshot, feed.pool, feed.timeout_seconds, int(time.time()))
+
+
+class ResourceHealthV1(_ResourceHealthLogic, dra_health_v1_pb2_grpc.DRAResourceHealthServicer):
+    def __init__(self, feed: HealthFeed) -> None:
+        super().__init__(dra_health_v1_pb2, feed)
+
+
+class ResourceHealthV1Alpha1(_ResourceHealthLogic, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthServicer):
+    def __init__(self, feed: HealthFeed) -> None:
+        super().__init__(dra_health_v1alpha1_pb2, feed)
+
+
+def dra_services(
+    preparer: Preparer,
+    observe: Callable[[str, float], None],
+    health: HealthFeed,
+    claim_status: ClaimStatusReporter | None = None,
+) -> list[tuple[str, Callable[[grpc.aio.Server], None]]]:
+    """Every service of the DRA socket under the name the kubelet knows it by (k8s.io/kubelet's
+    `DRAPluginService` and `DRAResourceHealthService` constants), DRAPlugin v1 first, each with what
+    adds it to a server; registration advertises exactly these names, so it never names a service
+    that is not served."""
+    return [
+        (
+            "v1.DRAPlugin",
+            partial(dra_v1_pb2_grpc.add_DRAPluginServicer_to_server, DraPluginV1(preparer, observe, claim_status)),
+        ),
+        (
+            "v1beta1.DRAPlugin",
+            partial(
+                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server, DraPluginV1Beta1(preparer, observe, claim_status)
+            ),
+        ),
+        (
+            "v1.DRAResourceHealth",
+            partial(dra_health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server, ResourceHealthV1(health)),
+        ),
+        (
+            "v1alpha1.DRAResourceHealth",
+            partial(
+                dra_health_v1alpha1_pb2_grpc.add_DRAResourceHealthServicer_to_server, ResourceHealthV1Alpha1(health)
+            ),
+        ),
+    ]
 
 
 class Registration(reg_grpc.RegistrationServicer):
     """pluginregistration.Registration on the registration socket, read by the kubelet's plugin
     watcher."""
 
-    def __init__(self, driver: str, endpoint: str, on_status: Callable[[bool, str], None]) -> None:
+    def __init__(
+        self, driver: str, endpoint: str, services: Sequence[str], on_status: Callable[[bool, str], None]
+    ) -> None:
+        """`services`: the full names of the services the DRA socket serves (`dra_services`)."""
         self._driver, self._endpoint, self._on_status = driver, endpoint, on_status
+        self._services = list(services)
 
     async def GetInfo(self, request: reg_pb.InfoRequest, context: Context) -> reg_pb.PluginInfo:
         return reg_pb.PluginInfo(
-            type="DRAPlugin", name=self._driver, endpoint=self._endpoint, supported_versions=list(SUPPORTED_VERSIONS)
+            type="DRAPlugin", name=self._driver, endpoint=self._endpoint, supported_versions=self._services
         )
 
     async def NotifyRegistrationStatus(

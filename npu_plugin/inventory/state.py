@@ -12,6 +12,14 @@ from npu_plugin.ascend.device import Device, Health, device_key
 from npu_plugin.inventory.ownership import Owner
 
 log = logging.getLogger(__name__)
+# Samples older than this many health intervals are stale: the poller is stuck (a hung driver call).
+FRESHNESS_INTERVALS = 3
+
+
+def samples_fresh(last_sample: float, now: float, interval: float) -> bool:
+    """Pure: whether the last health sample (monotonic seconds) is recent enough to vouch for the
+    devices' health."""
+    return now - last_sample <= FRESHNESS_INTERVALS * interval
 
 
 @dataclass(frozen=True, slots=True)

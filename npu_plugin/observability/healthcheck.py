@@ -15,9 +15,9 @@ from grpc_health.v1.health import aio as health_aio
 
 from npu_plugin.aio.tasks import first_of
 from npu_plugin.errors import listen_error
+from npu_plugin.inventory.state import samples_fresh
 
 log = logging.getLogger(__name__)
-FRESHNESS_INTERVALS = 3
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -26,10 +26,10 @@ def unmet(registered: Mapping[str, bool], last_sample: float, now: float, interv
     """Pure: what keeps the service from SERVING, empty when nothing does.
 
     Every enabled API must be registered with the kubelet, and the inventory sampled within
-    FRESHNESS_INTERVALS health intervals (a poller stuck in a hung driver call stops sampling).
+    `inventory.state.FRESHNESS_INTERVALS` health intervals (a poller stuck in a hung driver call stops sampling).
     """
     reasons = [f"{api} not registered with the kubelet" for api, up in registered.items() if not up]
-    if now - last_sample > FRESHNESS_INTERVALS * interval:
+    if not samples_fresh(last_sample, now, interval):
         reasons.append(f"no health sample for {now - last_sample:.1f}s")
     return reasons
 

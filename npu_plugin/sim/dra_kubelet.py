@@ -2,10 +2,12 @@
 
 It follows pkg/kubelet/cm/dra/plugin on top of the plugin watcher (`plugin_watcher`): at start it
 deletes this node's ResourceSlices of every driver; it accepts plugins of type "DRAPlugin", takes
-the first of the plugin's supported services that it knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`),
-refuses an endpoint already registered, with the kubelet's own error texts; a driver left without
-plugins has its slices wiped after `wipe_delay` seconds (30 s in the kubelet). Used by the tests and
-by `npu-plugin simulate`; RPC errors reach the caller as `grpc.aio.AioRpcError`.
+the first of the plugin's supported services that it knows (`v1.DRAPlugin`, `v1beta1.DRAPlugin`)
+and, as kubelets from 1.37 do, the newest health service the plugin advertises
+(`v1.DRAResourceHealth` before `v1alpha1.DRAResourceHealth`; none advertised, no health stream);
+it refuses an endpoint already registered, with the kubelet's own error texts; a driver left
+without plugins has its slices wiped after `wipe_delay` seconds (30 s in the kubelet). Used by the
+tests and by `npu-plugin simulate`; RPC errors reach the caller as `grpc.aio.AioRpcError`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ from typing import Any
 
 import grpc
 
-from npu_plugin._proto import dra_health_v1alpha1_pb2 as health_pb
-from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
-from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from npu_plugin._proto import (
+    dra_health_v1_pb2,
+    dra_health_v1_pb2_grpc,
+    dra_health_v1alpha1_pb2,
+    dra_health_v1alpha1_pb2_grpc,
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2,
+    dra_v1beta1_pb2_grpc,
+)
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin.sim.plugin_watcher import Attempt, PluginWatcher, RegistrationRejectedError
 from npu_plugin.sim.rest import SLICES_PATH, RestClient, RestError
@@ -34,6 +43,11 @@ KUBELET_SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 _MODULES: dict[str, tuple[ModuleType, Any]] = {
     "v1.DRAPlugin": (dra_v1_pb2, dra_v1_pb2_grpc.DRAPluginStub),
     "v1beta1.DRAPlugin": (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc.DRAPluginStub),
+}
+# The kubelet's healthServicesSupportedByKubelet, newest first.
+HEALTH_SERVICES: dict[str, tuple[ModuleType, Any]] = {
+    "v1.DRAResourceHealth": (dra_health_v1_pb2, dra_health_v1_pb2_grpc.DRAResourceHealthStub),
+    "v1alpha1.DRAResourceHealth": (dra_health_v1alpha1_pb2, dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub),
 }
 CALL_TIMEOUT = 45.0  # the kubelet's defaultClientCallTimeout
 
@@ -65,6 +79,7 @@ class DeviceHealth:
     device: str
     health: str  # UNKNOWN | HEALTHY | UNHEALTHY
     timeout_seconds: int
+    message: str = ""
 
 
 @dataclass
@@ -75,6 +90,10 @@ class PluginConnection:
     socket: Path
     supported: tuple[str, ...]
     channel: grpc.aio.Channel
+
+    @property
+    def health_service(self) -> str | None:
+        return pick_health_service(self.supported)
 
 
 def choose_service(supported: Sequence[str], known: Sequence[str]) -> str:
@@ -87,6 +106,12 @@ def choose_service(supported: Sequence[str], known: Sequence[str]) -> str:
     raise ValueError(
         f"none of services supported by the plugin ({list(supported)}) are supported by the kubelet ({list(known)})"
     )
+
+
+def pick_health_service(supported: Sequence[str]) -> str | None:
+    """The kubelet's pickHealthService: the newest health service both sides know, whatever the
+    plugin's order; None (no health stream) when the plugin advertises none."""
+    return next((service for service in HEALTH_SERVICES if service in supported), None)
 
 
 def validate_info(info: reg_pb.PluginInfo, socket: Path, known: Sequence[str], taken: Iterable[str]) -> tuple[str, str]:
@@ -287,18 +312,26 @@ class DraKubeletSimulator:
         response = await stub.NodeUnprepareResources(request, timeout=CALL_TIMEOUT)
         return {uid: result.error for uid, result in response.claims.items()}
 
-    async def watch_health(self, plugin: PluginConnection | None = None) -> AsyncIterator[list[DeviceHealth]]:
-        """v1alpha1.DRAResourceHealth/NodeWatchResources: each message as a device list."""
-        stub = health_grpc.DRAResourceHealthStub((plugin or self.plugin()).channel)
-        call = stub.NodeWatchResources(health_pb.NodeWatchResourcesRequest())
+    async def watch_health(
+        self, plugin: PluginConnection | None = None, *, version: str | None = None
+    ) -> AsyncIterator[list[DeviceHealth]]:
+        """DRAResourceHealth/NodeWatchResources in `version` ("v1", "v1alpha1"; default: the one the
+        kubelet picks from the plugin's registration): each message as a device list."""
+        plugin = plugin or self.plugin()
+        service = f"{version}.DRAResourceHealth" if version else plugin.health_service
+        if service not in plugin.supported:
+            raise LookupError(f"the plugin does not advertise {service} (advertises {list(plugin.supported)})")
+        pb, stub = HEALTH_SERVICES[service]
+        call = stub(plugin.channel).NodeWatchResources(pb.NodeWatchResourcesRequest())
         try:
             async for response in call:
                 yield [
                     DeviceHealth(
                         d.device.pool_name,
                         d.device.device_name,
-                        health_pb.HealthStatus.Name(d.health),
+                        pb.HealthStatus.Name(d.health),
                         d.health_check_timeout_seconds,
+                        d.message,
                     )
                     for d in response.devices
                 ]

@@ -71,8 +71,13 @@ def test_registration_answers_like_the_seed_expects(
         plugin = await kubelet.wait_for_plugin(DRIVER)
         assert plugin.socket == workspace.reg / f"{DRIVER}-reg.sock"
         assert plugin.endpoint == str(workspace.plugins.absolute() / DRIVER / "dra.sock")
-        assert plugin.supported == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
-        assert plugin.service == "v1.DRAPlugin"
+        assert plugin.supported == (
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        )
+        assert (plugin.service, plugin.health_service) == ("v1.DRAPlugin", "v1.DRAResourceHealth")
         assert [a.registered for a in kubelet.attempts] == [True]
 
     run_with_kubelet(workspace, fake_api, scenario)
@@ -132,24 +137,50 @@ def test_both_dra_service_versions_prepare_and_unprepare(
     run_with_kubelet(workspace, fake_api, scenario)
 
 
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
 def test_health_stream_sends_every_device_and_then_changes(
-    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, version: str
 ) -> None:
+    """Both versions of DRAResourceHealth (a 1.37 kubelet takes v1, a 1.34 one v1alpha1) stream the
+    same reports: every device with its timeout and a message saying its health level."""
     launch_daemon(*dra_args(workspace))
     devices = profile_devices("atlas-800t-a2")
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        stream = kubelet.watch_health()
+        stream = kubelet.watch_health(version=version)
         first = await anext(stream)
         assert [(h.pool, h.device, h.health) for h in first] == [(NODE, f"npu-{i}", "HEALTHY") for i in range(8)]
+        assert {(h.timeout_seconds, h.message) for h in first} == {(30, "910B3 health OK")}
         write_inventory(workspace.inventory, with_health(devices, {5}))
         while True:
-            update = {h.device: h.health for h in await anext(stream)}
-            if update["npu-5"] == "UNHEALTHY":
+            update = {h.device: h for h in await anext(stream)}
+            if update["npu-5"].health == "UNHEALTHY":
                 break
-        assert len(update) == 8 and list(update.values()).count("UNHEALTHY") == 1
+        assert len(update) == 8 and [h.health for h in update.values()].count("UNHEALTHY") == 1
+        assert update["npu-5"].message.startswith("910B3 health Critical")
         await stream.aclose()
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_every_advertised_service_is_served(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """Registration names only what the DRA socket answers: each advertised DRAPlugin version
+    unprepares, each advertised health version streams."""
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        plugin = await kubelet.wait_for_plugin(DRIVER)
+        for service in plugin.supported:
+            version, name = service.split(".")
+            if name == "DRAPlugin":
+                assert await kubelet.unprepare([], version=version) == {}
+            else:
+                stream = kubelet.watch_health(version=version)
+                assert len(await anext(stream)) == 8
+                await stream.aclose()
 
     run_with_kubelet(workspace, fake_api, scenario)
 

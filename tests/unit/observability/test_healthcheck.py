@@ -12,7 +12,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from npu_plugin.observability.healthcheck import FRESHNESS_INTERVALS, HealthService, unmet
+from npu_plugin.inventory.state import FRESHNESS_INTERVALS
+from npu_plugin.observability.healthcheck import HealthService, unmet
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
-from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, choose_service, validate_info
+from npu_plugin.sim.dra_kubelet import KUBELET_SERVICES, choose_service, pick_health_service, validate_info
 from npu_plugin.sim.plugin_watcher import RegistrationRejectedError
 from npu_plugin.sim.scheduler import (
     DeviceRequest,
@@ -38,6 +38,22 @@ SOCKET = Path("/reg/npu.huawei.com-reg.sock")
 )
 def test_the_kubelet_takes_the_first_service_it_knows(offered: list[str], chosen: str) -> None:
     assert choose_service(offered, KUBELET_SERVICES) == chosen
+
+
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [
+        (["v1beta1.DRAPlugin"], None),
+        ([], None),
+        (["v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"], "v1alpha1.DRAResourceHealth"),
+        (["v1beta1.DRAPlugin", "v1.DRAResourceHealth"], "v1.DRAResourceHealth"),
+        (["v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"], "v1.DRAResourceHealth"),  # the newest wins
+        (["v1beta1.DRAResourceHealth"], None),
+    ],
+)
+def test_the_kubelet_opens_the_newest_health_service_advertised(offered: list[str], chosen: str | None) -> None:
+    """As kubernetes/kubernetes#139477's TestPickHealthService."""
+    assert pick_health_service(offered) == chosen
 
 
 def info(**fields: Any) -> reg_pb.PluginInfo:
