@@ -296,7 +296,8 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
         type=among(("table", "json", "yaml", "resourceslice", "deviceclasses")),
         default="table",
         metavar="{table,json,yaml,resourceslice,deviceclasses}",
-        help="what to print; deviceclasses: one DeviceClass per vNPU template the node publishes (needs --vnpu)",
+        help="what to print; deviceclasses: a DeviceClass with extendedResourceName per device-plugin resource "
+        "the node can advertise (vNPU ones with --vnpu), and with --vnpu one per vNPU template",
     )
     output.add_argument(
         "--kubernetes-version",

@@ -11,8 +11,16 @@ from typing import Any
 
 import yaml
 
-from npu_plugin.ascend.device import DEFAULT_DRIVER, Device
-from npu_plugin.ascend.vnpu import AICORE, TEMPLATE_RESOURCES, ChipVnpu, VnpuMode, candidate_count, format_counter
+from npu_plugin.ascend.device import DEFAULT_DRIVER, Device, id_prefix
+from npu_plugin.ascend.vnpu import (
+    AICORE,
+    TEMPLATE_RESOURCES,
+    ChipVnpu,
+    VnpuMode,
+    candidate_count,
+    dp_suffix,
+    format_counter,
+)
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.fake.inventory_file import inventory_document
@@ -152,19 +160,23 @@ def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int,
 
 
 def render_device_classes(output: Output, devices: Sequence[Device], plans: Mapping[int, ChipPlan]) -> str:
-    """One DeviceClass per (chip family, template) the node's vNPU devices have."""
-    from npu_plugin.dra.deviceclasses import template_device_classes
+    """A DeviceClass with `extendedResourceName` per device-plugin resource the node's products can
+    advertise (its families' whole-NPU names; with --vnpu, a vNPU name per template its chips can
+    hold), then, with --vnpu, one class per (chip family, template) the node's vNPU devices have."""
+    from npu_plugin.dra.deviceclasses import extended_device_classes, template_device_classes
 
-    if output.vnpu is VnpuMode.OFF:
-        raise ConfigError("--output deviceclasses prints a class per vNPU template: it needs --vnpu static or dynamic")
-    templates = published_templates(plans, output.vnpu_templates)
-    if not templates:
-        raise ConfigError(
-            f"--output deviceclasses: no chip of this node has vNPU templates to publish with --vnpu {output.vnpu}"
-        )
-    families = {d.physical_id: d.device_type for d in devices}
-    pairs = {(families[physical_id], template) for physical_id, template in templates}
-    return yaml.safe_dump_all(template_device_classes(output.driver, pairs), sort_keys=False)
+    types = {d.physical_id: d.device_type for d in devices}
+    vnpu_names: dict[tuple[str, str], set[str]] = {}
+    for physical_id, plan in plans.items():
+        for template in plan.chip.templates:
+            if (suffix := dp_suffix(template.name)) is not None:
+                vnpu_names.setdefault((id_prefix(types[physical_id]), suffix), set()).add(template.name)
+    classes = extended_device_classes(output.driver, types.values(), vnpu_names)
+    if output.vnpu is not VnpuMode.OFF:
+        templates = published_templates(plans, output.vnpu_templates)
+        pairs = {(types[physical_id], template) for physical_id, template in templates}
+        classes += template_device_classes(output.driver, pairs)
+    return yaml.safe_dump_all(classes, sort_keys=False)
 
 
 def run_inventory(options: BackendOptions, output: Output) -> int:

@@ -458,6 +458,8 @@ def _cel(obj: Obj) -> list[str]:
 def _device_classes() -> dict[str, Obj]:
     classes = {}
     for path in (MANIFESTS / "deviceclasses").rglob("*.yaml"):
+        if path == MANIFESTS / "deviceclasses" / VNPU_EXTENDED:
+            continue
         for obj in _docs(path.read_text()):
             if obj.get("kind") == "DeviceClass":
                 classes[obj["metadata"]["name"]] = obj
@@ -473,8 +475,13 @@ SELECTED_TYPES = {
     "ascend310.npu.huawei.com": {"Ascend310"},
     "ascend910b.npu.huawei.com": {"Ascend910B"},
     "ascend910.extended.npu.huawei.com": {"Ascend910", "Ascend910B", "Ascend910C"},
+    "ascend310p.extended.npu.huawei.com": {"Ascend310P"},
+    "ascend310.extended.npu.huawei.com": {"Ascend310"},
     "vnpu.npu.huawei.com": set(),  # whole NPUs: none
 }
+# The vNPU mapping classes (optional/extended-resource-vnpu.yaml) select vNPUs only; their test is
+# tests/unit/cli/test_inventory_deviceclasses.py.
+VNPU_EXTENDED = "optional/extended-resource-vnpu.yaml"
 VNPU_CLASS = "vnpu.npu.huawei.com"
 # The classes `npu-plugin migrate` names by default, per device-plugin resource name.
 MIGRATE_CLASSES = {
