@@ -284,6 +284,7 @@ class Daemon:
             fault_policy=config.fault_policy,
             claim_status=config.claim_status,
             on_claim_status=self.telemetry.claim_status,
+            on_foreign_slices=self.telemetry.foreign_slices,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin

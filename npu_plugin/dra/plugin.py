@@ -89,6 +89,7 @@ class DraPlugin:
         fault_policy: Path | None = None,
         claim_status: bool = False,
         on_claim_status: Callable[[str], None] = lambda _result: None,
+        on_foreign_slices: Callable[[tuple[str, ...]], None] = lambda _names: None,
     ) -> None:
         """`fault_policy` is read here (ConfigError when it is bad) and followed while `run` runs;
         `claim_status` writes prepared claims' device status (`on_claim_status` hears each
@@ -109,6 +110,7 @@ class DraPlugin:
             vnpu=None if vnpus is None else partial(self._vnpu_chips, vnpus),
             on_dynamic_available=on_vnpu_dynamic_available,
             fault_policy=lambda: self.faults.policy,
+            on_foreign=on_foreign_slices,
         )
         self.faults = FaultPolicyFile(fault_policy, on_change=self.publisher.trigger)
         store = CheckpointStore(paths.state_dir, read_boot_id())

@@ -28,6 +28,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.informer import SliceInformer
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
 from npu_plugin.dra.probes import probe_pool
+from npu_plugin.dra.slice_owners import describe, foreign_slices
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
 from npu_plugin.dra.taint_gate import TaintGate, lost_taints
 from npu_plugin.dra.taints import FaultPolicy, TaintRules
@@ -102,11 +103,13 @@ class SlicePublisher:
         vnpu: Callable[[], VnpuChips] | None = None,
         on_dynamic_available: Callable[[bool], None] = lambda _available: None,
         fault_policy: Callable[[], FaultPolicy] = FaultPolicy,
+        on_foreign: Callable[[tuple[str, ...]], None] = lambda _names: None,
     ) -> None:
         """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices
         are built; `on_dynamic_available` hears whether vNPUs on demand are published (counters
         kept, a chip split); `fault_policy` is the --fault-policy in force (call `trigger` when it
-        changes)."""
+        changes); `on_foreign` (on the loop) the names of another publisher's slices of our driver
+        on our node whenever they change, () once they are gone."""
         self._api, self._inventory = api, inventory
         self._vnpu = vnpu
         self._on_dynamic_available = on_dynamic_available
@@ -116,7 +119,8 @@ class SlicePublisher:
         self._taint_interruptions_seen = 0
         self._fault_policy = fault_policy
         self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
-        self._on_publish = on_publish
+        self._on_publish, self._on_foreign = on_publish, on_foreign
+        self.foreign: tuple[str, ...] = ()
         self._trigger = asyncio.Event()
         self._generation = 0
         self.informer = SliceInformer(api, node=node_name, driver=driver, on_change=self.trigger_from_thread)
@@ -257,14 +261,43 @@ class SlicePublisher:
         self._on_dynamic_available(layout is not Layout.FALLBACK and split)
         return vnpu_slice_contents(settings, devices, chips, layout)
 
+    def _refused(self, existing: Sequence[StoredSlice]) -> bool:
+        """Whether another publisher's slices of our driver are on our node: then nothing is written
+        (not even a probe) until they are gone, rather than fight over the pool."""
+        foreign = foreign_slices(existing)
+        names = tuple(s["metadata"]["name"] for s in foreign)
+        if names == self.foreign:
+            return bool(names)
+        driver, node = self._settings.driver, self._settings.node_name
+        if names:
+            log.error(
+                "another publisher's ResourceSlices of driver %s are on node %s: %s; npu-plugin publishes "
+                "nothing while they exist rather than fight over the pool: run one driver of that name per "
+                "node, or give one of them another name (--driver-name, with DeviceClasses and claims naming "
+                "it too)",
+                driver,
+                node,
+                describe(foreign),
+                extra={"slices": list(names)},
+            )
+        else:
+            log.info("the other publisher's ResourceSlices of driver %s on node %s are gone: publishing", driver, node)
+        self.foreign = names
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._on_foreign, names)
+        return bool(names)
+
     def _write_slices(self) -> bool:
+        # A probe slice stored by an API server without dry run lives a moment; it is the gate's,
+        # never reused.
+        existing = [s for s in self.informer.snapshot() if s["spec"]["pool"]["name"] != probe_pool(self._settings)]
+        if self._refused(existing):
+            return False
         snapshot = self._inventory.snapshot()
         devices = [(v.published, v.healthy) for v in snapshot.offered_by(Owner.DRA)]
         settings = self._resolved(devices)
         desired = self._desired(settings, devices)
-        # A probe slice stored by an API server without dry run lives a moment; it is the gate's,
-        # never reused.
-        existing = [s for s in self.informer.snapshot() if s["spec"]["pool"]["name"] != probe_pool(self._settings)]
         if slices_match(existing, desired, settings):
             return False
         stored = [s["spec"]["pool"]["generation"] for s in existing]

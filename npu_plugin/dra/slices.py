@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dra.slice_owners import LABELS
 from npu_plugin.dra.taints import TaintRules, device_taints
 from npu_plugin.kubeapi.protocol import (
     CounterSet,
@@ -104,7 +105,7 @@ def slice_object(
     """One slice of the pool; a counter-only slice (`devices` None) has no `devices` key at all, a
     device slice no `sharedCounters` key: Kubernetes 1.35+ rejects a slice where both are set, an
     empty list included."""
-    metadata: ObjectMeta = {"generateName": f"{settings.node_name}-{settings.driver}-"}
+    metadata: ObjectMeta = {"generateName": f"{settings.node_name}-{settings.driver}-", "labels": dict(LABELS)}
     if settings.node_uid:
         owner: OwnerReference = {
             "apiVersion": "v1",

@@ -22,13 +22,23 @@ class OwnerReference(TypedDict):
     controller: bool
 
 
+class ManagedFieldsEntry(TypedDict, total=False):
+    """Who wrote an object: the API server records each writer's field manager (for a create or
+    update without `fieldManager`, its User-Agent up to the first `/`)."""
+
+    manager: str
+    operation: str
+
+
 class ObjectMeta(TypedDict, total=False):
     name: str
     generateName: str
     namespace: str
     uid: str
     resourceVersion: str
+    labels: dict[str, str]
     ownerReferences: list[OwnerReference]
+    managedFields: list[ManagedFieldsEntry]
 
 
 class DeviceAttribute(TypedDict, total=False):

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -22,13 +22,18 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def unmet(registered: Mapping[str, bool], last_sample: float, now: float, interval: float) -> list[str]:
+def unmet(
+    registered: Mapping[str, bool], last_sample: float, now: float, interval: float, problems: Iterable[str] = ()
+) -> list[str]:
     """Pure: what keeps the service from SERVING, empty when nothing does.
 
     Every enabled API must be registered with the kubelet, and the inventory sampled within
-    `inventory.state.FRESHNESS_INTERVALS` health intervals (a poller stuck in a hung driver call stops sampling).
+    `inventory.state.FRESHNESS_INTERVALS` health intervals (a poller stuck in a hung driver call
+    stops sampling); `problems` are what else a server reports as keeping it from serving (another
+    publisher's ResourceSlices on the node).
     """
     reasons = [f"{api} not registered with the kubelet" for api, up in registered.items() if not up]
+    reasons += problems
     if not samples_fresh(last_sample, now, interval):
         reasons.append(f"no health sample for {now - last_sample:.1f}s")
     return reasons
@@ -51,6 +56,7 @@ class HealthService:
 
     def __init__(self, apis: list[str], last_sample: Callable[[], float], interval: float) -> None:
         self.registered = dict.fromkeys(apis, False)
+        self.problems: dict[str, str] = {}
         self._last_sample, self._interval = last_sample, interval
         self._servicer = health_aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
@@ -61,6 +67,14 @@ class HealthService:
     def set_registered(self, api: str, registered: bool) -> None:
         self.registered[api] = registered
         self._changed.set()  # a probe must not see SERVING for a poll period after the kubelet is gone
+
+    def set_problem(self, key: str, reason: str | None) -> None:
+        """A condition that keeps the daemon from serving (`reason`), or its end (None)."""
+        if reason is None:
+            self.problems.pop(key, None)
+        else:
+            self.problems[key] = reason
+        self._changed.set()
 
     async def start(self, address: str, port: int) -> None:
         # The servicer starts out SERVING: the verdict goes in before the first probe can connect.
@@ -90,7 +104,7 @@ class HealthService:
             await self._server.stop(0.5)
 
     async def _evaluate(self) -> None:
-        reasons = unmet(self.registered, self._last_sample(), time.monotonic(), self._interval)
+        reasons = unmet(self.registered, self._last_sample(), time.monotonic(), self._interval, self.problems.values())
         status = NOT_SERVING if reasons else SERVING
         if status != self._status:
             self._status = status

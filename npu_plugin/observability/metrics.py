@@ -110,6 +110,12 @@ class Metrics:
             "1 while vNPUs are offered on demand (--vnpu dynamic and the partitionable-devices gate on), else 0",
             registry=r,
         )
+        self.foreign_slices = Gauge(
+            "npu_plugin_foreign_slices",
+            "ResourceSlices of this daemon's driver on its node that another publisher wrote; while above 0 "
+            "nothing is published",
+            registry=r,
+        )
         self.vnpu_create_seconds = Histogram(
             "npu_plugin_vnpu_create_seconds", "Latency of successful vNPU creates", buckets=CREATE_BUCKETS, registry=r
         )

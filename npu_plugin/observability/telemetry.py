@@ -110,3 +110,11 @@ class Telemetry:
         """Whether vNPUs are offered on demand now (mode and gate probe)."""
         if self.metrics is not None:
             self.metrics.vnpu_dynamic_available.set(1 if available else 0)
+
+    def foreign_slices(self, names: tuple[str, ...]) -> None:
+        """Another publisher's slices of our driver on our node (none: publishing again)."""
+        if self.metrics is not None:
+            self.metrics.foreign_slices.set(len(names))
+        if self.health is not None:
+            reason = f"another publisher's ResourceSlices on this node: {', '.join(names)}" if names else None
+            self.health.set_problem("foreign-slices", reason)

@@ -40,7 +40,7 @@ from tests.integration.test_device_plugin import (
     with_health,
 )
 from tests.support.daemon import DaemonProcess, Launcher, write_inventory
-from tests.support.dra import DRIVER, NODE, Workspace, allocate, dra_args
+from tests.support.dra import DRIVER, NODE, Workspace, allocate, dra_args, node_slices, published_names
 from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]
@@ -69,6 +69,7 @@ SERIES_AT_START = [
         for result in ("success", "error", "refused")
     ],
     ("npu_plugin_vnpu_dynamic_available", {}),
+    ("npu_plugin_foreign_slices", {}),
     ("npu_plugin_vnpu_create_seconds_count", {}),
     ("npu_plugin_vnpu_create_seconds_sum", {}),
 ]
@@ -468,6 +469,50 @@ async def prepare_and_unprepare(
     assert await kubelet.unprepare([claim]) == {claim.uid: ""}
     samples = await until_metric(port, "npu_plugin_prepared_claims", 0, daemon)
     assert value(samples, "npu_plugin_prepare_seconds_count") == 1, "Unprepare is not a Prepare"
+
+
+MINDCLUSTER_SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": f"{NODE}-{DRIVER}-mc7xq"},
+    "spec": {
+        "driver": DRIVER,
+        "nodeName": NODE,
+        "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "npu-0"}],
+    },
+}
+
+
+def test_another_publishers_slices_stop_publishing_loudly_until_they_are_gone(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """A slice of our driver on our node that npu-plugin did not write (Huawei's MindCluster DRA
+    driver names itself npu.huawei.com too): before its first write the daemon sees it, writes
+    nothing, says so in one line naming it and the way out, counts it and reports NOT_SERVING;
+    once it is gone the daemon publishes and serves."""
+    fake_api.put_object("ResourceSlice", MINDCLUSTER_SLICE)
+    daemon = launch_daemon(*dra_args(workspace, *OBSERVED))
+    endpoints = Endpoints.of(daemon)
+    name = MINDCLUSTER_SLICE["metadata"]["name"]
+
+    async def scenario() -> None:
+        async with DraKubeletSimulator(workspace.reg, node_name=NODE, wipe_delay=None) as kubelet:
+            await kubelet.wait_for_plugin(DRIVER)
+            await until_metric(endpoints.metrics, "npu_plugin_foreign_slices", 1, daemon)
+            async with watching(endpoints.health) as watch:
+                await watch.until(NOT_SERVING, daemon)
+                await asyncio.to_thread(daemon.wait_for_log, f"another publisher's ResourceSlices of driver {DRIVER}")
+                assert [s["metadata"]["name"] for s in node_slices(fake_api)] == [name]
+                fake_api.delete_object("ResourceSlice", name)
+                await until_metric(endpoints.metrics, "npu_plugin_foreign_slices", 0, daemon)
+                await watch.until(SERVING, daemon)
+            await until(lambda: len(published_names(fake_api)) == 8, 10, "our slices", daemon)
+
+    run(scenario())
+    refusals = [line for line in daemon.log().splitlines() if "another publisher's ResourceSlices" in line]
+    assert len(refusals) == 1, refusals
+    assert f"{name} (pool {NODE})" in refusals[0] and "--driver-name" in refusals[0]
 
 
 def test_a_rejected_dra_registration_stays_not_serving(

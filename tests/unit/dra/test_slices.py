@@ -168,6 +168,7 @@ def test_every_slice_of_a_pool_carries_the_pool_and_the_node_owner() -> None:
         assert item["apiVersion"] == "resource.k8s.io/v1" and item["kind"] == "ResourceSlice"
         assert item["metadata"] == {
             "generateName": "node-a-npu.huawei.com-",
+            "labels": {"app.kubernetes.io/managed-by": "npu-plugin"},
             "ownerReferences": [
                 {"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-uid", "controller": True}
             ],
