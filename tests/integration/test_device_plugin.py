@@ -230,7 +230,9 @@ def test_kubelet_sock_re_created_alone_triggers_re_registration(node: Node, laun
         try:
             await registered(kubelet, daemon)
             await kubelet.stop()
-            assert (node.plugin_dir / SOCKET).exists()
+            # The daemon answers kubelet.sock's deletion by serving again on a fresh socket; the
+            # replacement kubelet below must find that socket in place, not catch it mid-restart.
+            await until((node.plugin_dir / SOCKET).exists, 5, "our socket served again", daemon)
             replacement = KubeletSimulator(node.plugin_dir)
             await replacement.start(clean=False)
             try:
