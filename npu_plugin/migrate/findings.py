@@ -29,6 +29,9 @@ from npu_plugin.migrate.workloads import (
 
 ASCEND_RESOURCE = re.compile(r"huawei\.com/Ascend\S*")
 _ANNOTATION_FIELD = re.compile(r"""metadata\.annotations\[\s*['"](?P<name>[^'"]+)['"]\s*\]""")
+# The annotation Volcano's Ascend plugin names after the resource (`huawei.com/Ascend910`), not the
+# ones the device plugin writes (`huawei.com/AscendReal`, which npu-plugin writes in both modes).
+_RESOURCE_ANNOTATION = re.compile(r"huawei\.com/Ascend\d\S*")
 _QUOTA_PREFIXES = ("requests.", "limits.", "")
 _LIMIT_RANGE_FIELDS = ("max", "min", "default", "defaultRequest", "maxLimitRequestRatio")
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -145,7 +148,7 @@ def queue_findings(obj: CommentedMap, resources: Sequence[str]) -> list[Finding]
         return []
     found: list[Finding] = []
     for path in _QUEUE_FIELDS:
-        entries = _get(obj, "spec", *path)
+        entries = get(obj, "spec", *path)
         for resource in resources:
             if isinstance(entries, CommentedMap) and resource in entries:
                 found.append(
@@ -252,14 +255,20 @@ def _schedulers(workload: Workload) -> Iterator[tuple[str, int, bool]]:
 def _annotation_env(container: CommentedMap) -> Iterator[tuple[str, str, int]]:
     env = container.get("env")
     for entry in env if isinstance(env, list) else []:
-        field_ref = _get(entry, "valueFrom", "fieldRef")
-        path = field_ref.get("fieldPath") if isinstance(field_ref, dict) else None
-        match = _ANNOTATION_FIELD.fullmatch(path.strip()) if isinstance(path, str) else None
-        if match and ASCEND_RESOURCE.fullmatch(match["name"]) and not is_slice_resource(match["name"]):
-            yield str(entry.get("name")), match["name"], key_line(field_ref, "fieldPath")
+        field_ref = get(entry, "valueFrom", "fieldRef")
+        name = annotation_read(get(field_ref, "fieldPath"))
+        if name and _RESOURCE_ANNOTATION.fullmatch(name) and not is_slice_resource(name):
+            yield str(entry.get("name")), name, key_line(field_ref, "fieldPath")
 
 
-def _get(node: Any, *keys: str) -> Any:
+def annotation_read(field_path: Any) -> str | None:
+    """The annotation a downward-API `fieldPath` reads (`metadata.annotations['key']`), if any."""
+    match = _ANNOTATION_FIELD.fullmatch(field_path.strip()) if isinstance(field_path, str) else None
+    return match["name"] if match else None
+
+
+def get(node: Any, *keys: str) -> Any:
+    """`node[k1][k2]...`, None where a step is missing or not a mapping."""
     for key in keys:
         node = node.get(key) if isinstance(node, dict) else None
     return node

@@ -32,6 +32,7 @@ from npu_plugin.migrate.findings import (
 )
 from npu_plugin.migrate.lineedits import LineEdits
 from npu_plugin.migrate.options import VNPU_DEVICE_CLASS, Options
+from npu_plugin.migrate.ranktable import rank_table_findings
 from npu_plugin.migrate.workloads import (
     ShapeError,
     Workload,
@@ -282,8 +283,8 @@ class _Stream:
     def report(
         self, doc: Document, data: Any, number: int, planned: list[tuple[Workload, list[ContainerClaim]]]
     ) -> None:
-        """What this document (its data migrated) says, in order: the scheduler of each migrated
-        workload, quotas, what stays unresolved, requests left behind, other mentions."""
+        """What this document (its data migrated) says, in order: the scheduler and the rank table of
+        each migrated workload, quotas, what stays unresolved, requests left behind, other mentions."""
         migrated = [found for found, items in planned if any(item.count for item in items)]
         resources = self.options.resource_names
         classes = {resource: name for resource in resources if (name := self.options.device_class_for(resource))}
@@ -291,6 +292,7 @@ class _Stream:
         for found in migrated:
             said = [say(f) for f in scheduler_findings(found, _who(found))]
             self.warnings += [warning for warning in said if warning not in self.warnings]
+            self.warnings += [say(f) for f in rank_table_findings(found, _who(found))]
         for found, items in planned:
             self.warnings += [say(f) for f in init_claim_findings(items, _who(found))]
         for obj in objects(data):

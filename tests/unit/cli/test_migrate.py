@@ -464,6 +464,26 @@ def test_check_fails_while_a_migrated_workload_reads_the_device_plugin_s_annotat
     assert run(parse("-f", str(source), "--check")) == 0
 
 
+def test_check_reports_a_job_that_takes_part_in_the_rank_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "job.yaml"
+    labelled = NPU_POD.replace(
+        "metadata: {name: p}", "metadata: {name: p, labels: {ring-controller.atlas: ascend-910}}"
+    )
+    source.write_text(labelled, encoding="utf-8")
+    assert run(parse("-f", str(source), "--check")) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(
+        f"npu-plugin migrate: warning: {source}:3: document 1: Pod p: takes part in MindCluster's HCCL rank table "
+        "(label ring-controller.atlas=ascend-910): npu-plugin writes the pod annotations huawei.com/AscendReal, "
+    )
+    assert err[1:] == ["npu-plugin migrate: would migrate 1 container in 1 workload"]
+    assert run(parse("-f", str(source), "--in-place")) == 0
+    assert "rank table" in capsys.readouterr().err
+    assert run(parse("-f", str(source), "--check")) == 0  # a warning, not something left to fix
+
+
 JSON_DEPLOYMENT = {
     "apiVersion": "apps/v1",
     "kind": "Deployment",
