@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from npu_plugin import __version__
 from npu_plugin.aio.tasks import until_closed
 from npu_plugin.ascend.container_edits import HostLayout, probe_host
-from npu_plugin.ascend.device import Device, resource_name_for
+from npu_plugin.ascend.device import Device, device_key, resource_name_for, without_ip
 from npu_plugin.ascend.vnpu import Vnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
@@ -170,6 +170,15 @@ class Daemon:
             facts,
             extra=facts,
         )
+        if missing := without_ip(self.devices):
+            names = device_key(missing)
+            log.warning(
+                "no device IP for %s: their slices carry no deviceIP attribute, and rank tables built from them "
+                "cannot complete (give each NPU its RoCE address: hccn_tool -i <physical id> -ip -s address <ip> "
+                "netmask <mask>, then restart)",
+                names,
+                extra={"device": names},
+            )
 
     # ---- servers ----
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,6 +77,31 @@ def device_type_for_chip(chip_name: str) -> str:
     raise ValueError(f"unknown Ascend chip name {chip_name!r}")
 
 
+def has_roce(device_type: str) -> bool:
+    """Whether the family's dies carry their own RoCE port (the 910 family: the device IP HCCL ranks
+    reach each other by); 310 and 310P cards have none."""
+    return device_type.startswith("Ascend910")
+
+
+def without_ip(devices: Iterable[Device]) -> list[int]:
+    """Pure: physical ids, ascending, of the devices that have a RoCE port but no device IP."""
+    return sorted(d.physical_id for d in devices if has_roce(d.device_type) and d.device_ip is None)
+
+
+def parse_device_ip(value: object) -> str:
+    """An NPU's RoCE address in its canonical text (`192.168.100.101`, `fd00::1`); ValueError for
+    anything else, the unspecified address (`0.0.0.0`: the port has none) included."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected an IPv4 or IPv6 address as a string, got {value!r}")
+    try:
+        address = ipaddress.ip_address(value.strip())
+    except ValueError:
+        raise ValueError(f"expected an IPv4 or IPv6 address, got {value!r}") from None
+    if address.is_unspecified:
+        raise ValueError(f"{value!r} is the unspecified address, not a device IP")
+    return str(address)
+
+
 def id_prefix(device_type: str) -> str:
     """Prefix of Device Plugin ids: the whole 910 family shares the official plugin's
     `Ascend910`."""
@@ -114,6 +140,12 @@ class Device:
     health: Health = Health.OK
     pcie_root: str | None = None  # e.g. `pci0000:00`, from sysfs; not part of the inventory file
     faults: tuple[int, ...] = ()  # fault codes the backend reported with the health level, ascending
+    # Network identity (MindCluster's rank-table inputs): the die's RoCE address, and on super-pod
+    # hardware (Atlas A3) its super pod, its server's index in it and the rack; None where absent.
+    device_ip: str | None = None
+    super_pod_id: int | None = None
+    server_index: int | None = None
+    rack_id: int | None = None
 
     @property
     def dp_id(self) -> str:

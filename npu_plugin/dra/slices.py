@@ -72,6 +72,7 @@ def device_entry(
         attributes["resource.kubernetes.io/pciBusID"] = {"string": device.pci_bus_id}
     if device.pcie_root:
         attributes["resource.kubernetes.io/pcieRoot"] = {"string": device.pcie_root}
+    attributes |= network_attributes(device)
     capacity: dict[str, DeviceCapacity] = {"memCapacity": {"value": format_bytes(device.memory)}}
     if device.ai_core is not None:
         capacity["aiCore"] = {"value": str(device.ai_core)}
@@ -81,6 +82,22 @@ def device_entry(
     ):
         entry["taints"] = taints
     return entry
+
+
+def network_attributes(device: Device) -> dict[str, DeviceAttribute]:
+    """`deviceIP` (string: an address is at most 45 characters, within the 64 a string attribute may
+    hold), `superPodId`, `serverIndex` and `rackId` (int), each only when the device has it."""
+    attributes: dict[str, DeviceAttribute] = {}
+    if device.device_ip:
+        attributes["deviceIP"] = {"string": device.device_ip}
+    for name, value in (
+        ("superPodId", device.super_pod_id),
+        ("serverIndex", device.server_index),
+        ("rackId", device.rack_id),
+    ):
+        if value is not None:
+            attributes[name] = {"int": value}
+    return attributes
 
 
 def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[list[SliceDevice]]:

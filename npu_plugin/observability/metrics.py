@@ -13,6 +13,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from npu_plugin.ascend.device import without_ip
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
 from npu_plugin.errors import listen_error
 from npu_plugin.inventory.ownership import Owner
@@ -116,6 +117,11 @@ class Metrics:
             "nothing is published",
             registry=r,
         )
+        self.devices_without_ip = Gauge(
+            "npu_plugin_devices_without_ip",
+            "NPUs with a RoCE port but no device IP (no deviceIP attribute, no device_ip for rank tables)",
+            registry=r,
+        )
         self.vnpu_create_seconds = Histogram(
             "npu_plugin_vnpu_create_seconds", "Latency of successful vNPU creates", buckets=CREATE_BUCKETS, registry=r
         )
@@ -150,6 +156,7 @@ class Metrics:
             for owner in Owner:
                 count = sum(v.owner is owner and v.healthy == (health == "healthy") for v in snapshot.devices)
                 self.devices.labels(health, owner.value).set(count)
+        self.devices_without_ip.set(len(without_ip(v.device for v in snapshot.devices)))
         for to in Owner:  # a draining device moves to the other of the two sides
             self.handovers_pending.labels(to.value).set(sum(v.draining and v.owner is not to for v in snapshot.devices))
 

@@ -11,6 +11,9 @@
  *   # chip: the v1 chip_name; npu_name: the v2 call's model; board: dcmi_get_device_board_info's board_id
  *   card 2 dev 1 logic 5 phy 5 chip Ascend910 npu_name Ascend910_9392 board 0xb0
  *   card 0 dev 1 logic 1 phy 1 chip 910B3 health 2 faults 0x80E01801,0x80E18402   # dcmi_get_device_errorcode_v2
+ *   # ip: the RoCE port's address (IPv4 or IPv6; no key: 0.0.0.0); net_health: dcmi_get_device_network_health's
+ *   # result (no key: NOT_SUPPORT); spod: super pod id,server index,chassis id (dcmi_get_device_info 12/1)
+ *   card 0 dev 0 logic 0 phy 0 chip 910B3 ip 192.168.100.101 net_health 0 spod 7,2,0
  *   driver 24.1.rc2                      # dcmi_get_driver_version (no line: NOT_SUPPORT)
  *   topo_group 3 0 1 2 3 4 5 6 7         # DCMI topo type for every pair of these physical ids
  *   topo_default 1                       # type for pairs in no group (no topo line: NOT_SUPPORT)
@@ -32,6 +35,7 @@
  * dcmi_get_card_num_list, the version only dcmi_get_dcmi_version (the library's own).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +65,9 @@
 #define DCMI_TOPO_TYPE_SELF 0
 
 #define DCMI_MAIN_CMD_VDEV_MNG 52
+#define DCMI_MAIN_CMD_CHIP_INF 12
+#define DCMI_CHIP_INF_SUB_CMD_SPOD_INFO 1
+#define DCMI_ROCE_PORT 1
 #define DCMI_VDEV_RES_NAME_LEN 16
 #define DCMI_VDEV_FOR_RESERVE 32
 #define DCMI_VDEV_SIZE 20
@@ -72,6 +79,24 @@
 #define FAKE_ANY_ID 0xFFFFFFFFu
 
 /* ---- struct layouts, verbatim from dcmi_interface_api.h ---- */
+
+struct dcmi_ip_addr {
+    union {
+        unsigned char ip6[16];
+        unsigned char ip4[4];
+    } u_addr;
+    int ip_type; /* enum dcmi_ip_addr_type: 0 IPv4, 1 IPv6 */
+};
+
+struct dcmi_spod_info {
+    unsigned int sdid;
+    unsigned int super_pod_size;
+    unsigned int super_pod_id;
+    unsigned int server_index;
+    unsigned int chassis_id;
+    unsigned int super_pod_type;
+    unsigned int reserve[6];
+};
 
 struct dcmi_chip_info {
     unsigned char chip_type[MAX_CHIP_NAME_LEN];
@@ -237,6 +262,10 @@ struct fake_dev {
     unsigned int domain, bus, devno, func;
     unsigned int faults[FAKE_MAX_FAULTS];
     int nfaults;
+    int ip_family; /* 0: no address */
+    unsigned char ip[16];
+    int has_net_health, has_spod;
+    unsigned int net_health, spod_id, spod_server, spod_chassis;
 };
 
 struct fake_fail {
@@ -330,8 +359,37 @@ static int parse_faults(const char *text, struct fake_dev *d)
     return 0;
 }
 
+static int parse_ip(const char *text, struct fake_dev *d)
+{
+    if (inet_pton(AF_INET, text, d->ip) == 1) {
+        d->ip_family = AF_INET;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, text, d->ip) == 1) {
+        d->ip_family = AF_INET6;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_spod(const char *text, struct fake_dev *d)
+{
+    if (sscanf(text, "%u,%u,%u", &d->spod_id, &d->spod_server, &d->spod_chassis) != 3) {
+        return -1;
+    }
+    d->has_spod = 1;
+    return 0;
+}
+
 static int parse_dev_pair(struct fake_dev *d, const char *key, const char *val)
 {
+    if (strcmp(key, "ip") == 0) { return parse_ip(val, d); }
+    if (strcmp(key, "spod") == 0) { return parse_spod(val, d); }
+    if (strcmp(key, "net_health") == 0) {
+        d->net_health = (unsigned int)strtoul(val, NULL, 0);
+        d->has_net_health = 1;
+        return 0;
+    }
     if (strcmp(key, "card") == 0) { d->card = atoi(val); return 0; }
     if (strcmp(key, "dev") == 0) { d->dev = atoi(val); return 0; }
     if (strcmp(key, "logic") == 0) { d->logic = atoi(val); return 0; }
@@ -841,6 +899,61 @@ int dcmi_get_device_board_info(int card_id, int device_id, struct dcmi_board_inf
     return DCMI_OK;
 }
 
+/* As the driver does: the caller's ip_type picks the family; a port without that address answers zeros. */
+int dcmi_get_device_ip(int card_id, int device_id, int input_type, int port_id, struct dcmi_ip_addr *ip,
+                       struct dcmi_ip_addr *mask)
+{
+    const struct fake_dev *d;
+    int ret = enter_dev("dcmi_get_device_ip", card_id, device_id, &d);
+    int family;
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (input_type != DCMI_ROCE_PORT || port_id != 0) {
+        return DCMI_ERR_CODE_INVALID_PARAMETER;
+    }
+    family = ip->ip_type == 1 ? AF_INET6 : AF_INET;
+    memset(&ip->u_addr, 0, sizeof(ip->u_addr));
+    memset(mask, 0, sizeof(*mask));
+    if (d->ip_family == family) {
+        memcpy(ip->u_addr.ip6, d->ip, family == AF_INET ? 4 : 16);
+    }
+    return DCMI_OK;
+}
+
+int dcmi_get_device_network_health(int card_id, int device_id, unsigned int *result)
+{
+    const struct fake_dev *d;
+    int ret = enter_dev("dcmi_get_device_network_health", card_id, device_id, &d);
+
+    if (ret != DCMI_OK) {
+        return ret;
+    }
+    if (!d->has_net_health) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    *result = d->net_health;
+    return DCMI_OK;
+}
+
+static int spod_info(const struct fake_dev *d, void *buf, unsigned int *size)
+{
+    struct dcmi_spod_info *info = buf;
+
+    if (!d->has_spod) {
+        return DCMI_ERR_CODE_NOT_SUPPORT;
+    }
+    if (*size < sizeof(*info)) {
+        return DCMI_ERR_CODE_INVALID_PARAMETER;
+    }
+    memset(info, 0, sizeof(*info));
+    info->super_pod_id = d->spod_id;
+    info->server_index = d->spod_server;
+    info->chassis_id = d->spod_chassis;
+    return DCMI_OK;
+}
+
 int dcmi_get_device_hbm_info(int card_id, int device_id, struct dcmi_hbm_info *hbm_info)
 {
     const struct fake_dev *d;
@@ -1096,6 +1209,9 @@ int dcmi_get_device_info(int card_id, int device_id, int main_cmd, unsigned int 
     if (ret != DCMI_OK) {
         return ret;
     }
+    if (main_cmd == DCMI_MAIN_CMD_CHIP_INF && sub_cmd == DCMI_CHIP_INF_SUB_CMD_SPOD_INFO) {
+        return spod_info(d, buf, size);
+    }
     if (main_cmd != DCMI_MAIN_CMD_VDEV_MNG || (t = find_total(card_id, device_id)) == NULL) {
         return DCMI_ERR_CODE_NOT_SUPPORT;
     }
@@ -1273,6 +1389,12 @@ int dcmi_get_vdevice_mode(int *mode)
 
 long fake_dcmi_layout(const char *structure, const char *field)
 {
+    FAKE_SIZE(dcmi_ip_addr);
+    FAKE_LAYOUT(dcmi_ip_addr, ip_type);
+    FAKE_SIZE(dcmi_spod_info);
+    FAKE_LAYOUT(dcmi_spod_info, super_pod_id);
+    FAKE_LAYOUT(dcmi_spod_info, server_index);
+    FAKE_LAYOUT(dcmi_spod_info, chassis_id);
     FAKE_SIZE(dcmi_chip_info);
     FAKE_LAYOUT(dcmi_chip_info, chip_name);
     FAKE_LAYOUT(dcmi_chip_info, aicore_cnt);

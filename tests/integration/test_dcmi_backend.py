@@ -378,6 +378,8 @@ def test_a_library_without_dcmi_symbols_is_rejected() -> None:
         (abi.VdevQuery, ("query_info",)),
         (abi.SocFreeResource, ("base", "computing", "media")),
         (abi.SocTotalResource, ("vfg_num", "base", "computing", "media")),
+        (abi.IpAddr, ("ip_type",)),
+        (abi.SpodInfo, ("super_pod_id", "server_index", "chassis_id")),
     ],
 )
 def test_ctypes_layouts_match_the_c_compiler(
@@ -402,6 +404,8 @@ def test_ctypes_layouts_match_the_c_compiler(
         abi.VdevQuery: b"dcmi_vdev_query_stru",
         abi.SocFreeResource: b"dcmi_soc_free_resource",
         abi.SocTotalResource: b"dcmi_soc_total_resource",
+        abi.IpAddr: b"dcmi_ip_addr",
+        abi.SpodInfo: b"dcmi_spod_info",
     }[struct]
 
     assert layout(c_name, None) == ctypes.sizeof(struct)
@@ -430,3 +434,51 @@ def test_fault_codes_come_from_dcmi_get_device_errorcode_v2(open_host: Opener) -
     assert codes[first] == (0x80E01801, 0x80E18402)
     assert codes[second] == tuple(range(0x80E00000, 0x80E00000 + abi.ERROR_CODE_MAX_COUNT))
     assert third not in codes and 99 not in codes  # the call failed; no such die
+
+
+def test_device_ips_and_super_pod_identity_come_from_dcmi(open_host: Opener) -> None:
+    host = atlas_a3_two_cards()
+    host.dies[0].ip, host.dies[1].ip = "192.168.100.101", "fd00::1:2"
+    for die in host.dies:
+        die.spod = "7,3,0"
+    host.dies[3].spod = f"7,{0xFFFFFFFF},12"
+
+    devices = open_host(host).discover()
+
+    assert [(d.device_ip, d.super_pod_id, d.server_index, d.rack_id) for d in devices] == [
+        ("192.168.100.101", 7, 3, None),
+        ("fd00::1:2", 7, 3, None),
+        (None, 7, 3, None),
+        (None, 7, None, 12),
+    ]
+
+
+def test_a_910b_die_has_an_ip_and_no_super_pod(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    host.dies[0].ip = "10.0.0.5"
+    host.dies[0].spod = "1,1,1"  # asked only on A3 dies, as mind-cluster does
+
+    device = next(d for d in open_host(host).discover() if d.card_id == 0)
+
+    identity = (device.device_ip, device.super_pod_id, device.server_index, device.rack_id)
+    assert identity == ("10.0.0.5", None, None, None)
+
+
+def test_no_roce_no_ip_query(open_host: Opener) -> None:
+    host = atlas_300i_duo()
+    host.fails.append("dcmi_get_device_ip -8255")  # never asked: a 310P has no RoCE port
+
+    assert {d.device_ip for d in open_host(host).discover()} == {None}
+
+
+def test_ip_and_super_pod_failures_leave_them_out(open_host: Opener, caplog: pytest.LogCaptureFixture) -> None:
+    host = atlas_a3_two_cards()
+    for die in host.dies:
+        die.ip, die.spod = "192.168.1.1", "1,1,0"
+    host.fails += ["dcmi_get_device_ip card 3 dev 0 -8005", "dcmi_get_device_info card 5 dev 1 -8255"]
+
+    devices = {d.physical_id: d for d in open_host(host).discover()}
+
+    assert devices[8].device_ip is None and devices[8].super_pod_id == 1
+    assert devices[11].device_ip == "192.168.1.1" and devices[11].super_pod_id is None
+    assert "super-pod info" in caplog.text

@@ -71,6 +71,7 @@ def test_a_slice_has_the_contracted_shape(workspace: Workspace, fake_api: FakeKu
             "numaNode": {"int": 2},
             "driverVersion": {"string": "24.1.rc1"},
             "resource.kubernetes.io/pciBusID": {"string": "0000:02:00.0"},
+            "deviceIP": {"string": "192.168.100.106"},
         },
         "capacity": {"memCapacity": {"value": "64Gi"}, "aiCore": {"value": "20"}},
     }
@@ -94,6 +95,38 @@ def test_optional_attributes_are_left_out_when_unknown(
     }
     assert device["attributes"]["logicId"] == {"int": 3} and device["attributes"]["cardId"] == {"int": 1}
     assert device["capacity"] == {"memCapacity": {"value": "32Gi"}}
+
+
+def test_network_identity_attributes_and_a_device_without_ip(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    workspace.inventory.write_text(
+        "devices:\n"
+        "  - {physicalId: 0, chipName: '910', deviceType: Ascend910C, deviceIP: 10.0.0.1, superPodId: 7,"
+        " serverIndex: 3, rackId: 2}\n"
+        "  - {physicalId: 1, chipName: '910', deviceType: Ascend910C, superPodId: 7, serverIndex: 3}\n"
+    )
+    daemon = launch_daemon(*dra_args(workspace))
+    slices = settled(fake_api, ["npu-0", "npu-1"])
+    first, second = slices[0]["spec"]["devices"]
+    identity = ("deviceIP", "superPodId", "serverIndex", "rackId")
+    assert {k: v for k, v in first["attributes"].items() if k in identity} == {
+        "deviceIP": {"string": "10.0.0.1"},
+        "superPodId": {"int": 7},
+        "serverIndex": {"int": 3},
+        "rackId": {"int": 2},
+    }
+    assert {k: v for k, v in second["attributes"].items() if k in identity} == {
+        "superPodId": {"int": 7},
+        "serverIndex": {"int": 3},
+    }
+    # An attribute a device lacks is a CEL runtime error, as in Kubernetes: selectors guard with has().
+    attributes = 'device.attributes["npu.huawei.com"]'
+    cel = f'has({attributes}.deviceIP) && {attributes}.deviceIP == "10.0.0.1"'
+    assert [d.entry["name"] for d in select(published_devices(slices), [cel])] == ["npu-0"]
+    same_pod = 'device.attributes["npu.huawei.com"].superPodId == 7'
+    assert [d.entry["name"] for d in select(published_devices(slices), [same_pod])] == ["npu-0", "npu-1"]
+    assert daemon.log().count("no device IP for") == 1 and "no device IP for npu-1:" in daemon.log()
 
 
 def test_300_devices_are_chunked_at_128(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:

@@ -14,7 +14,7 @@ from npu_plugin.ascend.device import Health
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, NpuSmiParseError
 from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
-from tests.support.fake_hardware import fake_npu_smi, script
+from tests.support.fake_hardware import fake_hccn_tool, fake_npu_smi, script
 
 
 @pytest.fixture
@@ -216,3 +216,48 @@ def _gone(pid: int) -> bool:
         time.sleep(0.05)
     os.kill(pid, 9)
     return False
+
+
+def test_device_ips_come_from_hccn_tool(b3: Path, tmp_path: Path) -> None:
+    hccn = fake_hccn_tool(tmp_path / "hccn", {i: f"192.168.100.{101 + i}" for i in range(7)} | {7: None})
+
+    devices = NpuSmiBackend(str(b3), hccn_tool=str(hccn)).discover()
+
+    assert [d.device_ip for d in devices] == [f"192.168.100.{101 + i}" for i in range(7)] + [None]
+    assert {d.super_pod_id for d in devices} == {None}  # an A2 is no super pod: npu-smi is not asked
+    assert (hccn.parent / "runs.log").read_text().splitlines() == [f"-i {i} -ip -g" for i in range(8)]
+
+
+def test_a3_dies_get_their_super_pod_from_npu_smi(tmp_path: Path) -> None:
+    npu_smi = fake_npu_smi(tmp_path, "910c-container.info.txt", "910c-container.mapping.txt", "310p3.topo.txt")
+    (tmp_path / "spod-info-2-0.txt").write_text(
+        "\tSDID                           : 8392704\n\tSuper Pod Size                 : 48\n"
+        "\tSuper Pod ID                   : 7\n\tServer Index                   : 3\n"
+    )
+    hccn = fake_hccn_tool(tmp_path / "hccn", {4: "fd00::4", 5: "10.0.0.5"})
+
+    devices = NpuSmiBackend(str(npu_smi), hccn_tool=str(hccn)).discover()
+
+    assert [(d.device_ip, d.super_pod_id, d.server_index, d.rack_id) for d in devices] == [
+        ("fd00::4", 7, 3, None),
+        ("10.0.0.5", None, None, None),  # its spod-info query fails: left unknown
+    ]
+
+
+def test_no_roce_no_hccn_tool_run(tmp_path: Path) -> None:
+    npu_smi = fake_npu_smi(tmp_path, "310p3-duo-x2.info.txt", "310p3-duo-x2.mapping.txt", "310p3.topo.txt")
+    hccn = fake_hccn_tool(tmp_path / "hccn")
+
+    assert {d.device_ip for d in NpuSmiBackend(str(npu_smi), hccn_tool=str(hccn)).discover()} == {None}
+    assert not (hccn.parent / "runs.log").exists()
+
+
+def test_a_missing_hccn_tool_leaves_ips_unknown_said_once(
+    b3: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = NpuSmiBackend(str(b3), hccn_tool=str(tmp_path / "absent" / "hccn_tool"))
+
+    assert {d.device_ip for d in backend.discover()} == {None}
+    backend.discover()
+    said = [r.getMessage() for r in caplog.records if "hccn_tool" in r.getMessage()]
+    assert len(said) == 1 and "device IPs are unknown" in said[0], said

@@ -28,12 +28,38 @@ case "$*" in
   "info -t template-info -i "*) name="template-info-$5" ;;
   "info -t info-vnpu -i "*" -c "*) name="info-vnpu-$5-$7" ;;
   "info -t health -i "*" -c "*) name="health-$5-$7" ;;
+  "info -t spod-info -i "*" -c "*) name="spod-info-$5-$7" ;;
   "set -t create-vnpu "*|"set -t destroy-vnpu "*) name=$3; echo "$*" >> "$dir/set.log" ;;
   *) echo "npu-smi: unknown command: $*" >&2; exit 2 ;;
 esac
 if [ -f "$dir/$name.status" ]; then cat "$dir/$name.txt"; exit "$(cat "$dir/$name.status")"; fi
 cat "$dir/$name.txt"
 """
+
+
+# hccn_tool answering `-i N -ip -g`, `-i N -link -g` and `-i N -net_health -g` from `ip-N.txt`,
+# `link-N.txt` and `net_health-N.txt` beside it (a missing file: the query fails, as on a die without
+# a RoCE port); each run is appended to runs.log.
+FAKE_HCCN_TOOL = """#!/bin/sh
+dir=$(dirname "$0")
+echo "$*" >> "$dir/runs.log"
+case "$*" in
+  "-i "*" -ip -g"|"-i "*" -link -g"|"-i "*" -net_health -g") name="${3#-}-$2" ;;
+  *) echo "hccn_tool: unknown command: $*" >&2; exit 2 ;;
+esac
+if [ ! -f "$dir/$name.txt" ]; then echo "hccn_tool: device $2: no such device or not supported" >&2; exit 1; fi
+cat "$dir/$name.txt"
+"""
+
+
+def fake_hccn_tool(directory: Path, ips: dict[int, str | None] | None = None) -> Path:
+    """A fake hccn_tool in `directory`; `ips` writes `hccn_tool -i N -ip -g`'s answers (None: the
+    query fails)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for physical_id, ip in (ips or {}).items():
+        if ip is not None:
+            (directory / f"ip-{physical_id}.txt").write_text(f"ipaddr:{ip}\nnetmask:255.255.255.0\n")
+    return script(directory / "hccn_tool", FAKE_HCCN_TOOL)
 
 
 class CompilerMissingError(RuntimeError):
@@ -72,6 +98,9 @@ class FakeDie:
     npu_name: str | None = None
     board: int | None = None
     faults: str | None = None  # "0x80E01801,0x80E18402", or "many:N" for N codes
+    ip: str | None = None  # the RoCE port's address
+    net_health: int | None = None  # dcmi_get_device_network_health's result
+    spod: str | None = None  # "super pod id,server index,chassis id"
 
     def line(self) -> str:
         words = [f"card {self.card} dev {self.dev} logic {self.logic} phy {self.phy} chip {self.chip}"]
@@ -82,6 +111,9 @@ class FakeDie:
             "bus": self.bus,
             "npu_name": self.npu_name,
             "faults": self.faults,
+            "ip": self.ip,
+            "net_health": self.net_health,
+            "spod": self.spod,
         }
         words += [f"{key} {value}" for key, value in optional.items() if value is not None]
         if self.board is not None:

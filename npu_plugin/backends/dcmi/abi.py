@@ -8,6 +8,7 @@ Nothing here loads the library; the decoders are pure functions.
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 from collections.abc import Mapping
 from decimal import Decimal
 
@@ -252,6 +253,40 @@ class SocTotalResource(ctypes.Structure):
     ]
 
 
+# ---- network identity: dcmi_get_device_ip and the super-pod query
+
+IPADDR_TYPE_V4 = 0  # enum dcmi_ip_addr_type
+IPADDR_TYPE_V6 = 1
+ROCE_PORT = 1  # enum dcmi_port_type: DCMI_VNIC_PORT = 0, DCMI_ROCE_PORT = 1
+# dcmi_get_device_info(card, device, DCMI_MAIN_CMD_CHIP_INF, DCMI_CHIP_INF_SUB_CMD_SPOD_INFO, ...):
+# the vendor's values (mind-cluster devmanager MainCmdChipInf = 12, CinfSubCmdGetSPodInfo = 1), which
+# the vendored header's enum does not list.
+MAIN_CMD_CHIP_INF = 12
+CHIP_INF_SUB_CMD_SPOD_INFO = 1
+SPOD_UNSET = 0xFFFFFFFF  # a super-pod field the driver does not know
+
+
+class IpAddr(ctypes.Structure):
+    """struct dcmi_ip_addr: a union of ip6[16] / ip4[4], then the enum dcmi_ip_addr_type."""
+
+    _fields_ = [("u_addr", ctypes.c_ubyte * 16), ("ip_type", ctypes.c_int)]
+
+
+class SpodInfo(ctypes.Structure):
+    """struct dcmi_spod_info (48 bytes): chassis_id is the rack, which drivers fill on super pods
+    that have racks (mind-cluster reads RackId from it); super_pod_type and reserve are unused."""
+
+    _fields_ = [
+        ("sdid", ctypes.c_uint),
+        ("super_pod_size", ctypes.c_uint),
+        ("super_pod_id", ctypes.c_uint),
+        ("server_index", ctypes.c_uint),
+        ("chassis_id", ctypes.c_uint),
+        ("super_pod_type", ctypes.c_uint),
+        ("reserve", ctypes.c_uint * 6),
+    ]
+
+
 _INT_P = ctypes.POINTER(ctypes.c_int)
 _UINT_P = ctypes.POINTER(ctypes.c_uint)
 _INT = ctypes.c_int
@@ -278,6 +313,8 @@ SIGNATURES: dict[str, list[type]] = {
     "dcmi_create_vdevice": [_INT, _INT, ctypes.POINTER(CreateVdevRes), ctypes.POINTER(CreateVdevOut)],
     "dcmi_set_destroy_vdevice": [_INT, _INT, ctypes.c_uint],
     "dcmi_get_vdevice_mode": [_INT_P],
+    "dcmi_get_device_ip": [_INT, _INT, _INT, _INT, ctypes.POINTER(IpAddr), ctypes.POINTER(IpAddr)],
+    "dcmi_get_device_network_health": [_INT, _INT, _UINT_P],
 }
 
 # Older drivers export only dcmi_get_card_num_list; current ones both (mind-cluster calls either).
@@ -391,3 +428,28 @@ def vnpu_memory_bytes(megabytes: int) -> int:
 def template_uses(found: Mapping[str, Decimal]) -> dict[str, Decimal]:
     """Pure: what a vNPU uses besides its AI cores, as a template lists it (0 left out)."""
     return {name: amount for name, amount in found.items() if name != "aicore" and amount}
+
+
+def ip_from(address: IpAddr) -> str | None:
+    """Pure: the text of a dcmi_ip_addr (IPv4 from the first 4 bytes, IPv6 from all 16); None for
+    the unspecified address (the port has none) and an unknown address type."""
+    raw = bytes(address.u_addr)
+    if address.ip_type == IPADDR_TYPE_V4:
+        parsed: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.IPv4Address(raw[:4])
+    elif address.ip_type == IPADDR_TYPE_V6:
+        parsed = ipaddress.IPv6Address(raw)
+    else:
+        return None
+    return None if parsed.is_unspecified else str(parsed)
+
+
+def spod_identity(info: SpodInfo) -> tuple[int | None, int | None, int | None]:
+    """Pure: (super pod id, server index, rack id) of a dcmi_spod_info; a field the driver left
+    unset (0xFFFFFFFF) is None, and so is a zero chassis id (drivers of super pods without racks
+    leave that word zero)."""
+
+    def known(value: int) -> int | None:
+        return None if value == SPOD_UNSET else value
+
+    rack = known(info.chassis_id)
+    return known(info.super_pod_id), known(info.server_index), rack or None

@@ -9,12 +9,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
 
 from npu_plugin.ascend import driver_codes
-from npu_plugin.ascend.device import Device, Health, device_key
+from npu_plugin.ascend.device import Device, Health, device_key, has_roce
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
     ChipMode,
@@ -81,6 +81,8 @@ class _Probe:
     memory: int
     pci_bus_id: str | None
     health: Health
+    device_ip: str | None = None
+    spod: tuple[int | None, int | None, int | None] = (None, None, None)
 
 
 class DcmiBackend:
@@ -405,7 +407,37 @@ class DcmiBackend:
     def _probe(self, slot: _Slot) -> _Probe:
         chip, ai_core = self._chip(slot)
         health = self._sampled_health(slot)
-        return _Probe(slot, chip, ai_core, self._memory(slot), self._bus_id(slot), health)
+        probe = _Probe(slot, chip, ai_core, self._memory(slot), self._bus_id(slot), health)
+        if chip is None or not has_roce(chip.device_type):
+            return probe
+        spod = self._super_pod(slot) if chip.device_type == "Ascend910C" else probe.spod
+        return replace(probe, device_ip=self._device_ip(slot), spod=spod)
+
+    def _device_ip(self, slot: _Slot) -> str | None:
+        """The RoCE port's address, IPv4 first then IPv6 (as mind-cluster asks: the caller sets
+        ip_type); None when the port has none or the call fails (said once, by discovery)."""
+        for ip_type in (abi.IPADDR_TYPE_V4, abi.IPADDR_TYPE_V6):
+            address, mask = abi.IpAddr(ip_type=ip_type), abi.IpAddr(ip_type=ip_type)
+            args = (slot.card_id, slot.device_index, abi.ROCE_PORT, 0, ctypes.byref(address), ctypes.byref(mask))
+            code = self._call("dcmi_get_device_ip", *args)
+            if code != driver_codes.OK:
+                log.debug("DCMI dcmi_get_device_ip failed for %s with error code %d", slot, code, extra=_about(slot))
+                return None
+            if (found := abi.ip_from(address)) is not None:
+                return found
+        return None
+
+    def _super_pod(self, slot: _Slot) -> tuple[int | None, int | None, int | None]:
+        """Super pod id, server index and rack of an Atlas A3 die (dcmi_get_device_info's chip-info
+        command); unknown ones None."""
+        info = abi.SpodInfo()
+        size = ctypes.c_uint(ctypes.sizeof(info))
+        command = (abi.MAIN_CMD_CHIP_INF, abi.CHIP_INF_SUB_CMD_SPOD_INFO, ctypes.byref(info), ctypes.byref(size))
+        code = self._call("dcmi_get_device_info", slot.card_id, slot.device_index, *command)
+        if code != driver_codes.OK:
+            _warn_optional("dcmi_get_device_info (super-pod info)", slot, code)
+            return None, None, None
+        return abi.spod_identity(info)
 
     def _chip(self, slot: _Slot) -> tuple[_Chip | None, int | None]:
         """Chip name and family; like mind-cluster's devmanager, the v2 call first (its npu_name is
@@ -623,4 +655,8 @@ def _device(probe: _Probe, chip: _Chip, driver: str | None) -> Device:
         pci_bus_id=probe.pci_bus_id,
         driver_version=driver,
         health=probe.health,
+        device_ip=probe.device_ip,
+        super_pod_id=probe.spod[0],
+        server_index=probe.spod[1],
+        rack_id=probe.spod[2],
     )

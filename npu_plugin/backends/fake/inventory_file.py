@@ -10,7 +10,14 @@ from typing import Any, NoReturn
 
 import yaml
 
-from npu_plugin.ascend.device import DEVICE_TYPES, Device, Health, device_type_for_chip, parse_fault_code
+from npu_plugin.ascend.device import (
+    DEVICE_TYPES,
+    Device,
+    Health,
+    device_type_for_chip,
+    parse_device_ip,
+    parse_fault_code,
+)
 from npu_plugin.ascend.topology import derive_topology_group
 from npu_plugin.ascend.vnpu import (
     AICORE,
@@ -46,6 +53,10 @@ _FIELDS = (
     "driverVersion",
     "health",
     "faultCodes",
+    "deviceIP",
+    "superPodId",
+    "serverIndex",
+    "rackId",
     "vnpu",
 )
 _VNPU_FIELDS = ("mode", "dynamic", "idRange", "resources", "templates", "existing")
@@ -199,6 +210,10 @@ def _device(entry: _Entry) -> Device:
         driver_version=entry.get("driverVersion", _text),
         health=entry.get("health", _health, default=Health.OK),
         faults=entry.get("faultCodes", _fault_codes, default=()),
+        device_ip=entry.get("deviceIP", parse_device_ip),
+        super_pod_id=entry.get("superPodId", _non_negative_int),
+        server_index=entry.get("serverIndex", _non_negative_int),
+        rack_id=entry.get("rackId", _non_negative_int),
     )
 
 
@@ -371,6 +386,10 @@ def device_record(device: Device) -> dict[str, Any]:
         "driverVersion": device.driver_version,
         "health": device.health.value,
         "faultCodes": list(device.faults) or None,
+        "deviceIP": device.device_ip,
+        "superPodId": device.super_pod_id,
+        "serverIndex": device.server_index,
+        "rackId": device.rack_id,
     }
     return {key: value for key, value in record.items() if value is not None and value != ""}
 

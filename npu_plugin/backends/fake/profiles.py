@@ -1,5 +1,8 @@
 """Built-in fake inventories for demos and tests; real hosts vary.
 
+The 910 profiles carry device IPs the way /etc/hccn.conf numbers them in Huawei's guides
+(`address_<i>=192.168.100.10<i+1>`, one subnet per box); 310P cards have no RoCE port, hence none.
+
 The vNPU tables are the driver's own, as `npu-smi info -t template-info` prints them (memory: the
 "show" figure), from Huawei's open-sourced driver (verylucky01/driver@e29d066f,
 src/custom/dev_prod/user/dcmi/dcmi_inner/src/dcmi_inner_info_get.c: g_910B_bin1_show_template,
@@ -118,6 +121,7 @@ def _atlas_800t_a2() -> FakeHost:
             topology_group="ring-0",
             driver_version="24.1.rc1",
             health=Health.OK,
+            device_ip=f"192.168.100.{101 + i}",
         )
         for i in range(8)
     ]
@@ -139,6 +143,7 @@ def _atlas_800_9000() -> FakeHost:
             topology_group=f"ring-{i // 4}",
             driver_version="22.0.3.1",
             health=Health.OK,
+            device_ip=f"192.168.10.{101 + i}",
         )
         for i in range(8)
     ]

@@ -6,13 +6,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.ascend import driver_codes
-from npu_plugin.ascend.device import Device, Health, parse_device_node
+from npu_plugin.ascend.device import Device, Health, has_roce, parse_device_node
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
     ChipMode,
@@ -22,6 +24,7 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
+from npu_plugin.backends.npusmi.network_parse import parse_hccn_ip, parse_spod_info
 from npu_plugin.backends.npusmi.parse import (
     MappingRow,
     TopologyMatrix,
@@ -47,6 +50,9 @@ from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNot
 
 log = logging.getLogger(__name__)
 
+# Where the driver package installs hccn_tool when it is not on PATH (as mind-cluster runs it).
+DRIVER_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+
 _DESTROY_ALL_REFUSAL = (
     "refusing to destroy vNPU 65535 on npu-{physical_id}: the driver reads that id as every vNPU of the chip"
 )
@@ -69,13 +75,19 @@ class NpuSmiBackend:
     Each call runs npu-smi afresh in its own process group, killed whole when it overruns `timeout`.
     `dev_root`, when given, is listed for davinciN nodes so that hosts whose npu-smi prints no
     physical id get them from the nodes present (see npusmi_parse).
+
+    Device IPs come from `hccn_tool -i <physical id> -ip -g` (`hccn_tool`: on PATH, else the
+    driver's tools directory), super-pod identity from `npu-smi info -t spod-info` on Atlas A3.
     """
 
     name = "npu-smi"
     host_sysfs = True
 
-    def __init__(self, executable: str, timeout: float = 10.0, *, dev_root: Path | None = None) -> None:
+    def __init__(
+        self, executable: str, timeout: float = 10.0, *, dev_root: Path | None = None, hccn_tool: str | None = None
+    ) -> None:
         self.executable = executable
+        self.hccn_tool = hccn_tool or shutil.which("hccn_tool") or DRIVER_HCCN_TOOL
         self.timeout = timeout
         self.dev_root = dev_root
         self.topology: TopologyMatrix | None = None
@@ -90,12 +102,33 @@ class NpuSmiBackend:
         """Every die npu-smi lists; raises BackendError (NpuSmiParseError for unreadable output)."""
         info = parse_info(self._run("info"))
         mapping = self._mapping()
-        devices = build_devices(info, mapping, self._device_nodes())
+        devices = [self._networked(d) for d in build_devices(info, mapping, self._device_nodes())]
         self.topology = self._topology()
         self._physical_ids = {(d.card_id, d.chip_id): d.physical_id for d in devices}
         self._by_logic_id = {d.logic_id: d.physical_id for d in devices}
         self._devices = {d.physical_id: d for d in devices}
         return devices
+
+    def _networked(self, device: Device) -> Device:
+        """The device with its RoCE address (hccn_tool) and, on an A3, its super-pod identity
+        (npu-smi); what cannot be read stays None, the query's failure said once per backend."""
+        if not has_roce(device.device_type):
+            return device
+        try:
+            ip = parse_hccn_ip(self._run_tool(self.hccn_tool, "-i", str(device.physical_id), "-ip", "-g"))
+        except BackendError as error:
+            self._missing("hccn_tool -ip -g", "device IPs are unknown", error, logging.WARNING)
+            ip = None
+        device = replace(device, device_ip=ip)
+        if device.device_type != "Ascend910C":
+            return device
+        where = ("-i", str(device.card_id), "-c", str(device.chip_id))
+        try:
+            spod = parse_spod_info(self._run("info", "-t", "spod-info", *where))
+        except BackendError as error:
+            self._missing("info -t spod-info", "super-pod ids are unknown", error, logging.WARNING)
+            return device
+        return replace(device, super_pod_id=spod[0], server_index=spod[1], rack_id=spod[2])
 
     def hccs_peers(self) -> dict[int, frozenset[int]]:
         """HCCS peers by physical id; the topology matrix numbers dies like logic ids."""
@@ -308,25 +341,33 @@ class NpuSmiBackend:
         return [found for name in names if (found := parse_device_node(name)) is not None] or None
 
     def _run(self, *args: str) -> str:
-        status, stdout, stderr = self._execute(*args)
+        return self._run_tool(self.executable, *args)
+
+    def _run_tool(self, executable: str, *args: str) -> str:
+        status, stdout, stderr = self._execute_tool(executable, *args)
         if status != 0:
-            raise BackendError(_exit_failure(" ".join((self.executable, *args)), status, stdout, stderr))
+            raise BackendError(_exit_failure(" ".join((executable, *args)), status, stdout, stderr))
         return stdout
 
     def _execute(self, *args: str) -> tuple[int, str, str]:
-        """Exit status, stdout and stderr of one npu-smi run; BackendError when it cannot start or
-        overruns."""
-        command = " ".join((self.executable, *args))
+        return self._execute_tool(self.executable, *args)
+
+    def _execute_tool(self, executable: str, *args: str) -> tuple[int, str, str]:
+        """Exit status, stdout and stderr of one run of npu-smi (or hccn_tool); BackendError when it
+        cannot start or overruns."""
+        command = " ".join((executable, *args))
         try:
             process = subprocess.Popen(
-                [self.executable, *args],
+                [executable, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as error:
-            raise BackendError(_launch_failure(self.executable, error)) from None
+            if executable != self.executable:
+                raise BackendError(f"cannot run hccn_tool {executable!r}: {error.strerror or error}") from None
+            raise BackendError(_launch_failure(executable, error)) from None
         stdout, stderr = _communicate(process, command, self.timeout)
         return process.returncode, stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
 

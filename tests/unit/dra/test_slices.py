@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -84,6 +85,46 @@ def test_unknown_optional_fields_are_left_out() -> None:
         "topologyGroup",
     }
     assert entry["capacity"] == {"memCapacity": {"value": str(24 * 2**30 + 1)}}
+
+
+@pytest.mark.parametrize(
+    ("identity", "attributes"),
+    [
+        ({}, {}),
+        ({"device_ip": "192.168.100.104"}, {"deviceIP": {"string": "192.168.100.104"}}),
+        (
+            {"device_ip": "fd00::4", "super_pod_id": 7, "server_index": 0, "rack_id": 2},
+            {
+                "deviceIP": {"string": "fd00::4"},
+                "superPodId": {"int": 7},
+                "serverIndex": {"int": 0},
+                "rackId": {"int": 2},
+            },
+        ),
+        ({"super_pod_id": 0, "server_index": 3}, {"superPodId": {"int": 0}, "serverIndex": {"int": 3}}),
+    ],
+)
+def test_network_identity_attributes_only_where_known(identity: dict[str, Any], attributes: dict[str, Any]) -> None:
+    entry = device_entry(DRIVER, replace(FULL, **identity), healthy=True, policy=UnhealthyPolicy.REMOVE)
+    full = device_entry(DRIVER, FULL, healthy=True, policy=UnhealthyPolicy.REMOVE)
+    assert entry is not None and full is not None
+    assert entry["attributes"] == full["attributes"] | attributes
+
+
+def test_attribute_names_and_values_fit_the_api_limits() -> None:
+    """Unqualified names are C identifiers of at most 32 characters; strings hold at most 64."""
+    longest = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+    entry = device_entry(
+        DRIVER,
+        replace(FULL, device_ip=longest, super_pod_id=2**32 - 2, server_index=1, rack_id=1),
+        healthy=True,
+        policy=UnhealthyPolicy.REMOVE,
+    )
+    assert entry is not None
+    for name, value in entry["attributes"].items():
+        if "/" not in name:
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,31}", name), name
+        assert len(str(value.get("string", ""))) <= 64
 
 
 HEALTH_CRITICAL = {"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}

@@ -168,6 +168,8 @@ def test_is_hccs_peer(topo: int, linked: bool) -> None:
         (abi.PcieInfoAll, 64),
         (abi.HbmInfo, 32),
         (abi.MemoryInfoV3, 112),
+        (abi.IpAddr, 20),
+        (abi.SpodInfo, 48),
     ],
 )
 def test_struct_sizes_match_the_header_on_lp64(struct: type[ctypes.Structure], size: int) -> None:
@@ -236,3 +238,38 @@ def test_a_vdev_num_beyond_the_array_is_refused() -> None:
 @pytest.mark.parametrize(("megabytes", "expected"), [(15360, 15360 << 20), (0, 0), (abi.MEMORY_NA, 0)])
 def test_vnpu_memory_na_is_zero(megabytes: int, expected: int) -> None:
     assert abi.vnpu_memory_bytes(megabytes) == expected
+
+
+def _address(ip_type: int, raw: bytes) -> abi.IpAddr:
+    address = abi.IpAddr(ip_type=ip_type)
+    ctypes.memmove(address.u_addr, raw, len(raw))
+    return address
+
+
+@pytest.mark.parametrize(
+    ("ip_type", "raw", "expected"),
+    [
+        (abi.IPADDR_TYPE_V4, bytes([192, 168, 100, 101]), "192.168.100.101"),
+        (abi.IPADDR_TYPE_V4, bytes([10, 0, 0, 1, 9, 9, 9, 9]), "10.0.0.1"),  # bytes past the 4th are the union's
+        (abi.IPADDR_TYPE_V4, bytes(4), None),
+        (abi.IPADDR_TYPE_V6, bytes.fromhex("fd000000000000000000000000010002"), "fd00::1:2"),
+        (abi.IPADDR_TYPE_V6, bytes(16), None),
+        (2, bytes([1, 2, 3, 4]), None),  # DCMI_IPADDR_TYPE_ANY is a request, never an answer
+    ],
+)
+def test_ip_from(ip_type: int, raw: bytes, expected: str | None) -> None:
+    assert abi.ip_from(_address(ip_type, raw)) == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ((7, 3, 0), (7, 3, None)),
+        ((7, 3, 12), (7, 3, 12)),
+        ((0, 0, 0), (0, 0, None)),
+        ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (None, None, None)),
+    ],
+)
+def test_spod_identity(fields: tuple[int, int, int], expected: tuple[int | None, ...]) -> None:
+    info = abi.SpodInfo(super_pod_id=fields[0], server_index=fields[1], chassis_id=fields[2])
+    assert abi.spod_identity(info) == expected

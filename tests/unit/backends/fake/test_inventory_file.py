@@ -60,6 +60,12 @@ MALFORMED = [
     (entry(faultCodes="[0x100000000]"), 4, "faultCodes", "out of range"),
     (entry(faultCodes="[zz]"), 4, "faultCodes", "'zz' is not a fault code"),
     (entry(colour="red"), 4, "colour", "unknown field"),
+    (entry(deviceIP="192.168.1.300"), 4, "deviceIP", "expected an IPv4 or IPv6 address"),
+    (entry(deviceIP="0.0.0.0"), 4, "deviceIP", "the unspecified address"),
+    (entry(deviceIP=3232235777), 4, "deviceIP", "as a string"),
+    (entry(superPodId=-1), 4, "superPodId", "integer >= 0"),
+    (entry(serverIndex="two"), 4, "serverIndex", "integer >= 0"),
+    (entry(rackId="true"), 4, "rackId", "integer >= 0"),
     ("devices:\n  - physicalId: 0\n    chipName: 910B3\n    physicalId: 1\n", 4, "physicalId", "given twice"),
     ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId", "0 already used by devices[0]"),
     # What PyYAML raises outside its own error marks: control characters, tags, values its resolvers
@@ -112,6 +118,10 @@ def test_every_field_is_read() -> None:
         driverVersion="24.1.rc1",
         health="warning",
         faultCodes="[0x80E18402, '80E01801']",
+        deviceIP="'FD00::0:1'",
+        superPodId=7,
+        serverIndex=0,
+        rackId=2,
     )
     [device] = parse_inventory(text, SOURCE)
     assert device == Device(
@@ -129,6 +139,10 @@ def test_every_field_is_read() -> None:
         driver_version="24.1.rc1",
         health=Health.WARNING,
         faults=(0x80E01801, 0x80E18402),
+        device_ip="fd00::1",
+        super_pod_id=7,
+        server_index=0,
+        rack_id=2,
     )
 
 
