@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -28,12 +29,14 @@ from npu_plugin.observability.telemetry import Telemetry
 # where it is built: every module loaded stays in memory and costs each daemon's start CPU time,
 # multiplied by a fleet.
 if TYPE_CHECKING:
+    from npu_plugin.deviceplugin.extended_classes import ExtendedClassCheck
     from npu_plugin.deviceplugin.listing import DeviceListing
     from npu_plugin.deviceplugin.resources import DevicePlugins
     from npu_plugin.dra.plugin import DraPlugin
     from npu_plugin.dra.vnpus import VnpuOperations
     from npu_plugin.handover.workflow import Handover
     from npu_plugin.inventory.vnpu_refresh import VnpuRelist
+    from npu_plugin.kubeapi.protocol import KubeApi
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -110,6 +113,10 @@ class Daemon:
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
         self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
+        self._kube: KubeApi | None = None
+        self.class_check: ExtendedClassCheck | None = None
+        # In a pod, the service account's credentials are there; out of one, only --kubeconfig.
+        self._in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
         self.vnpu_relist = self._vnpu_relist()
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
         self.handover = self._handover(self.dra) if self.dra is not None else None
@@ -144,6 +151,8 @@ class Daemon:
         ]
         if device_plugin is not None:
             tasks.append(self._task(device_plugin.run(self.stop), "device-plugins"))
+            if (check := self._extended_class_check(device_plugin)) is not None:
+                tasks.append(self._task(check.run(self.stop), "deviceclass-check"))
         if self.dra is not None:
             tasks.append(self._task(self.dra.run(self.stop), "dra-plugin"))
         if self.handover is not None:
@@ -221,6 +230,7 @@ class Daemon:
             listing=listing,
             make_service=make_service,
             on_registered=lambda up: self.telemetry.registered(Mode.DEVICE_PLUGIN, up),
+            on_new_resource=self._recheck_classes,
         )
 
     def _device_listing(self) -> DeviceListing:
@@ -263,7 +273,6 @@ class Daemon:
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
-        from npu_plugin.kubeapi.client import KubeClient, connect
 
         config = self.config
         assert config.node_name is not None
@@ -281,7 +290,7 @@ class Daemon:
             node_name=config.node_name,
             inventory=self.inventory,
             layout=self.layout,
-            client=KubeClient(connect(config.kubeconfig)),
+            client=self._client(),
             unhealthy_policy=config.unhealthy_policy,
             health_timeout_seconds=max(30, int(config.health_interval * FRESHNESS_INTERVALS)),
             samples_fresh=lambda: samples_fresh(self.inventory.last_sample, time.monotonic(), config.health_interval),
@@ -297,6 +306,44 @@ class Daemon:
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin
+
+    def _client(self) -> KubeApi:
+        """The one API client of the daemon (DRA and the DeviceClass check share it); ConfigError
+        without credentials."""
+        if self._kube is None:
+            from npu_plugin.kubeapi.client import KubeClient, connect
+
+            self._kube = KubeClient(connect(self.config.kubeconfig))
+        return self._kube
+
+    def _extended_class_check(self, device_plugin: DevicePlugins) -> ExtendedClassCheck | None:
+        """With API credentials, watch the DeviceClasses for one mapping a name the device plugin
+        advertises; without (the device-plugin overlay mounts no token), the check is off."""
+        if self.config.kubeconfig is None and not self._in_cluster:
+            log.info("no Kubernetes credentials: DeviceClasses mapping this node's device-plugin names are not checked")
+            return None
+        try:
+            client = self._client()
+        except ConfigError as error:
+            if self.config.kubeconfig is not None or self.config.serves_dra:
+                raise
+            log.warning("DeviceClasses mapping this node's device-plugin names are not checked: %s", error)
+            return None
+        from npu_plugin.deviceplugin.extended_classes import ExtendedClassCheck
+
+        self.class_check = ExtendedClassCheck(
+            client,
+            self.config.mode,
+            device_plugin.advertised,
+            lambda found: self.telemetry.extended_resource_conflicts(
+                (c.device_class, c.resource) for c in sorted(found)
+            ),
+        )
+        return self.class_check
+
+    def _recheck_classes(self) -> None:
+        if self.class_check is not None:
+            self.class_check.recheck()
 
     def _vnpu_hands(self) -> VnpuOperations | None:
         """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is

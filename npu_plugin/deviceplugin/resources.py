@@ -36,10 +36,17 @@ class DevicePlugins:
         listing: DeviceListing,
         make_service: ServiceFactory,
         on_registered: Callable[[bool], None] = lambda _registered: None,
+        on_new_resource: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_new_resource` hears each vNPU resource the first time it is served."""
         self._directory, self._resource_name, self._pod_uid = directory, resource_name, pod_uid
         self._listing, self._make_service, self._on_registered = listing, make_service, on_registered
+        self._on_new_resource = on_new_resource
         self.plugins: dict[str, DevicePlugin] = {}
+
+    def advertised(self) -> set[str]:
+        """Every resource name served: the whole NPUs' from the start, and each vNPU one once started."""
+        return {self._resource_name, *self.plugins}
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -66,3 +73,4 @@ class DevicePlugins:
                         )
                         self.plugins[resource] = plugin
                         group.create_task(plugin.run(stop), name=f"device-plugin {resource}")
+                        self._on_new_resource()

@@ -25,7 +25,6 @@ from npu_plugin.aio.tasks import until_closed
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.dra.informer import SliceInformer
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
 from npu_plugin.dra.probes import probe_pool
 from npu_plugin.dra.slice_owners import describe, foreign_slices
@@ -36,6 +35,7 @@ from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory, Snapshot
+from npu_plugin.kubeapi.informer import slice_informer
 from npu_plugin.kubeapi.protocol import CounterSet, KubeApi, SliceDevice, StoredSlice
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class SlicePublisher:
         self.foreign: tuple[str, ...] = ()
         self._trigger = asyncio.Event()
         self._generation = 0
-        self.informer = SliceInformer(api, node=node_name, driver=driver, on_change=self.trigger_from_thread)
+        self.informer = slice_informer(api, node=node_name, driver=driver, on_change=self.trigger_from_thread)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.published = asyncio.Event()
 

@@ -10,10 +10,21 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from npu_plugin.errors import KubeApiError, clipped
-from npu_plugin.kubeapi.protocol import Node, ResourceClaim, SliceEvent, SliceList, StoredSlice
+from npu_plugin.kubeapi.protocol import (
+    Node,
+    ObjectList,
+    ResourceClaim,
+    SliceEvent,
+    SliceList,
+    StoredDeviceClass,
+    StoredObject,
+    StoredSlice,
+    WatchEvent,
+)
 
 _WATCH_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 T = TypeVar("T")
+ObjectT = TypeVar("ObjectT", bound=StoredObject)
 
 
 class MalformedError(ValueError):
@@ -92,20 +103,46 @@ def parse_line(line: bytes) -> SliceEvent:
     return parse_event(decode_object(line))
 
 
-def parse_event(data: dict[str, Any]) -> SliceEvent:
-    """A watch event; an ERROR event raises KubeApiError with the Status it carries."""
+def parse_device_class_line(line: bytes) -> WatchEvent[StoredDeviceClass]:
+    return parse_event(decode_object(line), parse_device_class, "deviceclasses")
+
+
+def parse_device_class_list(data: dict[str, Any]) -> ObjectList[StoredDeviceClass]:
+    meta = _mapping(data.get("metadata"), "metadata")
+    items = _list(data, "items", "the list")
+    classes = tuple(parse_device_class(item, f"items[{index}]") for index, item in enumerate(items))
+    return ObjectList(classes, _string(meta, "resourceVersion", "metadata"))
+
+
+def parse_device_class(value: object, where: str) -> StoredDeviceClass:
+    """A stored DeviceClass; only `extendedResourceName` is read, and it must be a string when set."""
+    data = _mapping(value, where)
+    _meta(data, where, "name", "resourceVersion")
+    spec = _mapping(data.setdefault("spec", {}), f"{where}.spec")
+    name = spec.get("extendedResourceName")
+    if name is not None and not isinstance(name, str):
+        raise MalformedError(f"{where}.spec.extendedResourceName is not a string")
+    return cast(StoredDeviceClass, data)
+
+
+def parse_event(
+    data: dict[str, Any],
+    parse_object: Callable[[object, str], ObjectT] = parse_slice,  # type: ignore[assignment]
+    what: str = "resourceslices",
+) -> WatchEvent[ObjectT]:
+    """A watch event of `what`; an ERROR event raises KubeApiError with the Status it carries."""
     kind = data.get("type")
     obj = _mapping(data.get("object"), "the event's object")
     if kind == "ERROR":
         code = obj.get("code")
-        raise KubeApiError("watch resourceslices", code if isinstance(code, int) else 0, str(obj.get("message")))
+        raise KubeApiError(f"watch {what}", code if isinstance(code, int) else 0, str(obj.get("message")))
     if kind not in _WATCH_TYPES:
         raise MalformedError(f"unknown watch event type {clipped(repr(kind))}")
     if kind == "BOOKMARK":
         meta = _mapping(obj.get("metadata"), "the bookmark's metadata")
-        return SliceEvent("BOOKMARK", _string(meta, "resourceVersion", "the bookmark's metadata"), None)
-    stored = parse_slice(obj, "the event's object")
-    return SliceEvent(kind, stored["metadata"]["resourceVersion"], stored)
+        return WatchEvent("BOOKMARK", _string(meta, "resourceVersion", "the bookmark's metadata"), None)
+    stored = parse_object(obj, "the event's object")
+    return WatchEvent(kind, stored["metadata"]["resourceVersion"], stored)
 
 
 def _mapping(value: object, where: str) -> dict[str, Any]:

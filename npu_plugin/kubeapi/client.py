@@ -18,10 +18,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -31,6 +31,8 @@ from npu_plugin.kubeapi.bodies import (
     checked_response,
     decode_object,
     parse_claim,
+    parse_device_class_line,
+    parse_device_class_list,
     parse_line,
     parse_node,
     parse_slice,
@@ -46,9 +48,21 @@ from npu_plugin.kubeapi.kubeconfig import (
     endpoint_of,
     in_cluster_endpoint,
 )
-from npu_plugin.kubeapi.protocol import Node, ResourceClaim, ResourceSlice, SliceEvent, SliceList, StoredSlice
+from npu_plugin.kubeapi.protocol import (
+    Node,
+    ObjectList,
+    ResourceClaim,
+    ResourceSlice,
+    SliceEvent,
+    SliceList,
+    StoredDeviceClass,
+    StoredObject,
+    StoredSlice,
+    WatchEvent,
+)
 
 log = logging.getLogger(__name__)
+ObjectT = TypeVar("ObjectT", bound=StoredObject)
 REQUEST_TIMEOUT = 10.0
 NODE = "/api/v1/nodes/{name}"
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -56,6 +70,7 @@ SLICE = "/apis/resource.k8s.io/v1/resourceslices/{name}"
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 CLAIM_STATUS = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status"
 APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is YAML too
+DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 
 
 def connect(
@@ -214,14 +229,36 @@ class KubeClient:
                 raise
 
     def watch_slices(self, node: str, driver: str, resource_version: str, timeout_seconds: int) -> Iterator[SliceEvent]:
-        action = "watch resourceslices"
-        query = _selector(node, driver) | {
+        query = _selector(node, driver)
+        return self._watch("watch resourceslices", SLICES, query, parse_line, resource_version, timeout_seconds)
+
+    def list_device_classes(self) -> ObjectList[StoredDeviceClass]:
+        action = "list deviceclasses"
+        status, data = self._json(action, "GET", DEVICE_CLASSES)
+        return checked_response(action, status, lambda: parse_device_class_list(data))
+
+    def watch_device_classes(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[WatchEvent[StoredDeviceClass]]:
+        action = "watch deviceclasses"
+        return self._watch(action, DEVICE_CLASSES, {}, parse_device_class_line, resource_version, timeout_seconds)
+
+    def _watch(  # noqa: PLR0917 - the two watches differ in exactly these
+        self,
+        action: str,
+        path: str,
+        selector: Mapping[str, str],
+        parse: Callable[[bytes], WatchEvent[ObjectT]],
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[WatchEvent[ObjectT]]:
+        query = dict(selector) | {
             "watch": "true",
             "allowWatchBookmarks": "true",
             "resourceVersion": resource_version,
             "timeoutSeconds": str(timeout_seconds),
         }
-        response = self._request(action, "GET", SLICES, query=query, timeout=timeout_seconds + 5, stream=True)
+        response = self._request(action, "GET", path, query=query, timeout=timeout_seconds + 5, stream=True)
         ended = False
         try:
             for line in response:
@@ -230,7 +267,7 @@ class KubeClient:
                     # failure.
                     raise KubeApiError(action, 0, "the connection ended in the middle of an event")
                 if line.strip():
-                    yield checked_response(action, response.status, partial(parse_line, line))
+                    yield checked_response(action, response.status, partial(parse, line))
             ended = True
         except TransportError as error:
             raise KubeApiError(action, 0, str(error)) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, Protocol, TypedDict
+from typing import Any, Generic, Literal, NotRequired, Protocol, TypedDict, TypeVar
 
 WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
 
@@ -108,6 +108,12 @@ class ResourceSlice(TypedDict):
     spec: ResourceSliceSpec
 
 
+class StoredObject(TypedDict):
+    """Any object as the server returns it: it has a name and a resourceVersion."""
+
+    metadata: ObjectMeta
+
+
 class StoredSlice(TypedDict):
     """A ResourceSlice as the server returns it: it has a name and a resourceVersion."""
 
@@ -115,19 +121,39 @@ class StoredSlice(TypedDict):
     spec: ResourceSliceSpec
 
 
-@dataclass(frozen=True, slots=True)
-class SliceList:
-    items: tuple[StoredSlice, ...]
+class DeviceClassSpec(TypedDict, total=False):
+    """Only what the daemon reads: the extended resource a class maps (KEP-5004)."""
+
+    extendedResourceName: str
+
+
+class StoredDeviceClass(TypedDict):
+    metadata: ObjectMeta
+    spec: DeviceClassSpec
+
+
+T = TypeVar("T", bound=StoredObject)
+
+
+# Not slots: calling a subscripted alias (`SliceEvent(...)`) sets `__orig_class__`, which a frozen
+# slots dataclass refuses with a TypeError (a frozen plain one with an AttributeError typing expects).
+@dataclass(frozen=True)
+class ObjectList(Generic[T]):
+    items: tuple[T, ...]
     resource_version: str
 
 
-@dataclass(frozen=True, slots=True)
-class SliceEvent:
-    """One watch event; a BOOKMARK carries only a resourceVersion (`slice` is None)."""
+@dataclass(frozen=True)
+class WatchEvent(Generic[T]):
+    """One watch event; a BOOKMARK carries only a resourceVersion (`object` is None)."""
 
     type: WatchEventType
     resource_version: str
-    slice: StoredSlice | None
+    object: T | None
+
+
+SliceList = ObjectList[StoredSlice]
+SliceEvent = WatchEvent[StoredSlice]
 
 
 class Node(TypedDict):
@@ -193,6 +219,14 @@ class KubeApi(Protocol):
     def apply_claim_status(self, namespace: str, name: str, body: Mapping[str, Any], *, field_manager: str) -> None:
         """Server-side apply of `body` (an apply configuration) to the claim's status subresource,
         as `field_manager`, forcing conflicts."""
+        ...
+
+    def list_device_classes(self) -> ObjectList[StoredDeviceClass]: ...
+
+    def watch_device_classes(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[WatchEvent[StoredDeviceClass]]:
+        """As `watch_slices`, for every DeviceClass of the cluster."""
         ...
 
     def close(self) -> None: ...

@@ -111,6 +111,12 @@ class Metrics:
             "1 while vNPUs are offered on demand (--vnpu dynamic and the partitionable-devices gate on), else 0",
             registry=r,
         )
+        self.extended_resource_conflicts = Gauge(
+            "npu_plugin_extended_resource_conflicts",
+            "1 per DeviceClass mapping (extendedResourceName) a name this node's device plugin advertises",
+            ["device_class", "resource"],
+            registry=r,
+        )
         self.foreign_slices = Gauge(
             "npu_plugin_foreign_slices",
             "ResourceSlices of this daemon's driver on its node that another publisher wrote; while above 0 "
@@ -170,6 +176,12 @@ class Metrics:
         self.vnpus.clear()
         for labels, count in counts.items():
             self.vnpus.labels(*labels).set(count)
+
+    def record_conflicts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The (class, resource) conflicts now; resolved ones leave the output."""
+        self.extended_resource_conflicts.clear()
+        for device_class, resource in pairs:
+            self.extended_resource_conflicts.labels(device_class, resource).set(1)
 
     def record_vnpu_operation(self, op: VnpuOp, result: VnpuResult, seconds: float | None) -> None:
         self.vnpu_operations.labels(op, result).inc()

@@ -118,3 +118,8 @@ class Telemetry:
         if self.health is not None:
             reason = f"another publisher's ResourceSlices on this node: {', '.join(names)}" if names else None
             self.health.set_problem("foreign-slices", reason)
+
+    def extended_resource_conflicts(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The DeviceClasses (class, resource) mapping a name this node's device plugin advertises."""
+        if self.metrics is not None:
+            self.metrics.record_conflicts(pairs)

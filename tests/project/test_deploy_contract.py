@@ -53,39 +53,42 @@ def test_seed_daemonset_args_start_dra_mode_unchanged() -> None:
 
 
 def api_calls() -> set[tuple[str, str]]:
-    """(resource, verb) for every request kube.py makes, read from its syntax tree.
+    """(resource, verb) for every request the client makes, read from its syntax tree.
 
     Each call is `self._json(...)` or `self._request(...)` with an HTTP method literal and one of
-    the module's path constants; a function that mentions "watch" also watches what it lists.
+    the module's path constants, or `self._watch(action, PATH, ...)` watching one (its own
+    `_request` takes the path as a parameter, not a constant).
     """
     calls: set[tuple[str, str]] = set()
     for function in ast.walk(ast.parse(KUBE_MODULE.read_text())):
         # get_json is plan's read of any path, granted by its own role (test_plan_role_...).
         if not isinstance(function, ast.FunctionDef) or function.name == "get_json":
             continue
-        watches = any(isinstance(n, ast.Constant) and n.value == "watch" for n in ast.walk(function))
         for call in ast.walk(function):
-            if not (
-                isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Attribute)
-                and call.func.attr in ("_json", "_request")
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                continue
+            if call.func.attr == "_watch" and isinstance(call.args[1], ast.Name):
+                calls.add((_resource(getattr(kube, call.args[1].id))[0], "watch"))
+            elif (
+                call.func.attr in ("_json", "_request")
                 and len(call.args) >= 3
                 and isinstance(call.args[1], ast.Constant)
                 and isinstance(call.args[2], ast.Name)
+                and call.args[2].id.isupper()
             ):
-                continue
-            path: str = getattr(kube, call.args[2].id)
-            segments = path.strip("/").split("/")
-            resource = next(s for s in reversed(segments) if not s.startswith("{"))
-            if len(segments) >= 3 and segments[-2].startswith("{") and not segments[-1].startswith("{"):
-                resource = f"{segments[-3]}/{segments[-1]}"  # a subresource: resourceclaims/status
-            verb = HTTP_VERBS[call.args[1].value]
-            if verb == "get" and not segments[-1].startswith("{"):
-                verb = "list"
-            calls.add((resource, verb))
-            if verb == "list" and watches:
-                calls.add((resource, "watch"))
+                resource, collection = _resource(getattr(kube, call.args[2].id))
+                verb = HTTP_VERBS[call.args[1].value]
+                calls.add((resource, "list" if verb == "get" and collection else verb))
     return calls
+
+
+def _resource(path: str) -> tuple[str, bool]:
+    """The resource a path names (`resourceclaims/status` for a subresource), and whether it is the
+    collection (no `{name}` at the end)."""
+    segments = path.strip("/").split("/")
+    if len(segments) >= 3 and segments[-2].startswith("{") and not segments[-1].startswith("{"):
+        return f"{segments[-3]}/{segments[-1]}", False
+    return next(s for s in reversed(segments) if not s.startswith("{")), not segments[-1].startswith("{")
 
 
 def granted() -> set[tuple[str, str]]:

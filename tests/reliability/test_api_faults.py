@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from npu_plugin.dra.informer import WATCH_BACKOFF
+from npu_plugin.kubeapi.informer import WATCH_BACKOFF
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from tests.support.daemon import DaemonProcess, Launcher, wait_until, write_inventory
 from tests.support.dra import (

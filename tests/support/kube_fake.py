@@ -149,7 +149,7 @@ class InMemoryKube:
                     return
                 events, seen = self._history[seen:], len(self._history)
             for event in events:
-                if event.slice is None or _selected(event.slice, node, driver):
+                if event.object is None or _selected(event.object, node, driver):
                     yield event
 
     def create_slice(self, body: ResourceSlice, *, dry_run: bool = False) -> StoredSlice:

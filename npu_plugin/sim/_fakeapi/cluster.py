@@ -1,6 +1,7 @@
 """What the API server's version and feature gates change: `/version`, whether
-DRAPartitionableDevices and DRADeviceTaints are on, and the ResourceSlice fields the write strategy
-drops while they are off (`pkg/registry/resource/resourceslice/strategy.go` `dropDisabledFields`)."""
+DRAPartitionableDevices, DRADeviceTaints and DRAExtendedResource are on, and the fields the write
+strategies drop while a gate is off (`pkg/registry/resource/resourceslice/strategy.go`
+`dropDisabledFields`: slice counters and taints; the DeviceClass strategy: `extendedResourceName`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from npu_plugin.sim._fakeapi.kinds import JSON
 SUPPORTED_MINORS = (34, 35, 36, 37)
 PARTITIONABLE_ON_BY_DEFAULT_FROM = 36  # alpha in 1.33-1.35, beta and on by default in 1.36
 DEVICE_TAINTS_ON_BY_DEFAULT_FROM = 36  # alpha in 1.33-1.35, beta and on in 1.36, GA in 1.37
+EXTENDED_RESOURCE_ON_BY_DEFAULT_FROM = 36  # KEP-5004: alpha in 1.34-1.35, beta in 1.36, GA in 1.37
 _DEVICE_FIELDS = ("consumesCounters", "nodeName", "nodeSelector", "allNodes")
 
 
@@ -48,6 +50,18 @@ class Cluster:
             "gitVersion": f"v1.{self.minor}.0-npu-plugin-fake",
             "platform": "linux/amd64",
         }
+
+    def drop_disabled_class_fields(self, new: JSON, old: JSON | None) -> None:
+        """`dropDisabledDRAExtendedResourceFields` of the DeviceClass strategy: with
+        DRAExtendedResource off (its default before 1.36), a write loses `extendedResourceName`
+        unless the stored class already has it."""
+        if self.minor >= EXTENDED_RESOURCE_ON_BY_DEFAULT_FROM or (old or {}).get("spec", {}).get(
+            "extendedResourceName"
+        ):
+            return
+        spec = new.get("spec")
+        if isinstance(spec, dict):
+            spec.pop("extendedResourceName", None)
 
     def drop_disabled_fields(self, new: JSON, old: JSON | None) -> None:
         """`dropDisabledDRADeviceTaintsFields` and `dropDisabledDRAPartitionableDevicesFields`: with

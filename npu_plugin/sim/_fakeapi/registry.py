@@ -15,7 +15,7 @@ from typing import Any
 
 from npu_plugin.sim._fakeapi.chunks import decode_continue, encode_continue, expired
 from npu_plugin.sim._fakeapi.cluster import Cluster
-from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_SLICES, Kind, meta
+from npu_plugin.sim._fakeapi.kinds import DEVICE_CLASSES, JSON, RESOURCE_SLICES, Kind, meta
 from npu_plugin.sim._fakeapi.status import ApiError, bad_request, conflict, internal_error
 from npu_plugin.sim._fakeapi.store import Store, key_of, now
 
@@ -74,6 +74,8 @@ class Registry:
         obj = prepare_for_create(kind, obj)
         if kind is RESOURCE_SLICES:
             self.cluster.drop_disabled_fields(obj, None)
+        elif kind is DEVICE_CLASSES:
+            self.cluster.drop_disabled_class_fields(obj, None)
         if dry_run:
             if not meta(obj).get("name") and meta(obj).get("generateName"):
                 meta(obj)["name"] = generate_name(meta(obj)["generateName"])
@@ -146,6 +148,8 @@ class Registry:
         new = _apply_subresource(kind, new, current, subresource)
         if kind is RESOURCE_SLICES:
             self.cluster.drop_disabled_fields(new, current)
+        elif kind is DEVICE_CLASSES:
+            self.cluster.drop_disabled_class_fields(new, current)
         _keep_system_fields(kind, new, current)
         self.validate(kind, new, current)
         return new

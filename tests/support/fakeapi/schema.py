@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, TypeAlias
 
-from npu_plugin.sim._fakeapi.kinds import ALL_KINDS, JSON, RESOURCE_SLICES, Kind
+from npu_plugin.sim._fakeapi.kinds import ALL_KINDS, DEVICE_CLASSES, JSON, RESOURCE_SLICES, Kind
 from npu_plugin.sim._fakeapi.status import bad_request
 
 
@@ -110,6 +110,7 @@ _TYPE_META: dict[str, Node] = {"apiVersion": _STR, "kind": _STR, "metadata": _OB
 SCHEMAS: dict[Kind, Obj] = {
     **{kind: Obj({**_TYPE_META, "spec": _ANY, "status": _ANY}) for kind in ALL_KINDS},
     RESOURCE_SLICES: Obj({**_TYPE_META, "spec": _SLICE_SPEC}),
+    DEVICE_CLASSES: Obj({**_TYPE_META, "spec": Obj({"selectors": _ANY, "config": _ANY, "extendedResourceName": _STR})}),
 }
 
 _QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"

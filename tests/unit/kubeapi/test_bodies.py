@@ -101,7 +101,7 @@ def test_a_list_carries_its_resource_version() -> None:
 def test_watch_events() -> None:
     assert parse_event({"type": "DELETED", "object": SLICE}).resource_version == "7"
     bookmark = parse_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}})
-    assert (bookmark.type, bookmark.resource_version, bookmark.slice) == ("BOOKMARK", "9", None)
+    assert (bookmark.type, bookmark.resource_version, bookmark.object) == ("BOOKMARK", "9", None)
     with pytest.raises(MalformedError, match="unknown watch event type 'SURPRISE'"):
         parse_event({"type": "SURPRISE", "object": SLICE})
 

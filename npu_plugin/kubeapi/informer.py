@@ -1,5 +1,6 @@
-"""A local cache of this node's ResourceSlices, kept by LIST once and WATCH from then on, as
-client-go does.
+"""A local cache of API objects, kept by LIST once and WATCH from then on, as client-go does: this
+node's ResourceSlices for the DRA publisher, the cluster's DeviceClasses for the device plugin's
+extended-resource check.
 
 At rest this costs one watch request every 5 to 10 minutes: the watch resumes from the last
 resourceVersion seen (bookmarks keep it fresh), and a new LIST happens only when the server says
@@ -16,11 +17,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from npu_plugin.aio.backoff import Backoff, BackoffPolicy
 from npu_plugin.errors import KubeApiError
-from npu_plugin.kubeapi.protocol import KubeApi, SliceEvent, StoredSlice
+from npu_plugin.kubeapi.protocol import KubeApi, ObjectList, StoredObject, StoredSlice, WatchEvent
 
 log = logging.getLogger(__name__)
 WATCH_SECONDS = (300, 600)
@@ -42,7 +44,10 @@ class _ShortWatchError(Exception):
     """The watch ended at once without an event: back off, then resume it."""
 
 
-class SliceInformer:
+T = TypeVar("T", bound=StoredObject)
+
+
+class Informer(Generic[T]):
     """Runs `run` in a thread; `snapshot` and `record` may be called from any thread.
 
     `on_change` is called (from the informer's thread) after the cache was filled by a LIST or
@@ -52,25 +57,26 @@ class SliceInformer:
 
     def __init__(
         self,
-        api: KubeApi,
+        what: str,
+        list_objects: Callable[[], ObjectList[T]],
+        watch_objects: Callable[[str, int], Iterator[WatchEvent[T]]],
         *,
-        node: str,
-        driver: str,
         on_change: Callable[[], None],
         policy: BackoffPolicy = WATCH_BACKOFF,
         watch_seconds: tuple[int, int] = WATCH_SECONDS,
         draw: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`draw` gives the jitter of each pause after a failure (uniform in [0, 1)); `clock` tells
-        how long a watch lasted."""
-        self._api, self._node, self._driver = api, node, driver
+        """`what` names the objects in log lines ("ResourceSlices"); `list_objects()` and
+        `watch_objects(resource_version, timeout_seconds)` are the two calls. `draw` gives the jitter
+        of each pause after a failure (uniform in [0, 1)); `clock` tells how long a watch lasted."""
+        self._what, self._list_objects, self._watch_objects = what, list_objects, watch_objects
         self._on_change = on_change
         self._backoff = Backoff(policy, draw)
         self._watch_seconds = watch_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._slices: dict[str, StoredSlice] = {}
+        self._objects: dict[str, T] = {}
         self._version = ""
         self.synced = threading.Event()
         # LISTs and WATCHes that failed, and watches the server ended before their time: an API
@@ -89,19 +95,19 @@ class SliceInformer:
         with self._lock:
             return self._version
 
-    def snapshot(self) -> list[StoredSlice]:
-        """The cached slices, ordered by name."""
+    def snapshot(self) -> list[T]:
+        """The cached objects, ordered by name."""
         with self._lock:
-            return [self._slices[name] for name in sorted(self._slices)]
+            return [self._objects[name] for name in sorted(self._objects)]
 
-    def record(self, stored: StoredSlice | None, name: str) -> None:
+    def record(self, stored: T | None, name: str) -> None:
         """Note our own write (the stored object; None after a delete), so its echo changes
         nothing."""
         with self._lock:
             if stored is None:
-                self._slices.pop(name, None)
-            elif _newer(stored, self._slices.get(name)):
-                self._slices[name] = stored
+                self._objects.pop(name, None)
+            elif _newer(stored, self._objects.get(name)):
+                self._objects[name] = stored
 
     def run(self, stop: threading.Event) -> None:
         """LIST, then WATCH until `stop` is set; never raises. Each pause after a failure is a wait
@@ -118,25 +124,25 @@ class SliceInformer:
                 relist = relist or error.status in (_GONE, 200)  # 200: the body was not what we asked for
                 pause = self._backoff.failed(error.retry_after)
                 what = "relisting" if relist else "resuming the watch"
-                log.warning("watching ResourceSlices failed, %s in %.1fs: %s", what, pause, error)
+                log.warning("watching %s failed, %s in %.1fs: %s", self._what, what, pause, error)
             except _UntrustedStreamError as error:
                 relist = True
                 pause = self._backoff.failed()
-                log.warning("the ResourceSlice watch %s; relisting in %.1fs", error, pause)
+                log.warning("the %s watch %s; relisting in %.1fs", self._what, error, pause)
             except _ShortWatchError:
                 pause = self._backoff.failed()
-                log.info("the ResourceSlice watch ended at once without an event; resuming it in %.1fs", pause)
+                log.info("the %s watch ended at once without an event; resuming it in %.1fs", self._what, pause)
             except Exception:  # the thread must survive anything, or slices would silently go stale
                 relist = True
                 pause = self._backoff.failed()
-                log.exception("the ResourceSlice watch failed unexpectedly; relisting in %.1fs", pause)
+                log.exception("the %s watch failed unexpectedly; relisting in %.1fs", self._what, pause)
             self.interruptions += 1
             stop.wait(pause)
 
     def _list(self) -> None:
-        listing = self._api.list_slices(self._node, self._driver)
+        listing = self._list_objects()
         with self._lock:
-            self._slices = {s["metadata"]["name"]: s for s in listing.items}
+            self._objects = {o["metadata"]["name"]: o for o in listing.items}
             self._version = listing.resource_version
         self.synced.set()
         self._on_change()
@@ -144,7 +150,7 @@ class SliceInformer:
     def _watch(self, stop: threading.Event) -> None:
         started, delivered = self._clock(), False
         timeout = random.randint(*self._watch_seconds)
-        for event in self._api.watch_slices(self._node, self._driver, self._version, timeout):
+        for event in self._watch_objects(self._version, timeout):
             if stop.is_set():
                 return
             delivered = True
@@ -157,7 +163,7 @@ class SliceInformer:
             self.interruptions += 1
         self._backoff.succeeded()
 
-    def _apply(self, event: SliceEvent) -> bool:
+    def _apply(self, event: WatchEvent[T]) -> bool:
         """Take in one event; True when the cache changed."""
         with self._lock:
             if _version_number(event.resource_version) < _version_number(self._version):
@@ -165,16 +171,26 @@ class SliceInformer:
                     f"went back from resourceVersion {self._version} to {event.resource_version}"
                 )
             self._version = event.resource_version
-            if event.slice is None:
+            if event.object is None:
                 return False
-            name = event.slice["metadata"]["name"]
-            cached = self._slices.get(name)
+            name = event.object["metadata"]["name"]
+            cached = self._objects.get(name)
             if event.type == "DELETED":
-                return self._slices.pop(name, None) is not None
-            if cached is not None and not _newer(event.slice, cached):
+                return self._objects.pop(name, None) is not None
+            if cached is not None and not _newer(event.object, cached):
                 return False
-            self._slices[name] = event.slice
+            self._objects[name] = event.object
             return True
+
+
+def slice_informer(api: KubeApi, *, node: str, driver: str, on_change: Callable[[], None]) -> Informer[StoredSlice]:
+    """This node's ResourceSlices of `driver`."""
+    return Informer(
+        "ResourceSlices",
+        lambda: api.list_slices(node, driver),
+        lambda version, timeout: api.watch_slices(node, driver, version, timeout),
+        on_change=on_change,
+    )
 
 
 def _version_number(version: str) -> int:
@@ -183,7 +199,7 @@ def _version_number(version: str) -> int:
     return int(version) if version.isdigit() else 0
 
 
-def _newer(stored: StoredSlice, cached: StoredSlice | None) -> bool:
+def _newer(stored: StoredObject, cached: StoredObject | None) -> bool:
     if cached is None:
         return True
     return _version_number(stored["metadata"]["resourceVersion"]) > _version_number(

@@ -10,19 +10,32 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from npu_plugin.aio.backoff import BackoffPolicy
-from npu_plugin.dra.informer import WATCH_BACKOFF, SliceInformer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.errors import KubeApiError
 from npu_plugin.inventory.state import Inventory, Owner
-from npu_plugin.kubeapi.protocol import SliceEvent
+from npu_plugin.kubeapi.informer import WATCH_BACKOFF, Informer
+from npu_plugin.kubeapi.protocol import SliceEvent, StoredSlice
 from tests.support.fake_devices import profile_devices
 from tests.support.kube_fake import InMemoryKube
 
 NODE, DRIVER = "node-a", "npu.huawei.com"
+
+
+def slice_informer(api: InMemoryKube, **options: Any) -> Informer[StoredSlice]:
+    """The publisher's informer of this node's slices, with the test's pacing."""
+    return Informer(
+        "ResourceSlices",
+        lambda: api.list_slices(NODE, DRIVER),
+        lambda version, timeout: api.watch_slices(NODE, DRIVER, version, timeout),
+        **options,
+    )
+
+
 QUICK = BackoffPolicy(initial=0.001, maximum=0.002)
 WRITES = ("create_slice", "replace_slice", "delete_slice")
 
@@ -30,7 +43,7 @@ WRITES = ("create_slice", "replace_slice", "delete_slice")
 @dataclass
 class Running:
     api: InMemoryKube
-    informer: SliceInformer
+    informer: Informer[StoredSlice]
     changes: threading.Semaphore
     publisher: SlicePublisher
 
@@ -57,7 +70,7 @@ def running() -> Iterator[Running]:
     inventory = Inventory(profile_devices("atlas-800t-a2"), failure_threshold=1, recovery_threshold=1, owners=Owner.DRA)
     changes = threading.Semaphore(0)
     publisher = SlicePublisher(api, inventory, driver=DRIVER, node_name=NODE, unhealthy_policy="remove")
-    informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=changes.release, policy=QUICK)
+    informer = slice_informer(api, on_change=changes.release, policy=QUICK)
     publisher.informer = informer
     stop = threading.Event()
     thread = threading.Thread(target=informer.run, args=(stop,), name="test-informer")
@@ -135,12 +148,12 @@ def test_an_untrustworthy_stream_is_logged_once_and_relisted(
 ) -> None:
     assert running.api.wait_for_watchers(1)
     running.api.fail_next("watch_slices", fault)
-    with caplog.at_level(logging.WARNING, logger="npu_plugin.dra.informer"):
+    with caplog.at_level(logging.WARNING, logger="npu_plugin.kubeapi.informer"):
         running.api.end_watches()
         assert _wait(lambda: running.api.calls["list_slices"] == 2)
         assert running.api.wait_for_watchers(3)
     assert running.api.calls["list_slices"] == 2
-    assert len([r for r in caplog.records if r.name == "npu_plugin.dra.informer"]) == 1
+    assert len([r for r in caplog.records if r.name == "npu_plugin.kubeapi.informer"]) == 1
 
 
 def test_a_broken_connection_resumes_the_watch_without_a_list(running: Running) -> None:
@@ -181,9 +194,9 @@ class RecordedPauses(threading.Event):
 @contextlib.contextmanager
 def paused_informer(
     api: InMemoryKube, draw: Callable[[], float], clock: Callable[[], float] = time.monotonic
-) -> Iterator[tuple[SliceInformer, RecordedPauses]]:
+) -> Iterator[tuple[Informer[StoredSlice], RecordedPauses]]:
     """An informer with the daemon's watch back-off, whose jitter comes from `draw`."""
-    informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=lambda: None, draw=draw, clock=clock)
+    informer = slice_informer(api, on_change=lambda: None, draw=draw, clock=clock)
     stop = RecordedPauses()
     thread = threading.Thread(target=informer.run, args=(stop,), name="test-informer")
     thread.start()
@@ -221,7 +234,7 @@ def test_watches_breaking_one_after_another_pause_longer_each_time_logged_once_t
     api, name = with_a_slice()
     api.fail_next("watch_slices", *(fault for fault, _ in BROKEN_WATCHES))
     with (
-        caplog.at_level(logging.INFO, logger="npu_plugin.dra.informer"),
+        caplog.at_level(logging.INFO, logger="npu_plugin.kubeapi.informer"),
         paused_informer(api, itertools.chain(DRAWS, itertools.repeat(0.5)).__next__) as (informer, stop),
     ):
         assert api.wait_for_watchers(len(BROKEN_WATCHES) + 1)
@@ -229,7 +242,7 @@ def test_watches_breaking_one_after_another_pause_longer_each_time_logged_once_t
         assert [step * (0.5 + 0.5 * d) for step, d in zip([0.5, 1, 2, 4, 8], DRAWS, strict=True)] == PAUSES
         assert WATCH_BACKOFF.initial == 0.5
         assert api.calls["list_slices"] == 1 + sum(relists for _, relists in BROKEN_WATCHES)
-        records = [r for r in caplog.records if r.name == "npu_plugin.dra.informer"]
+        records = [r for r in caplog.records if r.name == "npu_plugin.kubeapi.informer"]
         assert len(records) == len(BROKEN_WATCHES)
         assert [f"in {pause:.1f}s" in r.getMessage() for r, pause in zip(records, PAUSES, strict=True)] == [True] * 5
         # Converged: the cache is the server's, from where the server is.
@@ -289,7 +302,7 @@ def test_a_watch_cut_short_or_failing_is_an_interruption_and_one_ending_on_time_
     """What an API server restart does to the watch, which tells the publisher to read the version
     again."""
     api, now = InMemoryKube(), [0.0]
-    informer = SliceInformer(api, node=NODE, driver=DRIVER, on_change=lambda: None, policy=QUICK, clock=lambda: now[0])
+    informer = slice_informer(api, on_change=lambda: None, policy=QUICK, clock=lambda: now[0])
     stop = threading.Event()
     thread = threading.Thread(target=informer.run, args=(stop,), name="test-informer")
     thread.start()
