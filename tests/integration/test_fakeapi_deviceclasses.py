@@ -1,14 +1,19 @@
 """The fake API server's DeviceClasses per release, over real HTTP: `extendedResourceName` (KEP-5004,
 gate DRAExtendedResource) is dropped on write before 1.36, where the gate is off by default, unless
-the stored class already has it (the strategy's ratchet); kept from 1.36; list and watch work."""
+the stored class already has it (the strategy's ratchet); kept from 1.36; list and watch work as the
+API server's do for the daemon's own client (resume from a resourceVersion, bookmarks, 410 once
+compacted)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from npu_plugin.errors import KubeApiError
+from npu_plugin.kubeapi.client import KubeClient, connect
 from tests.integration.test_fakeapi_partitionable import request
 from tests.support.fakeapi import FakeKubeAPI
 
@@ -50,3 +55,36 @@ def test_an_update_keeps_the_field_a_stored_class_already_has(api: FakeKubeAPI) 
     assert status == 200
     assert updated["spec"]["extendedResourceName"] == "huawei.com/Ascend310P"
     assert updated["metadata"]["generation"] == 2
+
+
+def test_the_daemons_client_watches_classes_from_a_resource_version(tmp_path: Path) -> None:
+    """What the DeviceClass informer relies on: a watch from the LIST's resourceVersion replays every
+    later change in order (cluster-scoped, no selector), ends with a bookmark carrying the newest
+    resourceVersion, and a compacted resourceVersion is an in-stream 410 (a relist)."""
+    with FakeKubeAPI(kubernetes_minor=37) as api:
+        api.write_kubeconfig(tmp_path / "kubeconfig")
+        client = KubeClient(connect(tmp_path / "kubeconfig", {}))
+        try:
+            api.put_object("DeviceClass", a_class("before"))
+            listed = client.list_device_classes()
+            assert [c["metadata"]["name"] for c in listed.items] == ["before"]
+            api.put_object("DeviceClass", a_class("c"))
+            api.put_object("DeviceClass", a_class("c", "huawei.com/Ascend310P"))
+            api.delete_object("DeviceClass", "c")
+            api.limit_watches(0.2)  # end the watch soon after the replay, as its timeout would
+            events = list(client.watch_device_classes(listed.resource_version, 300))
+            seen = [(e.type, e.object and e.object["spec"].get("extendedResourceName")) for e in events]
+            assert seen == [
+                ("ADDED", "huawei.com/Ascend910"),
+                ("MODIFIED", "huawei.com/Ascend310P"),
+                ("DELETED", "huawei.com/Ascend310P"),
+                ("BOOKMARK", None),
+            ]
+            versions = [int(e.resource_version) for e in events]
+            assert versions == sorted(versions) and versions[0] > int(listed.resource_version)
+            api.compact_history()
+            with pytest.raises(KubeApiError) as gone:
+                list(client.watch_device_classes(listed.resource_version, 300))
+            assert gone.value.status == 410
+        finally:
+            client.close()
