@@ -24,6 +24,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import ObservedWatch
 
 from npu_plugin.errors import NpuPluginError
 
@@ -118,11 +119,24 @@ class DirectoryWatch:
         self._observer.daemon = True
         self._rereads: list[Reread[object]] = []
         self._stale_checks: list[tuple[Callable[[], bool], Reread[object]]] = []
+        self._handlers: dict[ObservedWatch, int] = {}  # one watch per directory, shared by its callbacks
 
-    def add(self, directory: Path, callback: FileEvent) -> None:
-        """Call `callback` on the running loop for each change directly in `directory`."""
+    def add(self, directory: Path, callback: FileEvent) -> Callable[[], None]:
+        """Call `callback` on the running loop for each change directly in `directory`, until the
+        function returned is called."""
         relay = Relay(asyncio.get_running_loop(), callback)
-        self._observer.schedule(relay, str(directory), recursive=False, event_filter=list(_RELAYED))
+        watch = self._observer.schedule(relay, str(directory), recursive=False, event_filter=list(_RELAYED))
+        self._handlers[watch] = self._handlers.get(watch, 0) + 1
+
+        def remove() -> None:
+            self._handlers[watch] -= 1
+            if self._handlers[watch]:
+                self._observer.remove_handler_for_watch(relay, watch)
+            else:
+                del self._handlers[watch]
+                self._observer.unschedule(watch)
+
+        return remove
 
     def add_file(
         self,
@@ -135,18 +149,19 @@ class DirectoryWatch:
         """Run `read` in a thread whenever `path` changes and hand its result to `deliver` on the
         loop. `up_to_date` tells whether the file is still what was last read: a change made after
         that read but before the watch started sends no event, so `start` re-reads a file that is
-        not."""
-        target = path.resolve()
-        reread: Reread[T] = Reread(read, deliver)
-        self._rereads.append(reread)  # type: ignore[arg-type]
+        not.
+
+        `path` may be or lead through symbolic links: the directory holding `path` and the one
+        holding the file it resolves to are both watched, and `path` resolving to another file is a
+        change. That is how a ConfigMap volume is updated: the kubelet never writes the file, it
+        renames a new `..data` link over the old one next to `path` and removes the directory the
+        old one led to."""
+        followed = _FollowedFile(self, path.absolute(), Reread(read, deliver))
+        self._rereads.append(followed.reread)  # type: ignore[arg-type]
         if up_to_date is not None:
-            self._stale_checks.append((up_to_date, reread))  # type: ignore[arg-type]
-
-        def on_event(changed: str, _kind: str) -> None:
-            if Path(changed).resolve() == target:
-                reread.changed()
-
-        self.add(target.parent, on_event)
+            self._stale_checks.append((up_to_date, followed.reread))  # type: ignore[arg-type]
+        self.add(followed.path.parent, followed.on_event)
+        followed.follow(followed.path.resolve())
 
     def start(self) -> None:
         self._observer.start()
@@ -163,3 +178,33 @@ class DirectoryWatch:
         self._observer.stop()
         if self._observer.is_alive():
             self._observer.join(timeout)
+
+
+class _FollowedFile(Generic[T]):
+    """One `add_file`: which file `path` resolves to, and the watch on that file's directory when it
+    is not `path`'s own."""
+
+    def __init__(self, watch: DirectoryWatch, path: Path, reread: Reread[T]) -> None:
+        self._watch, self.path, self.reread = watch, path, reread
+        self._target = path
+        self._unwatch_target: Callable[[], None] | None = None
+
+    def follow(self, target: Path) -> None:
+        """Watch `target`'s directory instead of the previous target's."""
+        self._target = target
+        if self._unwatch_target is not None:
+            self._unwatch_target()
+            self._unwatch_target = None
+        if target.parent != self.path.parent:
+            try:
+                self._unwatch_target = self._watch.add(target.parent, self.on_event)
+            except OSError as error:  # it went again meanwhile; the next change of `path` tries again
+                log.warning("cannot watch %s for changes of %s: %s", target.parent, self.path, error)
+
+    def on_event(self, changed: str, _kind: str) -> None:
+        target = self.path.resolve()
+        if target != self._target:
+            self.follow(target)
+            self.reread.changed()
+        elif Path(changed).resolve() == target:
+            self.reread.changed()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.ascend.device import Device, Health
+from tests.support.configmap import ConfigMapVolume
 from tests.support.daemon import Launcher, wait_until, write_inventory
 from tests.support.dra import Workspace, dra_args, node_slices, pool_settled, published_names
 from tests.support.fake_devices import profile_devices
@@ -85,14 +86,14 @@ def test_fault_codes_are_a_second_taint_and_the_policy_file_sets_their_effect(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     fake_api.set_kubernetes_version(37)
-    policy = workspace.root / "faults.yaml"
-    policy.write_text("- codes: [0x80E01801]\n  effect: NoExecute\n", encoding="utf-8")
+    volume = ConfigMapVolume(workspace.root / "fault-policy")  # mounted from a ConfigMap
+    volume.write({"faults.yaml": "- codes: [0x80E01801]\n  effect: NoExecute\n"})
     write_inventory(workspace.inventory, devices({3: Health.ALARM}, {3: CODES}))
-    launch_daemon(*dra_args(workspace, "--fault-policy", str(policy)))
+    launch_daemon(*dra_args(workspace, "--fault-policy", str(volume.path("faults.yaml"))))
     wait_until(lambda: "npu-3" in taints(fake_api), 10, "npu-3 tainted")
     assert taints(fake_api)["npu-3"] == [(HEALTH, "Alarm", "NoSchedule"), (FAULT, "80E01801_80E18402", "NoExecute")]
-    # Rewritten: NoSchedule from now on; a bad rewrite keeps it.
-    policy.write_text("- codes: ['80E18402']\n  effect: NoSchedule\n", encoding="utf-8")
+    # The ConfigMap updated (a new ..data link, the file never written): NoSchedule from now on.
+    volume.write({"faults.yaml": "- codes: ['80E18402']\n  effect: NoSchedule\n"})
     wait_until(lambda: taints(fake_api)["npu-3"][1][2] == "NoSchedule", 10, "the new policy")
 
 
