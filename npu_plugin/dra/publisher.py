@@ -32,7 +32,7 @@ from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, sli
 from npu_plugin.dra.taint_gate import TaintGate, lost_taints
 from npu_plugin.dra.taints import FaultPolicy, TaintRules
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
-from npu_plugin.errors import KubeApiError
+from npu_plugin.errors import BackendError, KubeApiError
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory, Snapshot
 from npu_plugin.kubeapi.informer import slice_informer
@@ -197,11 +197,14 @@ class SlicePublisher:
             self._trigger.clear()
             if not self.informer.synced.is_set():
                 continue  # the informer's first LIST triggers again
+            # A backend failure reading the chips' vNPUs while the slices are built (a corrupt vNPU
+            # state, a driver call refused) is retried like a failed write: one line per step, no
+            # traceback, and the slices stay as they were meanwhile.
             wrote = await retry_forever(
                 lambda: blocking(self.reconcile),
                 what="publishing ResourceSlices",
                 log=log,
-                retry_on=(KubeApiError,),
+                retry_on=(KubeApiError, BackendError),
                 policy=WRITE_BACKOFF,
             )
             self.published.set()

@@ -21,6 +21,7 @@ from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra import publisher as publisher_module
 from npu_plugin.dra.publisher import SlicePublisher
+from npu_plugin.errors import VnpuError
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
@@ -465,3 +466,28 @@ def test_vnpu_off_publishes_the_same_slices_and_touches_no_vnpu_state(
     assert probes(fake_api) == 0
     assert not (workspace.root / "hw.json").exists()
     assert not list(workspace.dev.glob("vdavinci*"))
+
+
+def test_a_vnpu_read_that_fails_is_one_line_retried_and_publishing_goes_on(
+    fake_api: FakeKubeAPI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A corrupt vNPU state (or any backend failure) while the slices are built: one warning naming
+    it, no traceback, the same back-off as a failed write, and the slices once the read works."""
+    fake_api.set_kubernetes_version(36)
+    fake_api.write_kubeconfig(tmp_path / "kc")
+    client = KubeClient(connect(tmp_path / "kc"))
+    reads = 0
+
+    def chips() -> VnpuChips:
+        nonlocal reads
+        reads += 1
+        if reads <= 2:
+            raise VnpuError(0, "fake vNPU state /x/hw.json is corrupt: Expecting value: line 1 column 2")
+        return dynamic_chips()
+
+    publish_until(fake_api, tmp_path, client, lambda: bool(slice_writes(fake_api)), chips)
+    client.close()
+    failures = [r for r in caplog.records if "is corrupt" in r.getMessage()]
+    assert failures and all(r.exc_info is None for r in failures), failures
+    assert failures[0].getMessage().startswith("publishing ResourceSlices failed (attempt 1), retrying in ")
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
