@@ -31,7 +31,6 @@ from benchmarks.common import (
     dev_root,
     dra_dirs,
     fake_api,
-    fake_devices,
     percentile,
     published,
     rss_mib,
@@ -46,6 +45,7 @@ from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
 from tests.support.cleanup import process, temporary_directory
+from tests.support.fake_devices import many_devices
 
 TARGETS = {"ready_s": 2.0, "idle_rss_mib": 75.0, "propagation_s": 1.0, "republish_s": 5.0}
 HEALTH_INTERVAL = "0.2"
@@ -110,7 +110,7 @@ async def slice_shows(node: Node, present: bool) -> None:
 async def propagation(node: Node, inventory: Path, healthy: bool) -> tuple[float, float]:
     """Seconds from the inventory write to the new verdict in ListAndWatch, and in the slice."""
     level = Health.OK if healthy else Health.CRITICAL
-    devices = [replace(d, health=level) if d.physical_id in (DP_DEVICE, DRA_DEVICE) else d for d in fake_devices(8)]
+    devices = [replace(d, health=level) if d.physical_id in (DP_DEVICE, DRA_DEVICE) else d for d in many_devices(8)]
     started = time.monotonic()
     write_inventory(inventory, devices)
 
@@ -128,7 +128,7 @@ async def propagation(node: Node, inventory: Path, healthy: bool) -> tuple[float
 
 
 async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
-    inventory = write_inventory(work / "inventory.yaml", fake_devices(8))
+    inventory = write_inventory(work / "inventory.yaml", many_devices(8))
     async with kubelet_side(work, url) as node:
         with process(daemon_argv(work, inventory), work / "daemon.log") as daemon:
             started = time.monotonic()

@@ -45,7 +45,6 @@ from benchmarks.common import (
     cpu_reading,
     dev_root,
     dra_dirs,
-    fake_devices,
     per_node_hour,
     percentile,
     pool_devices,
@@ -57,6 +56,7 @@ from benchmarks.common import (
 from benchmarks.report import Row, at_most
 from npu_plugin.ascend.device import Health
 from tests.support.cleanup import spawn, stop, temporary_directory
+from tests.support.fake_devices import many_devices
 from tests.support.fakeapi import FakeKubeAPI, RecordedRequest
 
 TARGETS = {
@@ -84,7 +84,7 @@ class Member:
     started: float  # time.monotonic() when its process was started
 
     def set_critical(self, physical_ids: set[int]) -> None:
-        devices = fake_devices(DEVICES)
+        devices = many_devices(DEVICES)
         write_inventory(
             self.inventory,
             [replace(d, health=Health.CRITICAL) if d.physical_id in physical_ids else d for d in devices],
@@ -193,7 +193,7 @@ def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
             node = f"node-{index:03d}"
             home = work / node
             home.mkdir()
-            inventory = write_inventory(home / "inventory.yaml", fake_devices(DEVICES))
+            inventory = write_inventory(home / "inventory.yaml", many_devices(DEVICES))
             argv = serve_argv(
                 "--mode",
                 "dra",

@@ -19,13 +19,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import FULL, Budget, fake_devices, percentile, write_inventory
+from benchmarks.common import FULL, Budget, percentile, write_inventory
 from benchmarks.report import Row, at_most
 from npu_plugin.backends.base import Backend
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.backends.fake.backend import FakeBackend
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from tests.support.cleanup import temporary_directory
+from tests.support.fake_devices import many_devices
 
 TARGETS = {"npu_smi_runs_per_pass": 1}
 DEFAULT_INTERVAL = 5.0
@@ -107,7 +108,7 @@ def dcmi(work: Path, count: int) -> Pass | None:
 
 
 def measure(work: Path, count: int) -> list[Pass]:
-    inventory = write_inventory(work / "inventory.yaml", fake_devices(8))
+    inventory = write_inventory(work / "inventory.yaml", many_devices(8))
     measured = [
         passes("fake (--fake-profile)", FakeBackend(profile="atlas-800t-a2"), count),
         passes("fake (--fake-inventory)", FakeBackend(inventory_path=inventory), count),

@@ -27,7 +27,6 @@ from benchmarks.common import (
     dev_root,
     dra_dirs,
     fake_api,
-    fake_devices,
     percentile,
     published,
     serve_argv,
@@ -41,6 +40,7 @@ from npu_plugin.deviceplugin.service import list_response
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.sim.rest import RestClient
 from tests.support.cleanup import process, temporary_directory
+from tests.support.fake_devices import many_devices
 
 DEVICES = 1024
 TARGETS = {"published_s": 2.0, "slices": 8, "allocate_p50_ratio": 1.25}
@@ -63,12 +63,12 @@ async def publish_time(work: Path, url: str, inventory: Path) -> tuple[float, in
 
 
 def build_seconds(count: int, rounds: int = 50) -> float:
-    snapshot = Inventory(fake_devices(count), failure_threshold=2, recovery_threshold=3).snapshot()
+    snapshot = Inventory(many_devices(count), failure_threshold=2, recovery_threshold=3).snapshot()
     return timeit.timeit(lambda: list_response(snapshot), number=rounds) / rounds
 
 
 async def device_plugin(work: Path, inventory: Path, budget: Budget) -> dict[str, Any]:
-    small = write_inventory(work / "small.yaml", fake_devices(8))
+    small = write_inventory(work / "small.yaml", many_devices(8))
     async with (
         served(work, BIG, *QUIET, source=("--fake-inventory", str(inventory))) as big,
         served(work, SMALL, *QUIET, source=("--fake-inventory", str(small))) as little,
@@ -97,7 +97,7 @@ async def device_plugin(work: Path, inventory: Path, budget: Budget) -> dict[str
 
 
 async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
-    inventory = write_inventory(work / "inventory.yaml", fake_devices(DEVICES))
+    inventory = write_inventory(work / "inventory.yaml", many_devices(DEVICES))
     seconds, slices = await publish_time(work, url, inventory)
     return {
         "devices": DEVICES,

@@ -131,28 +131,6 @@ def dev_root(work: Path, count: int = 8) -> Path:
     return dev
 
 
-def fake_devices(count: int) -> list[Device]:
-    """`count` 910B3 dies, eight per NUMA node and per HCCS group (a large node, as far as the fake
-    goes)."""
-    return [
-        Device(
-            physical_id=i,
-            chip_name="910B3",
-            device_type="Ascend910B",
-            logic_id=i,
-            card_id=i // 2,
-            chip_id=i % 2,
-            memory=64 * 2**30,
-            ai_core=20,
-            numa_node=i // 8,
-            pci_bus_id=f"0000:{i // 256:02x}:{i % 256 // 8:02x}.{i % 8}",
-            topology_group=f"ring-{i // 8}",
-            driver_version="24.1.rc1",
-        )
-        for i in range(count)
-    ]
-
-
 def write_inventory(path: Path, devices: list[Device], vnpu: Mapping[int, ChipVnpu] | None = None) -> Path:
     """Replace the inventory file in one rename, so the daemon never reads half of it; `vnpu` adds
     the chips' vNPU blocks."""

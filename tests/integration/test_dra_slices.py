@@ -20,13 +20,12 @@ from tests.support.dra import (
     NODE,
     Workspace,
     dra_args,
-    many_devices,
     node_slices,
     pool_settled,
     published_names,
     with_health,
 )
-from tests.support.fake_devices import profile_devices
+from tests.support.fake_devices import many_devices, profile_devices
 from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]
@@ -167,7 +166,7 @@ SEED_EXPECTATIONS = [
     ('device.attributes["npu.huawei.com"].topologyGroup == "ring-3"', range(24, 32)),
     ('device.attributes["npu.huawei.com"].deviceType == "Ascend910B"', range(300)),
     ('device.attributes["npu.huawei.com"].physicalId >= 296', range(296, 300)),
-    ('device.attributes["resource.kubernetes.io"].pciBusID == "0000:06:01.0"', range(49, 50)),
+    ('device.attributes["resource.kubernetes.io"].pciBusID == "0000:00:06.1"', range(49, 50)),
     ('device.capacity["npu.huawei.com"].memCapacity.compareTo(quantity("64Gi")) >= 0', range(300)),
     ('device.capacity["npu.huawei.com"].memCapacity.compareTo(quantity("65Gi")) >= 0', range(0)),
 ]

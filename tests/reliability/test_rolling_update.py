@@ -23,11 +23,11 @@ from tests.support.dra import (
     Workspace,
     checked_state,
     dra_args,
-    many_devices,
     plant_claim,
     result,
     run_with_kubelet,
 )
+from tests.support.fake_devices import many_devices
 from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]

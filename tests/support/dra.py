@@ -98,27 +98,6 @@ def with_health(devices: Sequence[Device], unhealthy: set[int]) -> list[Device]:
     return [replace(d, health=Health.CRITICAL if d.physical_id in unhealthy else Health.OK) for d in devices]
 
 
-def many_devices(count: int) -> list[Device]:
-    """`count` 910B3 dies, eight per NUMA node and per HCCS group."""
-    return [
-        Device(
-            physical_id=i,
-            chip_name="910B3",
-            device_type="Ascend910B",
-            logic_id=i,
-            card_id=i // 2,
-            chip_id=i % 2,
-            memory=64 * 2**30,
-            ai_core=20,
-            numa_node=i // 8,
-            pci_bus_id=f"0000:{i // 8:02x}:{i % 8:02x}.0",
-            topology_group=f"ring-{i // 8}",
-            driver_version="24.1.rc1",
-        )
-        for i in range(count)
-    ]
-
-
 def make_workspace(root: Path, devices: Sequence[Device] | None = None) -> Workspace:
     workspace = Workspace(root)
     # The kubelet's directories (registry, plugins, dp for device plugins) exist, as on a node with
