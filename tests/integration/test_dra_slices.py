@@ -202,8 +202,12 @@ def test_seed_selectors_select_exactly_the_right_published_devices(
         assert chosen == [f"npu-{i}" for i in expected], expression
     shipped = manifest_selectors()
     assert shipped, "the manifests carry CEL selectors"
-    for expression in shipped:  # they compile and evaluate without error over what we publish
-        select(devices, [expression])
+    # They compile and evaluate without error over what we publish. The 300 devices carry the same
+    # attributes with other values, so one NUMA node's eight show every shape at an eighth of the
+    # cost of all of them (about 7,000 CEL evaluations, most of this test's time).
+    assert {frozenset(d.entry["attributes"]) for d in devices} == {frozenset(devices[0].entry["attributes"])}
+    for expression in shipped:
+        select(devices[:8], [expression])
 
 
 def test_health_fault_and_recovery_reconcile_with_a_generation_bump(
