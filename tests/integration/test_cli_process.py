@@ -84,6 +84,7 @@ def test_unwritable_dra_directories_are_one_line(node: Path, launch_daemon: Laun
     }
     dirs[flag] = target
     args = [*FAKE, "--mode", "dra", "--node-name", "n1", "--dev-root", str(node), "--kubeconfig", str(kubeconfig)]
+    args += ["--pod-resources-socket", str(writable / "no-pod-resources.sock")]  # never the host kubelet's
     for name, path in dirs.items():
         args += [name, str(path)]
     line = start_failure(launch_daemon(*args, wrapper=NOBODY))

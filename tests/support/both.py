@@ -39,8 +39,6 @@ def both_args(workspace: Workspace, dra_devices: str = "4-7") -> list[str]:
         dra_devices,
         "--device-plugin-path",
         str(workspace.root / "dp"),
-        "--pod-resources-socket",
-        str(workspace.root / "pr" / "kubelet.sock"),
     ]
 
 

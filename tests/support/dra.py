@@ -159,6 +159,10 @@ def dra_args(workspace: Workspace, *extra: str, pod_uid: str | None = None) -> l
         str(workspace.state),
         "--kubeconfig",
         str(workspace.kubeconfig),
+        # No PodResources unless a test serves one there: never the host kubelet's socket, which a
+        # real kubelet on the test machine may serve (its device-plugin pods would hold our NPUs).
+        "--pod-resources-socket",
+        str(workspace.root / "pr" / "kubelet.sock"),
         "--health-interval",
         "0.1",
         "--health-failure-threshold",
