@@ -125,7 +125,7 @@ def test_with_the_gate_off_whole_npus_are_published_once_and_a_warning_names_the
     writes = slice_writes(fake_api)
     # Each reconcile would rewrite if the stored slices never matched: expire the watch (410), so
     # the informer lists again and the publisher reconciles, then look for writes a while. A minute
-    # of every periodic cause: test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice.
+    # of every periodic cause: test_with_the_gate_off_what_a_minute_at_rest_brings_rewrites_no_slice.
     lists = requests_of(fake_api, "list", "/apis/resource")
     fake_api.break_next_watch("error-event")
     fake_api.end_watches()  # the open one: the informer resumes, and that watch expires
@@ -148,7 +148,7 @@ def wait_for_requests(api: FakeKubeAPI, verb: str, path: str, count: int, timeou
 
 
 @pytest.mark.slow
-def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
+def test_with_the_gate_off_what_a_minute_at_rest_brings_rewrites_no_slice(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:  # A8: no write storm
     """After the first publish, nothing the daemon does periodically rewrites a slice, for as many
@@ -158,7 +158,9 @@ def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
     - watch restarts (a watch asks for 300-600 s, so none in a minute): the fake API ends every watch after 2 s,
       and five watches end in 410 Expired, which makes the informer list again and the publisher reconcile;
     - resyncs (30 s: 2 a minute, each re-reading the vNPUs and reconciling): no flag sets this period, so the
-      test runs until the daemon's debug log shows both;
+      test runs until the daemon's debug log shows the first; the second would re-read the same unchanged
+      vNPUs and reconcile the same unchanged cache, so it cannot write what the first did not (waiting for
+      it cost another 30 s, the suite's longest wait);
     - the gate probe (600 s: none in a minute after the one at start): not due; the test checks there was one.
     """
     fake_api.set_kubernetes_version(35, partitionable_devices=False)
@@ -171,10 +173,10 @@ def test_with_the_gate_off_a_minute_at_rest_rewrites_no_slice(
     for expiry in range(1, 6):
         fake_api.break_next_watch("error-event")
         wait_for_requests(fake_api, "list", "/apis/resource", lists + expiry, 10)
-    wait_until(lambda: daemon.log().count("resync: comparing") >= 2, 80, "two resyncs", interval=0.2)
+    wait_until(lambda: "resync: comparing" in daemon.log(), 50, "a resync", interval=0.2)
     assert slice_writes(fake_api) == writes
     assert probes(fake_api) == 1
-    assert requests_of(fake_api, "watch", "/apis/resource") >= 25
+    assert requests_of(fake_api, "watch", "/apis/resource") >= 12  # a watch every 2 s for 30 s
 
 
 @pytest.mark.parametrize(
