@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -23,21 +24,34 @@ DRA_STEPS = (
 )
 
 
-def simulate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+@functools.cache
+def simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    """One run per distinct command line, shared by the tests that look at it (each run starts and
+    stops a whole simulated node: seconds apiece, 27 runs in this file without sharing)."""
     return subprocess.run(
         [sys.executable, "-m", "npu_plugin", "simulate", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=60,
         check=False,
         stdin=subprocess.DEVNULL,
     )
 
 
+DEFAULTS = ("both", "atlas-800t-a2")  # simulate without --mode or --fake-profile
+
+
+def walk(mode: str, profile: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`simulate` for this mode and profile, spelled one way, so tests asking for the same walk share
+    its run; the defaults are left to simulate (test_default_is_both_mode... proves what they are)."""
+    chosen = () if (mode, profile) == DEFAULTS else ("--mode", mode, "--fake-profile", profile)
+    return simulate(*chosen, *extra)
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("mode", MODES)
 def test_every_step_succeeds(mode: str, profile: str) -> None:
-    run = simulate("--mode", mode, "--fake-profile", profile)
+    run = walk(mode, profile)
     assert run.returncode == 0, run.stdout + run.stderr
     expected = ("discover", "register with the kubelet", "health fault", "recovery", "clean up")
     expected += DP_STEPS if mode != "dra" else ()
@@ -119,7 +133,7 @@ VNPU_STEPS = (
 
 @pytest.mark.parametrize("mode", ["dra", "both"])
 def test_vnpu_dynamic_creates_and_destroys_a_vnpu(mode: str) -> None:
-    run = simulate("--mode", mode, "--vnpu", "dynamic")
+    run = walk(mode, "atlas-800t-a2", "--vnpu", "dynamic")
     assert run.returncode == 0, run.stdout + run.stderr
     for text in (*DRA_STEPS, *VNPU_STEPS, "health fault", "recovery", "every step succeeded"):
         assert text in run.stdout, f"missing {text!r} in:\n{run.stdout}"
@@ -149,7 +163,7 @@ ON_DEMAND = {
 @pytest.mark.parametrize("profile", sorted(ON_DEMAND))
 def test_vnpu_dynamic_walks_every_profile(profile: str, mode: str) -> None:
     """A template the profile has, or a step saying the product makes no vNPUs on demand; a clean shutdown."""
-    run = simulate("--mode", mode, "--vnpu", "dynamic", "--fake-profile", profile)
+    run = walk(mode, profile, "--vnpu", "dynamic")
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stderr == "", run.stderr  # no watchdog thread error, no traceback
     assert "every step succeeded" in run.stdout
@@ -163,7 +177,7 @@ def test_vnpu_dynamic_walks_every_profile(profile: str, mode: str) -> None:
 
 
 def test_vnpu_off_walks_no_vnpu_step() -> None:
-    run = simulate("--mode", "dra")
+    run = walk("dra", "atlas-800t-a2")
     assert run.returncode == 0, run.stderr
     assert "vNPU" not in run.stdout and "vir05" not in run.stdout
 
