@@ -13,6 +13,7 @@ from pathlib import Path
 
 from npu_plugin.ascend.container_edits import Injection
 from npu_plugin.ascend.device import DEFAULT_DRIVER
+from npu_plugin.ascend.shares import ShareAllocation
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.errors import ConfigError
@@ -73,6 +74,9 @@ class Config:
     pod_uid: str | None = None
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     dra_devices: str | None = None
+    share_devices: str | None = None  # resolved against the devices found at start (inventory/sharing.py)
+    share_count: int | None = None  # None: not given (DEFAULT_SHARE_COUNT)
+    share_allocation: ShareAllocation = ShareAllocation.SPREAD
     device_injection: Injection = Injection.NODES
     mount_driver: bool = False
     cdi_enabled: bool = False

@@ -22,6 +22,7 @@ from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.ownership import Partition
+from npu_plugin.inventory.sharing import Sharing, check_not_split
 from npu_plugin.inventory.state import FRESHNESS_INTERVALS, Inventory, samples_fresh
 from npu_plugin.observability.telemetry import Telemetry
 
@@ -68,15 +69,34 @@ def run_daemon(config: Config) -> int:
         backend.close()
 
 
-def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: set[str]) -> None:
+def check_vnpus(config: Config, backend: Backend, devices: list[Device], said: set[str]) -> dict[int, tuple[Vnpu, ...]]:
     """With --vnpu static|dynamic, read every chip's vNPUs once before serving: a --vnpu-templates
     name no chip offers stops the start (exit 2, naming the chip), so does unreadable vNPU state
     (exit 1); skipped templates and chips that cannot split on demand are logged (and added to
-    `said`)."""
+    `said`). The vNPUs found, by chip."""
     if config.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend):
         from npu_plugin.inventory.vnpu_plans import VnpuReader
 
-        VnpuReader(backend, config.vnpu, config.vnpu_templates, said=said).read(devices)
+        plans = VnpuReader(backend, config.vnpu, config.vnpu_templates, said=said).read(devices)
+        return {physical_id: plan.chip.vnpus for physical_id, plan in plans.items()}
+    return {}
+
+
+def resolve_sharing(config: Config, devices: list[Device], vnpus: Mapping[int, tuple[Vnpu, ...]]) -> Sharing:
+    """The shared chips; ConfigError when --share-devices names a chip that is not there or that
+    holds vNPUs."""
+    sharing = Sharing.of(config.share_devices, config.share_count, devices)
+    check_not_split(sharing, vnpus)
+    if config.share_count is not None and not sharing.enabled:
+        log.warning("--share-count applies to the chips --share-devices names; none is named, nothing is shared")
+    if sharing.enabled:
+        log.info(
+            "sharing %s, %d shares each",
+            "every NPU" if sharing.every else device_key(sharing.physical_ids),
+            sharing.count,
+            extra={"device": device_key(sharing.physical_ids)},
+        )
+    return sharing
 
 
 def resolve_resource_name(config: Config, devices: list[Device]) -> str:
@@ -96,7 +116,8 @@ class Daemon:
         # Shared by every vNPU reader of the daemon, so each skipped template and each reason a chip
         # is not split on demand is logged once, at start, however many parts read the chips.
         self.vnpu_said: set[str] = set()
-        check_vnpus(config, backend, devices, self.vnpu_said)
+        vnpus = check_vnpus(config, backend, devices, self.vnpu_said)
+        self.sharing = resolve_sharing(config, devices, vnpus)
         self.resource_name = resolve_resource_name(config, devices)
         if config.dra_devices and config.mode is not Mode.BOTH:
             log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
@@ -211,7 +232,15 @@ class Daemon:
 
         def make_service(vnpu_resource: str | None) -> DevicePluginService:
             if vnpu_resource is None:
-                return DevicePluginService(listing, self.layout, device_type, driver, self.telemetry.allocated)
+                return DevicePluginService(
+                    listing,
+                    self.layout,
+                    device_type,
+                    driver,
+                    self.telemetry.allocated,
+                    sharing=self.sharing,
+                    share_allocation=config.share_allocation,
+                )
             from npu_plugin.deviceplugin.vnpu_service import VnpuDevicePluginService
 
             return VnpuDevicePluginService(

@@ -10,6 +10,7 @@ from pathlib import Path
 from npu_plugin import __version__
 from npu_plugin.ascend.container_edits import Injection
 from npu_plugin.ascend.device import DEFAULT_DRIVER
+from npu_plugin.ascend.shares import DEFAULT_SHARE_COUNT, ShareAllocation
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.fake.profiles import PROFILES
 from npu_plugin.backends.options import BackendKind
@@ -29,6 +30,7 @@ from npu_plugin.cli.flagtypes import (
     positive_seconds,
     resource_name_or_auto,
     safe_name,
+    share_count,
     template_names,
     threshold,
 )
@@ -107,6 +109,32 @@ def _add_vnpu_flags(parser: FlagParser) -> None:
     )
 
 
+def _add_share_flags(group: FlagGroup) -> None:
+    group.add_argument(
+        "--share-devices",
+        type=str,
+        metavar="LIST",
+        help="chips several pods use at once, whole (ids, ranges, topology groups, or all): the device plugin "
+        "lists each --share-count times, DRA publishes it with consumable capacity; never split into vNPUs",
+        shown_default="none",
+    )
+    group.add_argument(
+        "--share-count",
+        type=share_count,
+        metavar="N",
+        help="shares per shared chip, 2 to 100 (DRA: a claim's default memory is the chip's memory / N)",
+        shown_default=str(DEFAULT_SHARE_COUNT),
+    )
+    group.add_argument(
+        "--share-allocation",
+        type=one_of(ShareAllocation),
+        default=ShareAllocation.SPREAD,
+        metavar="{spread,pack}",
+        help="device plugin: which shares a pod is offered first, one of the least used chips (spread) or of "
+        "the most used ones (pack)",
+    )
+
+
 def _add_log_flags(parser: FlagParser, default_level: str = "info") -> None:
     group = parser.add_flag_group("logging")
     group.add_argument(
@@ -143,6 +171,7 @@ def _add_serve_flags(serve: FlagParser) -> None:
         metavar="LIST",
         help="--mode both: devices DRA serves, ids, ranges or topology groups (4-7,9 or ring-1)",
     )
+    _add_share_flags(what)
     what.add_argument(
         "--pod-uid",
         type=safe_name,

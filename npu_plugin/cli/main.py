@@ -53,7 +53,7 @@ _ASCEND_FLAGS = {
     "hotReset": "not supported: the daemon never resets devices",
     "use310PMixedInsert": "not needed: each card's model is discovered",
     "useLargeModel": "not supported: the daemon never resets devices",
-    "shareDevCount": "not supported: an NPU goes to one container at a time",
+    "shareDevCount": "use --share-devices all --share-count N (or name the chips to share)",
     "cacheExpirePeriod": "not needed: the daemon reads no Pod cache",
 }
 

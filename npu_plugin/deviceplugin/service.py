@@ -17,12 +17,14 @@ from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from npu_plugin.aio.tasks import until_closed
 from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, container_edits
-from npu_plugin.ascend.device import device_key, id_prefix, parse_dp_id
+from npu_plugin.ascend.device import Device, device_key, id_prefix, parse_dp_id
+from npu_plugin.ascend.shares import ShareAllocation, Unit, parse_share_id, preferred_units, share_id
 from npu_plugin.ascend.topology import preferred_allocation
 from npu_plugin.cdi.spec import static_cdi_id
 from npu_plugin.deviceplugin.listing import DeviceListing, Listing
 from npu_plugin.errors import AllocationError, quoted
 from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.inventory.state import DeviceView, Snapshot
 
 log = logging.getLogger(__name__)
@@ -31,16 +33,42 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 # Distinct device sets a node hands out in practice: whole cards, halves, single dies, one per
 # workload shape.
 RESPONSE_CACHE_SIZE = 256
+NO_SHARING = Sharing()
 
 
-def list_response(snapshot: Snapshot, split: Collection[int] = ()) -> pb.ListAndWatchResponse:
+def list_response(
+    snapshot: Snapshot, split: Collection[int] = (), sharing: Sharing = NO_SHARING
+) -> pb.ListAndWatchResponse:
     """Devices the device plugin owns; DRA-owned devices are left out so no device is offered twice,
-    and so are chips split into vNPUs (`split`), which are offered through their vNPUs only."""
+    and so are chips split into vNPUs (`split`), which are offered through their vNPUs only. A shared
+    chip is listed as its shares, each with the chip's health."""
     return pb.ListAndWatchResponse(
         devices=[
-            list_entry(v.device.dp_id, v) for v in snapshot.owned_by(Owner.DEVICE_PLUGIN) if v.physical_id not in split
+            list_entry(device_id, v)
+            for v in snapshot.owned_by(Owner.DEVICE_PLUGIN)
+            if v.physical_id not in split
+            for device_id in listed_ids(v.device, sharing)
         ]
     )
+
+
+def listed_ids(device: Device, sharing: Sharing) -> list[str]:
+    """The ids a chip is listed as: its own, or one per share."""
+    if not (count := sharing.shares(device.physical_id)):
+        return [device.dp_id]
+    prefix = id_prefix(device.device_type)
+    return [share_id(prefix, device.physical_id, index) for index in range(count)]
+
+
+def parse_unit(device_id: str, prefix: str, sharing: Sharing) -> Unit | None:
+    """A listed id → (physical id, share index or None for a whole chip); None for an id that this
+    resource never lists (another family, a share of a chip that is not shared or beyond the
+    count)."""
+    if (share := parse_share_id(device_id)) is not None:
+        ok = share.prefix == prefix and share.index < sharing.shares(share.physical_id)
+        return (share.physical_id, share.index) if ok else None
+    parsed = parse_dp_id(device_id)
+    return (parsed[1], None) if parsed and parsed[0] == prefix else None
 
 
 def list_entry(device_id: str, view: DeviceView) -> pb.Device:
@@ -53,19 +81,28 @@ def list_entry(device_id: str, view: DeviceView) -> pb.Device:
 
 
 def allocatable_ids(
-    snapshot: Snapshot, device_ids: Sequence[str], prefix: str, split: Collection[int] = ()
+    snapshot: Snapshot,
+    device_ids: Sequence[str],
+    prefix: str,
+    split: Collection[int] = (),
+    sharing: Sharing = NO_SHARING,
 ) -> list[int]:
-    """Physical ids for a request; AllocationError names the first id we must not hand out."""
+    """Physical ids for a request, each chip once however many of its shares are named;
+    AllocationError names the first id we must not hand out."""
     ids: list[int] = []
     for device_id in device_ids:
-        parsed = parse_dp_id(device_id)
-        view = snapshot.get(parsed[1]) if parsed and parsed[0] == prefix else None
-        if view is None:
+        unit = parse_unit(device_id, prefix, sharing)
+        view = snapshot.get(unit[0]) if unit is not None else None
+        if view is None or unit is None:
             raise AllocationError(f"unknown device id {quoted(device_id)}")
         if view.physical_id in split:
             raise AllocationError(f"device {device_id} is split into vNPUs: request one of its vNPU resources")
+        if unit[1] is None and sharing.shared(view.physical_id):
+            first, last = listed_ids(view.device, sharing)[:: sharing.count - 1]
+            raise AllocationError(f"device {device_id} is shared: it is listed as its shares, {first} to {last}")
         check_allocatable(device_id, view)
-        ids.append(view.physical_id)
+        if view.physical_id not in ids:
+            ids.append(view.physical_id)
     return ids
 
 
@@ -113,8 +150,12 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         device_type: str,
         cdi_driver: str | None,
         on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
+        *,
+        sharing: Sharing = NO_SHARING,
+        share_allocation: ShareAllocation = ShareAllocation.SPREAD,
     ) -> None:
         self._listing, self._layout = listing, layout
+        self._sharing, self._share_allocation = sharing, share_allocation
         self._prefix = id_prefix(device_type)
         self._cdi_driver = cdi_driver
         self._on_allocate = on_allocate
@@ -140,36 +181,45 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                     yield response
 
     def _list(self, listing: Listing) -> pb.ListAndWatchResponse:
-        return list_response(listing.snapshot, listing.vnpus.keys())
+        return list_response(listing.snapshot, listing.vnpus.keys(), self._sharing)
 
     async def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Context
     ) -> pb.PreferredAllocationResponse:
         snapshot = self._listing.current().snapshot
-        devices = [v.device for v in snapshot.devices]
         responses = []
         for container in request.container_requests:
             try:
-                available = self._ids(snapshot, container.available_deviceIDs)
-                required = self._ids(snapshot, container.must_include_deviceIDs)
-                chosen = preferred_allocation(devices, available, required, container.allocation_size)
+                available = self._units(snapshot, container.available_deviceIDs)
+                required = self._units(snapshot, container.must_include_deviceIDs)
+                chosen = self._prefer(snapshot, available, required, container.allocation_size)
             except (AllocationError, ValueError) as error:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {error}")
-            responses.append(
-                pb.ContainerPreferredAllocationResponse(
-                    deviceIDs=[snapshot.get(i).device.dp_id for i in chosen]  # type: ignore[union-attr]
-                )
-            )
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
-    def _ids(self, snapshot: Snapshot, device_ids: Sequence[str]) -> list[int]:
-        ids = []
+    def _prefer(self, snapshot: Snapshot, available: list[Unit], required: list[Unit], size: int) -> list[str]:
+        """Whole chips by topology; once shares are offered, by --share-allocation."""
+        if any(index is not None for _chip, index in available + required):
+            units = preferred_units(available, required, size, self._share_allocation)
+        else:
+            devices = [v.device for v in snapshot.devices]
+            chosen = preferred_allocation(devices, [u[0] for u in available], [u[0] for u in required], size)
+            units = [(physical_id, None) for physical_id in chosen]
+        prefix = self._prefix
+        return [
+            share_id(prefix, chip, index) if index is not None else snapshot.get(chip).device.dp_id  # type: ignore[union-attr]
+            for chip, index in units
+        ]
+
+    def _units(self, snapshot: Snapshot, device_ids: Sequence[str]) -> list[Unit]:
+        units = []
         for device_id in device_ids:
-            parsed = parse_dp_id(device_id)
-            if parsed is None or parsed[0] != self._prefix or snapshot.get(parsed[1]) is None:
+            unit = parse_unit(device_id, self._prefix, self._sharing)
+            if unit is None or snapshot.get(unit[0]) is None:
                 raise AllocationError(f"unknown device id {quoted(device_id)}")
-            ids.append(parsed[1])
-        return ids
+            units.append(unit)
+        return units
 
     async def Allocate(self, request: pb.AllocateRequest, context: Context) -> pb.AllocateResponse:
         started = time.perf_counter()
@@ -197,7 +247,9 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         return response
 
     def _grant(self, listing: Listing, device_ids: Sequence[str]) -> Grant:
-        ids = tuple(sorted(allocatable_ids(listing.snapshot, device_ids, self._prefix, listing.vnpus.keys())))
+        ids = tuple(
+            sorted(allocatable_ids(listing.snapshot, device_ids, self._prefix, listing.vnpus.keys(), self._sharing))
+        )
         return Grant(ids, ids)
 
     def _build_response(self, granted: tuple[tuple[int, ...], ...]) -> pb.AllocateResponse:

@@ -27,9 +27,9 @@ class Owner(StrEnum):
     DRA = "dra"
 
 
-def parse_device_list(text: str, devices: Sequence[Device]) -> frozenset[int]:
-    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError for anything unknown or
-    repeated."""
+def parse_device_list(text: str, devices: Sequence[Device], flag: str = "--dra-devices") -> frozenset[int]:
+    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError naming `flag` for anything unknown
+    or repeated."""
     known = {d.physical_id for d in devices}
     groups: dict[str, set[int]] = {}
     for device in devices:
@@ -37,16 +37,16 @@ def parse_device_list(text: str, devices: Sequence[Device]) -> frozenset[int]:
     chosen: set[int] = set()
     items = [item.strip() for item in text.split(",")]
     if not any(items):
-        raise ConfigError("--dra-devices is empty; give physical ids (4-7,9) or topology groups (ring-1)")
+        raise ConfigError(f"{flag} is empty; give physical ids (4-7,9) or topology groups (ring-1)")
     for item in items:
-        ids = _item_ids(item, known, groups)
+        ids = _item_ids(item, known, groups, flag)
         if overlap := chosen & ids:
-            raise ConfigError(f"--dra-devices: {item!r} repeats device(s) {sorted(overlap)}")
+            raise ConfigError(f"{flag}: {item!r} repeats device(s) {sorted(overlap)}")
         chosen |= ids
     return frozenset(chosen)
 
 
-def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]]) -> set[int]:
+def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]], flag: str) -> set[int]:
     if item in groups:
         return set(groups[item])
     if item.isdigit():
@@ -54,17 +54,15 @@ def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]])
     elif match := _RANGE.match(item):
         low, high = int(match.group(1)), int(match.group(2))
         if low > high:
-            raise ConfigError(f"--dra-devices: range {item!r} runs backwards")
+            raise ConfigError(f"{flag}: range {item!r} runs backwards")
         ids = set(range(low, high + 1))
     else:
         allowed = ", ".join(sorted(groups)) or "none"
         raise ConfigError(
-            f"--dra-devices: {item!r} is neither an id, a range like 4-7, nor a topology group (groups here: {allowed})"
+            f"{flag}: {item!r} is neither an id, a range like 4-7, nor a topology group (groups here: {allowed})"
         )
     if unknown := sorted(ids - set(known)):
-        raise ConfigError(
-            f"--dra-devices: no device with physical id {unknown} on this node (devices: {sorted(known)})"
-        )
+        raise ConfigError(f"{flag}: no device with physical id {unknown} on this node (devices: {sorted(known)})")
     return ids
 
 
