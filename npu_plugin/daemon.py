@@ -21,7 +21,7 @@ from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
 from npu_plugin.errors import CdiError, ConfigError
 from npu_plugin.inventory.health_feed import HealthMonitor
-from npu_plugin.inventory.ownership import Partition
+from npu_plugin.inventory.ownership import Owner, Partition
 from npu_plugin.inventory.sharing import Sharing, check_not_split
 from npu_plugin.inventory.state import FRESHNESS_INTERVALS, Inventory, samples_fresh
 from npu_plugin.observability.telemetry import Telemetry
@@ -302,8 +302,12 @@ class Daemon:
 
     def _dra_plugin(self) -> DraPlugin:
         from npu_plugin.dra.plugin import DraPaths, DraPlugin
+        from npu_plugin.dra.shared_devices import shareable
 
         config = self.config
+        for view in self.inventory.snapshot().owned_by(Owner.DRA):
+            if self.sharing.shared(view.physical_id) and (reason := shareable(view.device, self.sharing.count)):
+                raise ConfigError(f"--share-devices: {reason}; DRA cannot publish its shares")
         assert config.node_name is not None
         paths = DraPaths.of(
             registrar_dir=config.kubelet_registrar_directory_path,
@@ -332,6 +336,7 @@ class Daemon:
             claim_status=config.claim_status,
             on_claim_status=self.telemetry.claim_status,
             on_foreign_slices=self.telemetry.foreign_slices,
+            sharing=self.sharing,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         return plugin

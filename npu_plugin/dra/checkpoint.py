@@ -35,6 +35,7 @@ class DeviceJson(TypedDict):
     physicalId: NotRequired[int]  # absent in checkpoints written before it was recorded
     cdiDeviceIds: list[str]
     vnpu: NotRequired[VnpuJson]  # only for a vNPU; older binaries ignore it
+    shareId: NotRequired[str]  # only for a share of a shared chip; absent in checkpoints from before sharing
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class PreparedDevice:
     physical_id: int
     cdi_device_ids: tuple[str, ...]
     vnpu: VnpuRecord | None = None
+    share_id: str | None = None  # the allocation's shareID: a device is held per (device, share)
 
     def to_json(self) -> DeviceJson:
         document: DeviceJson = {
@@ -110,6 +112,8 @@ class PreparedDevice:
         }
         if self.vnpu is not None:
             document["vnpu"] = self.vnpu.to_json()
+        if self.share_id is not None:
+            document["shareId"] = self.share_id
         return document
 
     @classmethod
@@ -124,6 +128,7 @@ class PreparedDevice:
             physical_id=_physical_id(raw, device_name),
             cdi_device_ids=_strings(raw, "cdiDeviceIds"),
             vnpu=VnpuRecord.from_json(raw["vnpu"]) if "vnpu" in raw else None,
+            share_id=_string(raw, "shareId") if "shareId" in raw else None,
         )
 
 
@@ -219,12 +224,21 @@ class Checkpoint:
     def copy(self) -> Checkpoint:
         return Checkpoint(self.boot_id, dict(self.claims))
 
-    def holder_of(self, device_name: str) -> str | None:
-        """UID of the claim that holds a device by its name (prepared or being prepared)."""
-        for uid, entry in self.claims.items():
-            if any(d.device_name == device_name for d in entry.devices):
-                return uid
-        return None
+    def held(self, but: str) -> list[tuple[str, str, str | None]]:
+        """(claim UID, device name, share id) of every device the other claims hold (prepared or
+        being prepared)."""
+        return [
+            (uid, d.device_name, d.share_id) for uid, entry in self.claims.items() if uid != but for d in entry.devices
+        ]
+
+    def shares_held(self) -> dict[int, int]:
+        """How many shares claims hold of each shared chip."""
+        held: dict[int, int] = {}
+        for entry in self.claims.values():
+            for device in entry.devices:
+                if device.share_id is not None:
+                    held[device.physical_id] = held.get(device.physical_id, 0) + 1
+        return held
 
     def vnpus(self) -> list[tuple[str, VnpuRecord]]:
         """The vNPU records of every claim, with the claim's UID."""

@@ -5,6 +5,9 @@ Three device name forms: a whole NPU `npu-<phy>`, a vNPU to create `npu-<phy>-<t
 candidate of a chip split on demand) and an existing vNPU `npu-<phy>-vnpu-<id>`. A vNPU serves one
 container: it is alone in its request, and its claim is reserved for one consumer. That two
 containers of one pod may still share a request cannot be seen without reading the Pod.
+
+A shared chip (`--share-devices`, consumable capacity) comes with the `shareID` the scheduler gave
+the allocation; the share is alone in its request too, so its CDI device is the request's.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from npu_plugin.ascend.device import parse_dra_name
@@ -22,6 +25,8 @@ from npu_plugin.errors import ClaimError, clipped, quoted
 # `request` or `request/subrequest`, each a DNS label as the API server validates them: the base
 # name becomes part of a CDI device name, which allows no other characters.
 _REQUEST = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?")
+# A share id becomes part of a CDI device name and a file's content: a UID's characters only.
+_SHARE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
 # The scheduler keeps vNPUs and whole NPUs of one chip apart only through counters, which need this
@@ -48,6 +53,7 @@ class ClaimDevice:
     device: str
     physical_id: int
     vnpu: WantedVnpu | None = None
+    share_id: str | None = None  # the allocation's shareID on a shared chip
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,13 @@ def claim_devices(
     pool: str,
     refuse_device: Callable[[int], str | None],
     vnpus: VnpuChips | None = None,
+    shared: Callable[[int], bool] = lambda _physical_id: False,
 ) -> list[ClaimDevice]:
     """Our driver's results of an allocated claim.
 
     `refuse_device(physical_id)` returns why a chip's devices cannot be prepared (unknown, other
-    mode, draining), or None. `vnpus` says what each chip serves (nothing with --vnpu off). Raises
-    ClaimError with the reason otherwise.
+    mode, draining), or None. `vnpus` says what each chip serves (nothing with --vnpu off);
+    `shared` whether a chip may be allocated in shares. Raises ClaimError with the reason otherwise.
     """
     actual_uid = _path(claim, "metadata", "uid")
     if actual_uid != uid:
@@ -96,16 +103,71 @@ def claim_devices(
         raise ClaimError("status.allocation.devices.results is not a list")
     served = vnpus or VnpuChips({})
     devices = [
-        _result(r, pool, refuse_device, served) for r in results if isinstance(r, Mapping) and r.get("driver") == driver
+        _shared_result(r, _result(r, pool, refuse_device, served), shared)
+        for r in results
+        if isinstance(r, Mapping) and r.get("driver") == driver
     ]
     if not devices:
         raise ClaimError(f"the claim has no allocation results for driver {driver}")
-    # Our devices are never shared (no allowMultipleAllocations), so one twice is an allocation we
-    # cannot honour.
-    if twice := sorted(name for name, count in Counter(d.device for d in devices).items() if count > 1):
+    # A device (or one share of it) twice is an allocation we cannot honour.
+    keys = Counter((d.device, d.share_id) for d in devices)
+    if twice := sorted(_shown(name, share) for (name, share), count in keys.items() if count > 1):
         raise ClaimError(f"device(s) {', '.join(twice)} allocated more than once in this claim")
     _check_vnpu_requests(devices, _path(claim, "status", "reservedFor"))
+    _check_share_requests(devices)
     return devices
+
+
+def _shown(device: str, share_id: str | None) -> str:
+    return device if share_id is None else f"{device} (share {share_id})"
+
+
+def _shared_result(result: Mapping[str, Any], device: ClaimDevice, shared: Callable[[int], bool]) -> ClaimDevice:
+    """The device with the allocation's shareID, which only a shared whole chip may carry."""
+    share_id = result.get("shareID")
+    if share_id is None:
+        return device
+    if not isinstance(share_id, str) or not _SHARE_ID.fullmatch(share_id):
+        raise ClaimError(f"malformed allocation result: shareID {quoted(share_id)} of {device.device} is not a UID")
+    if device.vnpu is not None:
+        raise ClaimError(f"device {device.device} is a vNPU; it cannot be allocated in shares (shareID {share_id})")
+    if not shared(device.physical_id):
+        raise ClaimError(
+            f"device {device.device} is allocated as share {share_id}, but npu-{device.physical_id} is not shared "
+            "(--share-devices)"
+        )
+    return replace(device, share_id=share_id)
+
+
+def _check_share_requests(devices: list[ClaimDevice]) -> None:
+    """A share is alone in its request: its CDI device gives the container that chip alone."""
+    for request in dict.fromkeys(d.request for d in devices if d.share_id is not None):
+        given = [d for d in devices if d.request == request]
+        if len(given) > 1:
+            raise ClaimError(
+                f"request {request!r} holds a share of a shared NPU together with other devices "
+                f"({', '.join(_shown(d.device, d.share_id) for d in given)}); a shared NPU serves a request alone "
+                "(count: 1)"
+            )
+
+
+def held_conflict(devices: list[ClaimDevice], held: list[tuple[str, str, str | None]]) -> str | None:
+    """Why a device of this claim collides with what other claims hold (`held`: claim UID, device
+    name, share id), or None: a device held whole excludes any other claim, and one share of a
+    device is held by one claim."""
+    for device in devices:
+        for uid, name, share_id in held:
+            if name != device.device:
+                continue
+            if device.share_id is None and share_id is None:
+                return f"device {device.device}: already prepared for claim {uid}"
+            if device.share_id is None:
+                return f"device {device.device}: claim {uid} holds a share of it; it cannot be prepared whole"
+            if share_id is None:
+                return f"device {device.device}: claim {uid} holds it whole; share {device.share_id} cannot be prepared"
+            if share_id == device.share_id:
+                return f"device {device.device}: share {share_id} is already prepared for claim {uid}"
+    return None
 
 
 def _check_vnpu_requests(devices: list[ClaimDevice], reserved_for: Any) -> None:

@@ -17,10 +17,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from npu_plugin.dra.probes import probe, probe_slice
+from npu_plugin.dra.probes import lost_device_field, probe, probe_slice
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.vnpu_slices import Layout, layout_for
-from npu_plugin.kubeapi.protocol import KubeApi, ResourceSlice, SliceDevice, StoredSlice
+from npu_plugin.kubeapi.protocol import KubeApi, ResourceSlice, StoredSlice
 
 log = logging.getLogger(__name__)
 PROBE_SECONDS = 600.0
@@ -36,12 +36,7 @@ def lost_counters(written: ResourceSlice, stored: StoredSlice) -> bool:
     """Whether the API server dropped counters from a slice we wrote (the gate is off)."""
     if written["spec"].get("sharedCounters") and not stored["spec"].get("sharedCounters"):
         return True
-    kept = {d["name"]: d for d in stored["spec"].get("devices") or []}
-    return any(_consumes(d) and not _consumes(kept.get(d["name"])) for d in written["spec"].get("devices") or [])
-
-
-def _consumes(device: SliceDevice | None) -> bool:
-    return device is not None and bool(device.get("consumesCounters"))
+    return lost_device_field(written, stored, "consumesCounters")
 
 
 class PartitionableGate:

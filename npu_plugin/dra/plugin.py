@@ -29,11 +29,13 @@ from npu_plugin.host.atomic import make_directories
 from npu_plugin.host.boot import read_boot_id
 from npu_plugin.host.dirwait import wait_for_directory, wait_until_gone
 from npu_plugin.host.sockets import prepare_socket_dir, start_unix_server, stop_unix_server
+from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.inventory.vnpu_plans import served_chips
 from npu_plugin.kubeapi.protocol import KubeApi
 
 log = logging.getLogger(__name__)
+NO_SHARING = Sharing()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class DraPlugin:
         claim_status: bool = False,
         on_claim_status: Callable[[str], None] = lambda _result: None,
         on_foreign_slices: Callable[[tuple[str, ...]], None] = lambda _names: None,
+        sharing: Sharing = NO_SHARING,
     ) -> None:
         """`fault_policy` is read here (ConfigError when it is bad) and followed while `run` runs;
         `claim_status` writes prepared claims' device status (`on_claim_status` hears each
@@ -111,7 +114,9 @@ class DraPlugin:
             on_dynamic_available=on_vnpu_dynamic_available,
             fault_policy=lambda: self.faults.policy,
             on_foreign=on_foreign_slices,
+            sharing=sharing,
         )
+        self.sharing = sharing
         self.faults = FaultPolicyFile(fault_policy, on_change=self.publisher.trigger)
         store = CheckpointStore(paths.state_dir, read_boot_id())
         self.preparer = Preparer(
@@ -125,6 +130,7 @@ class DraPlugin:
             fetch_claim=client.get_claim,
             vnpus=vnpus,
             on_vnpus_changed=self.publisher.trigger_from_thread,
+            shared=sharing.shared,
         )
         self.observe, self._vnpus = observe, vnpus
         health = HealthFeed(inventory, node_name, health_timeout_seconds, samples_fresh, self._closing)
@@ -135,7 +141,7 @@ class DraPlugin:
         DRA-owned ones (whether a 310P is a Duo depends on its card mates), and the vNPUs the
         checkpoint records as ours keep their chip split on demand; any other vNPU is foreign."""
         devices = [view.device for view in self._inventory.snapshot().devices]
-        return served_chips(vnpus.plans(devices, self.preparer.own_vnpu_ids()), vnpus.offered)
+        return served_chips(vnpus.plans(devices, self.preparer.own_vnpu_ids()), vnpus.offered, self.sharing.shared)
 
     def _observe_call(self, kind: str, seconds: float) -> None:
         self.observe(kind, seconds)

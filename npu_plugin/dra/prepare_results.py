@@ -50,12 +50,14 @@ def prepared_devices(
     driver: str, uid: str, devices: Sequence[ClaimDevice], vnpus: Mapping[str, VnpuRecord] | None = None
 ) -> tuple[PreparedDevice, ...]:
     """The response devices, with the vNPU records by device name; each request's CDI id goes on its
-    first device only."""
+    first device only. A share (alone in its request) has a CDI device of its own, named after the
+    claim, the device and the share."""
     seen: set[str] = set()
     result = []
     for device in devices:
-        cdi = () if device.request in seen else (claim_cdi_id(driver, uid, device.request),)
-        seen.add(device.request)
+        key = cdi_key(device.request, device.device, device.share_id)
+        cdi = () if key in seen else (claim_cdi_id(driver, uid, key),)
+        seen.add(key)
         result.append(
             PreparedDevice(
                 request_names=(device.request,),
@@ -64,18 +66,26 @@ def prepared_devices(
                 physical_id=device.physical_id,
                 cdi_device_ids=cdi,
                 vnpu=(vnpus or {}).get(device.device),
+                share_id=device.share_id,
             )
         )
     return tuple(result)
 
 
+def cdi_key(request: str, device: str, share_id: str | None) -> str:
+    """What a claim's CDI device is named after (with the claim's UID): the request, or for a share
+    the device and the share."""
+    return request if share_id is None else f"{device}-{share_id}"
+
+
 def requests_of(devices: Sequence[PreparedDevice]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-    """Each request's whole NPUs (physical ids) and vNPUs (vNPU ids)."""
+    """Each CDI device's whole NPUs (physical ids) and vNPUs (vNPU ids), by `cdi_key`."""
     whole: dict[str, list[int]] = {}
     virtual: dict[str, list[int]] = {}
     for device in devices:
         if device.vnpu is None:
-            whole.setdefault(device.request_names[0], []).append(device.physical_id)
+            key = cdi_key(device.request_names[0], device.device_name, device.share_id)
+            whole.setdefault(key, []).append(device.physical_id)
         else:
             virtual.setdefault(device.request_names[0], []).append(device.vnpu.vnpu_id)
     return whole, virtual

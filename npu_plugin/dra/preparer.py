@@ -22,7 +22,7 @@ from npu_plugin.dra.checkpoint import (
     PreparedDevice,
 )
 from npu_plugin.dra.claim_vnpus import ClaimVnpus
-from npu_plugin.dra.claims import Holding, claim_devices, overlap_problem
+from npu_plugin.dra.claims import Holding, claim_devices, held_conflict, overlap_problem
 from npu_plugin.dra.cleanup import collect_garbage
 from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
@@ -55,10 +55,13 @@ class Preparer:
         fetch_claim: FetchClaim,
         vnpus: VnpuOperations | None = None,
         on_vnpus_changed: Callable[[], None] = lambda: None,
+        shared: Callable[[int], bool] = lambda _physical_id: False,
     ) -> None:
         """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or
-        Unprepare call (a late create's vNPU destroyed)."""
+        Unprepare call (a late create's vNPU destroyed); `shared` says whether a chip may be
+        prepared in shares (--share-devices)."""
         self.pool, self.layout = pool, layout
+        self.shared = shared
         self._snapshot, self._fetch = snapshot, fetch_claim
         self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
         self.state = StateLock(store=store, state_dir=state_dir, cdi_root=cdi_root, driver=driver)
@@ -174,18 +177,25 @@ class Preparer:
 
         plans = self._claim_vnpus.plans(snapshot, checkpoint)
         offered = self.vnpus.offered if self.vnpus is not None else None
-        served = served_chips(plans, offered)
+        served = served_chips(plans, offered, self.shared)
         found = claim_devices(
-            claim, uid=ref.uid, driver=self.driver, pool=self.pool, refuse_device=refuse, vnpus=served
+            claim,
+            uid=ref.uid,
+            driver=self.driver,
+            pool=self.pool,
+            refuse_device=refuse,
+            vnpus=served,
+            shared=self.shared,
         )
-        for device in found:
-            holder = checkpoint.holder_of(device.device)
-            if holder is not None and holder != ref.uid:
-                raise ClaimError(f"device {device.device}: already prepared for claim {holder}")
+        if problem := held_conflict(found, checkpoint.held(but=ref.uid)):
+            raise ClaimError(problem)
+        # Shares of one chip never overlap one another (held_conflict keeps them from whole
+        # devices); the vNPU rules below are for the rest.
         others = [(uid, d) for uid, entry in checkpoint.claims.items() if uid != ref.uid for d in entry.devices]
-        held = [Holding(d.physical_id, d.vnpu.template if d.vnpu else None) for _uid, d in others]
+        held = [Holding(d.physical_id, d.vnpu.template if d.vnpu else None) for _uid, d in others if d.share_id is None]
         recorded = frozenset(record.vnpu_id for _uid, record in checkpoint.vnpus())
-        if problem := overlap_problem(found, served.chips, held, recorded):
+        unshared = [d for d in found if d.share_id is None]
+        if problem := overlap_problem(unshared, served.chips, held, recorded):
             raise ClaimError(problem)
         taken = {record.vnpu_id for uid, record in checkpoint.vnpus() if uid != ref.uid}
         return prepared_devices(self.driver, ref.uid, found, assign_ids(found, plans, taken))

@@ -27,6 +27,7 @@ from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
 from npu_plugin.dra.probes import probe_pool
+from npu_plugin.dra.sharing_gate import lost_sharing, sharing_gate
 from npu_plugin.dra.slice_owners import describe, foreign_slices
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
 from npu_plugin.dra.taint_gate import TaintGate, lost_taints
@@ -34,6 +35,7 @@ from npu_plugin.dra.taints import FaultPolicy, TaintRules
 from npu_plugin.dra.vnpu_slices import Layout, vnpu_slice_contents
 from npu_plugin.errors import BackendError, KubeApiError
 from npu_plugin.inventory.ownership import Owner
+from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.inventory.state import Inventory, Snapshot
 from npu_plugin.kubeapi.informer import slice_informer
 from npu_plugin.kubeapi.protocol import CounterSet, KubeApi, SliceDevice, StoredSlice
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 COALESCE_SECONDS = 0.5
 RESYNC_SECONDS = 30.0
+NO_SHARING = Sharing()
 CONFLICT_RETRIES = 5
 NODE_BACKOFF = BackoffPolicy(initial=0.1, maximum=5.0)
 WRITE_BACKOFF = BackoffPolicy(initial=0.2, maximum=10.0)
@@ -51,7 +54,12 @@ def _normal_device(device: SliceDevice) -> dict[str, Any]:
     """The fields we write, as we write them: the API server adds defaults (e.g. taint
     timeAdded)."""
     taints = [{k: t[k] for k in ("key", "value", "effect") if k in t} for t in device.get("taints") or []]
-    normal = {"name": device["name"], "attributes": device["attributes"], "capacity": device["capacity"]}
+    normal = {
+        "name": device["name"],
+        "attributes": device["attributes"],
+        "capacity": device["capacity"],
+        "allowMultipleAllocations": bool(device.get("allowMultipleAllocations")),
+    }
     consumes = [
         {"counterSet": c["counterSet"], "counters": c["counters"]} for c in device.get("consumesCounters") or []
     ]
@@ -104,12 +112,15 @@ class SlicePublisher:
         on_dynamic_available: Callable[[bool], None] = lambda _available: None,
         fault_policy: Callable[[], FaultPolicy] = FaultPolicy,
         on_foreign: Callable[[tuple[str, ...]], None] = lambda _names: None,
+        sharing: Sharing = NO_SHARING,
     ) -> None:
-        """`vnpu` (None with --vnpu off) reads every chip's vNPU facts (blocking) each time slices
-        are built; `on_dynamic_available` hears whether vNPUs on demand are published (counters
-        kept, a chip split); `fault_policy` is the --fault-policy in force (call `trigger` when it
-        changes); `on_foreign` (on the loop) the names of another publisher's slices of our driver
-        on our node whenever they change, () once they are gone."""
+        """`sharing` names the shared chips (published with consumable capacity where the API server
+        keeps it, `sharing_gate.py`); `vnpu` (None with --vnpu off) reads every chip's vNPU facts
+        (blocking) each time slices are built; `on_dynamic_available` hears whether vNPUs on demand
+        are published (counters kept, a chip split); `fault_policy` is the --fault-policy in force
+        (call `trigger` when it changes); `on_foreign` (on the loop) the names of another
+        publisher's slices of our driver on our node whenever they change, () once they are
+        gone."""
         self._api, self._inventory = api, inventory
         self._vnpu = vnpu
         self._on_dynamic_available = on_dynamic_available
@@ -117,8 +128,10 @@ class SlicePublisher:
         self._interruptions_seen = 0  # the informer's interruptions as of the last read of the version
         self._taints = TaintGate(api, unhealthy_policy)
         self._taint_interruptions_seen = 0
+        self._sharing = sharing_gate(api) if sharing.enabled else None
+        self._sharing_interruptions_seen = 0
         self._fault_policy = fault_policy
-        self._settings = SliceSettings(driver, node_name, None, unhealthy_policy)
+        self._settings = SliceSettings(driver, node_name, None, unhealthy_policy, sharing=sharing)
         self._on_publish, self._on_foreign = on_publish, on_foreign
         self.foreign: tuple[str, ...] = ()
         self._trigger = asyncio.Event()
@@ -144,9 +157,7 @@ class SlicePublisher:
                 policy=NODE_BACKOFF,
             )
             uid = node["metadata"].get("uid")
-            self._settings = SliceSettings(
-                self._settings.driver, self._settings.node_name, uid, self._settings.unhealthy_policy
-            )
+            self._settings = replace(self._settings, node_uid=uid)
             # A daemon thread, not the executor: a blocked watch read must never delay shutdown.
             threading.Thread(target=self.informer.run, args=(stop_watch,), name="slice-watch", daemon=True).start()
             await asyncio.gather(self._follow_inventory(stop), self._reconcile_loop(stop, blocking), self._resync(stop))
@@ -239,7 +250,7 @@ class SlicePublisher:
     def _resolved(self, devices: Sequence[tuple[Device, bool]]) -> SliceSettings:
         """The settings to write with: the policy and taint rules in force. What the API server does
         with taints is asked only once a device needs one (and again after the server restarted)."""
-        settings = self._settings
+        settings = replace(self._settings, share_capacity=self._share_capacity(devices))
         if settings.unhealthy_policy is UnhealthyPolicy.REMOVE:
             return settings
         needed = any(not healthy or d.health is not Health.OK or d.faults for d, healthy in devices)
@@ -248,6 +259,17 @@ class SlicePublisher:
             self._taints.refresh(settings)
         rules = self._taints.rules(TaintRules(fault_policy=self._fault_policy()))
         return replace(settings, unhealthy_policy=self._taints.policy, taint_rules=rules)
+
+    def _share_capacity(self, devices: Sequence[tuple[Device, bool]]) -> bool:
+        """Whether shared chips go out with consumable capacity: asked once one of ours is shared,
+        and again after the API server restarted; False until it has said yes."""
+        gate = self._sharing
+        if gate is None or not any(self._settings.sharing.shared(d.physical_id) for d, _healthy in devices):
+            return False
+        if gate.kept is None or self.informer.interruptions != self._sharing_interruptions_seen:
+            self._sharing_interruptions_seen = self.informer.interruptions
+            gate.refresh(self._settings)
+        return bool(gate.kept)
 
     def _desired(self, settings: SliceSettings, devices: Sequence[tuple[Device, bool]]) -> list[SliceContent]:
         if self._vnpu is None or self._gate is None:
@@ -318,11 +340,14 @@ class SlicePublisher:
                 name = answer["metadata"]["name"]
             self.informer.record(answer, name)
             counters_lost = self._gate is not None and lost_counters(body, answer)
-            if counters_lost or lost_taints(body, answer):
+            sharing_lost = self._sharing is not None and lost_sharing(body, answer)
+            if counters_lost or sharing_lost or lost_taints(body, answer):
                 # The rest is written without what was dropped, at once (the caller's next burst).
                 if self._gate is not None and counters_lost:
                     self._gate.stripped()
-                else:
+                if self._sharing is not None and sharing_lost:
+                    self._sharing.stripped()
+                if not counters_lost and not sharing_lost:
                     self._taints.stripped()
                 self._generation = generation
                 self.trigger_from_thread()

@@ -46,6 +46,7 @@ class _DraPluginLogic:
     """NodePrepareResources/NodeUnprepareResources for one API version's message module."""
 
     _pb: ModuleType  # the API version's messages
+    _share_ids = False  # whether its Device has share_id (v1, from Kubernetes 1.35)
 
     def __init__(
         self,
@@ -73,12 +74,14 @@ class _DraPluginLogic:
             entry = response.claims[uid]
             entry.error = printable(result.error)
             for device in result.devices:
-                entry.devices.add(
+                added = entry.devices.add(
                     request_names=list(device.request_names),
                     pool_name=device.pool_name,
                     device_name=device.device_name,
                     cdi_device_ids=list(device.cdi_device_ids),
                 )
+                if device.share_id is not None and self._share_ids:
+                    added.share_id = device.share_id
         self._observe("prepare", time.perf_counter() - started)
         return response
 
@@ -98,6 +101,7 @@ class _DraPluginLogic:
 
 class DraPluginV1(_DraPluginLogic, dra_v1_pb2_grpc.DRAPluginServicer):
     _pb = dra_v1_pb2
+    _share_ids = True
 
 
 class DraPluginV1Beta1(_DraPluginLogic, dra_v1beta1_pb2_grpc.DRAPluginServicer):

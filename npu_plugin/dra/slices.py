@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 from npu_plugin.ascend.device import Device
 from npu_plugin.config import UnhealthyPolicy
+from npu_plugin.dra.shared_devices import SHARE_COUNT_ATTRIBUTE, shared_capacity
 from npu_plugin.dra.slice_owners import LABELS
 from npu_plugin.dra.taints import TaintRules, device_taints
+from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.kubeapi.protocol import (
     CounterSet,
     DeviceAttribute,
@@ -36,6 +38,12 @@ class SliceSettings:
     node_uid: str | None
     unhealthy_policy: UnhealthyPolicy
     taint_rules: TaintRules = field(default_factory=TaintRules)
+    sharing: Sharing = field(default_factory=Sharing)  # the shared chips
+    share_capacity: bool = False  # the API server keeps consumable capacity: shared chips are published as such
+
+    def shares(self, device: Device) -> int:
+        """How many shares the chip is published with: 0 for an exclusive device."""
+        return self.sharing.shares(device.physical_id) if self.share_capacity else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +56,17 @@ class SliceContent:
 
 
 def device_entry(
-    driver: str, device: Device, healthy: bool, policy: UnhealthyPolicy, rules: TaintRules | None = None
+    driver: str,
+    device: Device,
+    healthy: bool,
+    policy: UnhealthyPolicy,
+    rules: TaintRules | None = None,
+    *,
+    shares: int = 0,
 ) -> SliceDevice | None:
     """A device of a slice; None when the remove policy keeps an unhealthy device out. Otherwise
     the device carries the taints of its health level and fault codes (`taints.py`); the remove
-    policy writes none."""
+    policy writes none. With `shares` it is a shared chip (`shared_devices.py`)."""
     if not healthy and policy is UnhealthyPolicy.REMOVE:
         return None
     attributes: dict[str, DeviceAttribute] = {
@@ -76,7 +90,12 @@ def device_entry(
     capacity: dict[str, DeviceCapacity] = {"memCapacity": {"value": format_bytes(device.memory)}}
     if device.ai_core is not None:
         capacity["aiCore"] = {"value": str(device.ai_core)}
+    if shares:
+        attributes[SHARE_COUNT_ATTRIBUTE] = {"int": shares}
+        capacity = shared_capacity(device, shares)
     entry: SliceDevice = {"name": device.dra_name, "attributes": attributes, "capacity": capacity}
+    if shares:
+        entry["allowMultipleAllocations"] = True
     if policy is not UnhealthyPolicy.REMOVE and (
         taints := device_taints(driver, device.health, healthy, device.faults, rules or TaintRules())
     ):
@@ -105,7 +124,12 @@ def slice_specs(settings: SliceSettings, devices: Sequence[tuple[Device, bool]])
     entries = [
         e
         for d, healthy in sorted(devices, key=lambda pair: pair[0].physical_id)
-        if (e := device_entry(settings.driver, d, healthy, settings.unhealthy_policy, settings.taint_rules)) is not None
+        if (
+            e := device_entry(
+                settings.driver, d, healthy, settings.unhealthy_policy, settings.taint_rules, shares=settings.shares(d)
+            )
+        )
+        is not None
     ]
     limit = MAX_DEVICES_WITH_TAINTS if any("taints" in e for e in entries) else MAX_DEVICES
     chunks = [entries[i : i + limit] for i in range(0, len(entries), limit)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from npu_plugin.config import UnhealthyPolicy
-from npu_plugin.dra.probes import probe, probe_slice
+from npu_plugin.dra.probes import FieldGate, lost_device_field, probe_slice
 from npu_plugin.dra.slices import SliceSettings
 from npu_plugin.dra.taints import NONE_EFFECT_FROM_MINOR, TaintRules
 from npu_plugin.kubeapi.protocol import KubeApi, ResourceSlice, StoredSlice
@@ -32,8 +32,12 @@ def probe_taint(settings: SliceSettings) -> ResourceSlice:
 
 def lost_taints(written: ResourceSlice, stored: StoredSlice) -> bool:
     """Whether the API server dropped taints from a slice we wrote (the gate is off)."""
-    kept = {d["name"]: bool(d.get("taints")) for d in stored["spec"].get("devices") or []}
-    return any(d.get("taints") and not kept.get(d["name"]) for d in written["spec"].get("devices") or [])
+    return lost_device_field(written, stored, "taints")
+
+
+def _kept_taint(stored: StoredSlice) -> bool:
+    devices = stored["spec"].get("devices") or []
+    return bool(devices and devices[0].get("taints"))
 
 
 class TaintGate:
@@ -43,7 +47,23 @@ class TaintGate:
     def __init__(self, api: KubeApi, policy: UnhealthyPolicy) -> None:
         self._api, self._policy = api, policy
         self.minor: int | None = None
-        self.kept: bool | None = None  # None until probed or read back
+        self._field = FieldGate(
+            api,
+            gate=GATE,
+            what="device taint",
+            probe_body=probe_taint,
+            kept_in=_kept_taint,
+            on_text="unhealthy devices stay in the slice with taints that say why",
+            off_text=lambda: (
+                f"unhealthy devices leave the slice (--unhealthy-policy {self._policy} acts as remove); turn the "
+                "feature gate on in kube-apiserver and kube-scheduler to keep them tainted"
+            ),
+        )
+
+    @property
+    def kept(self) -> bool | None:
+        """None until probed or read back."""
+        return self._field.kept
 
     @property
     def known(self) -> bool:
@@ -63,31 +83,9 @@ class TaintGate:
     def refresh(self, settings: SliceSettings) -> None:
         """Read the version, and with auto probe whether taints are kept."""
         _, self.minor = self._api.server_version()
-        if self._policy is not UnhealthyPolicy.AUTO:
-            return
-        devices = probe(self._api, probe_taint(settings))["spec"].get("devices") or []
-        kept = bool(devices and devices[0].get("taints"))
-        self._set(
-            kept,
-            "a dry-run probe slice kept its device taint" if kept else "a dry-run probe slice lost its device taint",
-        )
+        if self._policy is UnhealthyPolicy.AUTO:
+            self._field.refresh(settings)
 
     def stripped(self) -> None:
         """A slice we wrote came back without its taints."""
-        self._set(False, "a published slice lost its device taints")
-
-    def _set(self, kept: bool, why: str) -> None:
-        if kept == self.kept:
-            return
-        self.kept = kept
-        if kept:
-            log.info("%s is on (%s): unhealthy devices stay in the slice with taints that say why", GATE, why)
-        else:
-            log.warning(
-                "%s is off on the API server (%s): unhealthy devices leave the slice (--unhealthy-policy %s "
-                "acts as remove); turn the feature gate on in kube-apiserver and kube-scheduler to keep them tainted",
-                GATE,
-                why,
-                self._policy,
-                extra={"feature_gate": GATE},
-            )
+        self._field.stripped()

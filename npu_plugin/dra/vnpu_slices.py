@@ -172,7 +172,14 @@ def vnpu_slice_contents(
     counted: list[tuple[ChipVnpu, list[SliceDevice]]] = []  # dynamic chips, with their counter sets
     groups: list[list[SliceDevice]] = []  # every other chip's devices (all chips' in the split layout)
     for device, healthy in sorted(devices, key=lambda pair: pair[0].physical_id):
-        entry = device_entry(settings.driver, device, healthy, settings.unhealthy_policy, settings.taint_rules)
+        entry = device_entry(
+            settings.driver,
+            device,
+            healthy,
+            settings.unhealthy_policy,
+            settings.taint_rules,
+            shares=settings.shares(device),
+        )
         physical_id = device.physical_id
         # An unhealthy chip's devices may leave; its counter set stays: it is the chip's, not a
         # device's.

@@ -10,24 +10,33 @@ import grpc
 from npu_plugin._proto import podresources_v1_pb2 as pb
 from npu_plugin._proto import podresources_v1_pb2_grpc as pb_grpc
 from npu_plugin.ascend.device import parse_dp_id, parse_dra_name
+from npu_plugin.ascend.shares import parse_share_id
 from npu_plugin.ascend.vnpu import parse_dp_vnpu_id, parse_vnpu_name
 
 log = logging.getLogger(__name__)
 TIMEOUT = 5.0
 
 
+def dp_chip(device_id: str) -> int | None:
+    """The chip a device plugin id names: a whole chip's or a share's."""
+    if (share := parse_share_id(device_id)) is not None:
+        return share.physical_id
+    parsed = parse_dp_id(device_id)
+    return parsed[1] if parsed is not None else None
+
+
 def held_devices(response: pb.ListPodResourcesResponse, resource_name: str, driver: str) -> tuple[set[int], set[int]]:
     """(device-plugin-held, DRA-held) physical ids in a List answer (pure). A vNPU counts as its
     chip: the chip is the unit of ownership, so a vNPU resource (`huawei.com/Ascend910-5c.1cpu.16g`,
     id `...-164-4`) or a vNPU device of a claim (`npu-4-vnpu-164`, `npu-4-vir05-1c-16g-0`) holds
-    chip 4."""
+    chip 4, and so does a share of it (`Ascend310P-4-share-2`)."""
     device_plugin: set[int] = set()
     dra: set[int] = set()
     for pod in response.pod_resources:
         for container in pod.containers:
             for devices in container.devices:
                 if devices.resource_name == resource_name:
-                    device_plugin |= {p[1] for i in devices.device_ids if (p := parse_dp_id(i)) is not None}
+                    device_plugin |= {c for i in devices.device_ids if (c := dp_chip(i)) is not None}
                 elif devices.resource_name.startswith(f"{resource_name}-"):
                     device_plugin |= {
                         v.physical_id for i in devices.device_ids if (v := parse_dp_vnpu_id(i)) is not None

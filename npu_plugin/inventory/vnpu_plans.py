@@ -204,10 +204,14 @@ class VnpuReader:
                 log.info("%s", line, extra={"reason": reason})
 
 
-def served_chips(plans: Mapping[int, ChipPlan], offered: frozenset[str] | None = None) -> VnpuChips:
+def served_chips(
+    plans: Mapping[int, ChipPlan],
+    offered: frozenset[str] | None = None,
+    shared: Callable[[int], bool] = lambda _physical_id: False,
+) -> VnpuChips:
     """What the slice builder needs of the plans: each chip's facts and which chips are split on
-    demand."""
-    dynamic = frozenset(p for p, plan in plans.items() if plan.serving is Serving.DYNAMIC)
+    demand (never a `shared` one: a shared chip is never split)."""
+    dynamic = frozenset(p for p, plan in plans.items() if plan.serving is Serving.DYNAMIC and not shared(p))
     return VnpuChips({p: plan.chip for p, plan in plans.items()}, dynamic, offered)
 
 

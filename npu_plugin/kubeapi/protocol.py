@@ -50,8 +50,21 @@ class DeviceAttribute(TypedDict, total=False):
     version: str
 
 
+class CapacityRange(TypedDict):
+    min: str
+    max: NotRequired[str]
+    step: NotRequired[str]
+
+
+class CapacityRequestPolicy(TypedDict):
+    default: NotRequired[str]
+    validValues: NotRequired[list[str]]
+    validRange: NotRequired[CapacityRange]
+
+
 class DeviceCapacity(TypedDict):
     value: str
+    requestPolicy: NotRequired[CapacityRequestPolicy]
 
 
 class DeviceTaint(TypedDict):
@@ -85,6 +98,7 @@ class SliceDevice(TypedDict):
     capacity: dict[str, DeviceCapacity]
     taints: NotRequired[list[DeviceTaint]]
     consumesCounters: NotRequired[list[CounterConsumption]]
+    allowMultipleAllocations: NotRequired[bool]
 
 
 class ResourcePool(TypedDict):

@@ -65,6 +65,7 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None  # v1 answers it for a share of a shared device
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +294,13 @@ class DraKubeletSimulator:
         return {
             uid: PrepareResult(
                 tuple(
-                    PreparedDevice(tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                    PreparedDevice(
+                        tuple(d.request_names),
+                        d.pool_name,
+                        d.device_name,
+                        tuple(d.cdi_device_ids),
+                        d.share_id if "share_id" in d.DESCRIPTOR.fields_by_name and d.HasField("share_id") else None,
+                    )
                     for d in result.devices
                 ),
                 result.error,

@@ -54,11 +54,13 @@ class FakeKubeAPI:
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
         device_taints: bool | None = None,
+        consumable_capacity: bool | None = None,
     ) -> None:
-        """`partitionable_devices` and `device_taints`: the DRAPartitionableDevices and
-        DRADeviceTaints gates; None is the version's default (on from 1.36)."""
+        """`partitionable_devices`, `device_taints` and `consumable_capacity`: the
+        DRAPartitionableDevices, DRADeviceTaints and DRAConsumableCapacity gates; None is the
+        version's default (on from 1.36)."""
         self._host, self._port = host, port
-        self._cluster = Cluster(kubernetes_minor, partitionable_devices, device_taints)
+        self._cluster = Cluster(kubernetes_minor, partitionable_devices, device_taints, consumable_capacity)
         self._store = Store(history_limit)
         self._registry = self._make_registry(self._store)
         self._watch_timeout = watch_timeout_seconds
@@ -175,23 +177,32 @@ class FakeKubeAPI:
 
     # ---- the cluster's version and gate (changes apply to the next request)
     def set_kubernetes_version(
-        self, minor: int, partitionable_devices: bool | None = None, device_taints: bool | None = None
+        self,
+        minor: int,
+        partitionable_devices: bool | None = None,
+        device_taints: bool | None = None,
+        consumable_capacity: bool | None = None,
     ) -> None:
         """Serve as Kubernetes 1.<minor> (34 to 37), the gates as given or the version's default. A
         running server restarts on the same port, as an upgrade (or a feature gate changed) restarts
         kube-apiserver: open connections and watches end."""
-        checked = Cluster(minor, partitionable_devices, device_taints)
+        checked = Cluster(minor, partitionable_devices, device_taints, consumable_capacity)
         running = self._server is not None
         if running:
             self.stop()
         self._cluster.minor, self._cluster.partitionable_gate = checked.minor, checked.partitionable_gate
         self._cluster.device_taints_gate = checked.device_taints_gate
+        self._cluster.consumable_capacity_gate = checked.consumable_capacity_gate
         if running:
             self.start()
 
     @property
     def partitionable_devices(self) -> bool:
         return self._cluster.partitionable_devices
+
+    @property
+    def consumable_capacity(self) -> bool:
+        return self._cluster.consumable_capacity
 
     @property
     def resource_version(self) -> int:

@@ -7,12 +7,18 @@ error fails the allocation, as it does in Kubernetes. Partitionable devices (KEP
 that consumes counters fits only while its pool's counter sets have room, counting every allocated
 claim; the first device that fits in slice and device order is taken; a pool whose devices name an
 unknown counter set or counter is unusable; with DRAPartitionableDevices off, slices with counters
-and devices consuming them are skipped, as the scheduler does. The claim is created, then its status
-written with `allocation.devices.results` [{request, driver, pool, device}] and a node selector.
+and devices consuming them are skipped, as the scheduler does. Consumable capacity (KEP-5075): a
+device with `allowMultipleAllocations` goes to any number of claims while its capacities last; each
+allocation consumes, per capacity, what its request asks (`capacity.requests`) or the policy's
+default, rounded up to the policy's valid range and step (a request beyond the range does not fit),
+and gets a fresh `shareID` and its `consumedCapacity`. The claim is created, then its status written
+with `allocation.devices.results` [{request, driver, pool, device[, shareID, consumedCapacity]}] and a
+node selector.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -39,6 +45,7 @@ class DeviceRequest:
     selectors: tuple[str, ...] = ()
     subrequest: str = ""
     all_devices: bool = False  # allocationMode: All (every matching device, together)
+    capacity: Mapping[str, str] = field(default_factory=dict)  # capacity.requests, e.g. {"memory": "16Gi"}
 
     @property
     def result_name(self) -> str:
@@ -58,6 +65,47 @@ class PublishedDevice:
     @property
     def key(self) -> tuple[str, str, str]:
         return self.driver, self.pool, str(self.entry.get("name"))
+
+    @property
+    def shared(self) -> bool:
+        return self.entry.get("allowMultipleAllocations") is True
+
+
+Consumed = dict[tuple[str, str, str], dict[str, int]]  # device key → capacity → amount allocated
+
+
+def _policy_amount(capacity: Mapping[str, Any], asked: str | None) -> int | None:
+    """What one allocation consumes of a capacity: the request or the default (the whole capacity
+    without either), rounded up to the policy; None when it is outside the policy."""
+    total = parse_bytes(capacity["value"])
+    policy = capacity.get("requestPolicy") or {}
+    wanted = parse_bytes(asked) if asked is not None else parse_bytes(policy.get("default", capacity["value"]))
+    if values := [parse_bytes(v) for v in policy.get("validValues") or []]:
+        return next((v for v in values if v >= wanted), None)
+    if (valid := policy.get("validRange")) is not None:
+        low = parse_bytes(valid["min"])
+        wanted = max(wanted, low)
+        if step := parse_bytes(valid.get("step", "0")):
+            wanted = low + -(-(wanted - low) // step) * step
+        if valid.get("max") is not None and wanted > parse_bytes(valid["max"]):
+            return None
+    return wanted if wanted <= total else None
+
+
+def share_of(device: PublishedDevice, request: DeviceRequest, consumed: Consumed) -> dict[str, int] | None:
+    """What an allocation of a shared device for `request` consumes, or None when it does not fit
+    (a capacity it asks for the device lacks, outside the policy, or beyond what is left)."""
+    capacities = device.entry.get("capacity") or {}
+    if any(name not in capacities for name in request.capacity):
+        return None
+    amounts: dict[str, int] = {}
+    used = consumed.get(device.key, {})
+    for name, capacity in capacities.items():
+        amount = _policy_amount(capacity, request.capacity.get(name))
+        if amount is None or used.get(name, 0) + amount > parse_bytes(capacity["value"]):
+            return None
+        amounts[name] = amount
+    return amounts
 
 
 def quantity(text: str) -> Decimal:
@@ -153,7 +201,12 @@ def cel_device(device: PublishedDevice) -> dict[str, Any]:
     for name, value in (device.entry.get("capacity") or {}).items():
         domain, _, short = name.rpartition("/")
         capacity.setdefault(domain or device.driver, {})[short] = parse_bytes(value["value"])
-    return {"driver": device.driver, "attributes": attributes, "capacity": capacity, "allowMultipleAllocations": False}
+    return {
+        "driver": device.driver,
+        "attributes": attributes,
+        "capacity": capacity,
+        "allowMultipleAllocations": device.shared,
+    }
 
 
 def cel_matcher(expression: str) -> Callable[[PublishedDevice], bool]:
@@ -199,41 +252,74 @@ def pick(
     requests: Sequence[DeviceRequest],
     class_selectors: Sequence[str],
     counters: Mapping[CounterKey, Decimal] | None = None,
-) -> list[dict[str, str]]:
+    consumed: Consumed | None = None,
+) -> list[dict[str, Any]]:
     """Allocation results: each request's first matching devices, in order, that no earlier request
     took and whose counters still have room (`counters`: what is left of each; None when nothing
-    consumes any)."""
+    consumes any); a shared device while its capacities have room (`consumed`: what other claims
+    hold of each)."""
     taken: set[tuple[str, str, str]] = set()
     left = dict(counters or {})
+    used: Consumed = {key: dict(amounts) for key, amounts in (consumed or {}).items()}
     results = []
     eligible = select(devices, class_selectors)
     for request in requests:
         matching = [d for d in select(eligible, request.selectors) if d.key not in taken]
         wanted = len(matching) if request.all_devices else request.count
-        chosen: list[PublishedDevice] = []
+        chosen: list[tuple[PublishedDevice, dict[str, int] | None]] = []
         for device in matching:
             if len(chosen) == wanted:
                 break
-            if _fits(device, left):
-                chosen.append(device)
+            share = share_of(device, request, used) if device.shared else None
+            if _fits(device, left) and (share is not None or not device.shared):
+                chosen.append((device, share))
                 for key, amount in device.consumes.items():
                     left[key] -= amount
+                for name, taken_amount in (share or {}).items():
+                    holding = used.setdefault(device.key, {})
+                    holding[name] = holding.get(name, 0) + taken_amount
         if len(chosen) < wanted or not chosen:  # allocationMode All needs at least one device
             raise UnschedulableError(f"request {request.name}: {len(chosen)} of {wanted} devices available")
-        taken.update(d.key for d in chosen)
-        results += [
-            {"request": request.result_name, "driver": d.driver, "pool": d.pool, "device": d.key[2]} for d in chosen
-        ]
+        taken.update(d.key for d, _share in chosen if not d.shared)
+        results += [_result(request, d, share) for d, share in chosen]
     return results
 
 
-def allocated_keys(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
-    results = [
+def _result(request: DeviceRequest, device: PublishedDevice, share: dict[str, int] | None) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "request": request.result_name,
+        "driver": device.driver,
+        "pool": device.pool,
+        "device": device.key[2],
+    }
+    if share is not None:
+        result["shareID"] = str(uuid.uuid4())
+        result["consumedCapacity"] = {name: str(amount) for name, amount in share.items()}
+    return result
+
+
+def consumed_capacity(claims: Iterable[Mapping[str, Any]]) -> Consumed:
+    """What the allocated claims hold of each shared device."""
+    consumed: Consumed = {}
+    for result in _results(claims):
+        if "shareID" in result:
+            amounts = consumed.setdefault((result["driver"], result["pool"], result["device"]), {})
+            for name, amount in (result.get("consumedCapacity") or {}).items():
+                amounts[name] = amounts.get(name, 0) + parse_bytes(amount)
+    return consumed
+
+
+def _results(claims: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [
         r
         for c in claims
         for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
     ]
-    return {(r["driver"], r["pool"], r["device"]) for r in results}
+
+
+def allocated_keys(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, str]]:
+    """The devices allocated exclusively (a share leaves its device to others)."""
+    return {(r["driver"], r["pool"], r["device"]) for r in _results(claims) if "shareID" not in r}
 
 
 def claim_body(
@@ -244,6 +330,8 @@ def claim_body(
         spec |= {"allocationMode": "All"} if request.all_devices else {"count": request.count}
         if request.selectors:
             spec["selectors"] = [{"cel": {"expression": e}} for e in request.selectors]
+        if request.capacity:
+            spec["capacity"] = {"requests": dict(request.capacity)}
         return spec
 
     def as_spec(request: DeviceRequest) -> dict[str, Any]:
@@ -281,11 +369,12 @@ def allocate_claim(
     DRAPartitionableDevices gate.
     """
     slices = client.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={node}"})["items"]
-    taken = allocated_keys(client.request("GET", CLAIMS_PATH)["items"])
+    claims = client.request("GET", CLAIMS_PATH)["items"]
+    taken = allocated_keys(claims)
     devices, counters = published(slices, partitionable=partitionable)
     left = remaining_counters(counters, devices, taken)
     free = [d for d in devices if d.driver == driver and d.key not in taken]
-    results = pick(free, requests, class_selectors, left)
+    results = pick(free, requests, class_selectors, left, consumed_capacity(claims))
     body = claim_body(namespace, name, requests, device_class)
     claim = client.request("POST", claims_path(namespace), body=body)
     claim["status"] = {

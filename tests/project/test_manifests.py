@@ -478,11 +478,13 @@ SELECTED_TYPES = {
     "ascend310p.extended.npu.huawei.com": {"Ascend310P"},
     "ascend310.extended.npu.huawei.com": {"Ascend310"},
     "vnpu.npu.huawei.com": set(),  # whole NPUs: none
+    "shared.npu.huawei.com": set(),  # whole NPUs: none
 }
 # The vNPU mapping classes (optional/extended-resource-vnpu.yaml) select vNPUs only; their test is
 # tests/unit/cli/test_inventory_deviceclasses.py.
 VNPU_EXTENDED = "optional/extended-resource-vnpu.yaml"
 VNPU_CLASS = "vnpu.npu.huawei.com"
+SHARED_CLASS = "shared.npu.huawei.com"
 # The classes `npu-plugin migrate` names by default, per device-plugin resource name.
 MIGRATE_CLASSES = {
     "huawei.com/Ascend910": "ascend910.npu.huawei.com",
@@ -511,6 +513,18 @@ def test_only_the_vnpu_class_selects_vnpus(name: str, mode: str) -> None:
     assert _selects(expression, _device(driver="gpu.example.com", vnpuTemplate="vir05_1c_16g")) is False
 
 
+@pytest.mark.parametrize("name", sorted(SELECTED_TYPES))
+def test_only_the_shared_class_selects_shared_npus(name: str) -> None:
+    """A claim of a whole-NPU class must get a chip of its own, never a share of one; the
+    extended-resource classes select what the device plugin hands out under their name, which on a
+    shared chip is a share."""
+    (expression,) = _cel(_device_classes()[name])
+    for family in FAMILIES:
+        extended = name.endswith(".extended.npu.huawei.com") and family in SELECTED_TYPES[name]
+        expected = name == SHARED_CLASS or extended
+        assert _selects(expression, _device(deviceType=family, shareCount=4)) is expected, family
+
+
 def test_every_device_class_is_described() -> None:
     assert _device_classes().keys() == SELECTED_TYPES.keys()
     extended = _device_classes()["ascend910.extended.npu.huawei.com"]
@@ -523,7 +537,7 @@ def test_overlays_apply_the_classes_migrate_names() -> None:
     assert RESOURCE_DEVICE_CLASSES == MIGRATE_CLASSES
     for mode in ("dra", "both"):
         applied = {o["metadata"]["name"] for o in build(mode) if o["kind"] == "DeviceClass"}
-        assert applied == {DRIVER, VNPU_CLASS, *MIGRATE_CLASSES.values()}, mode
+        assert applied == {DRIVER, VNPU_CLASS, SHARED_CLASS, *MIGRATE_CLASSES.values()}, mode
     assert "DeviceClass" not in {o["kind"] for o in build("device-plugin")}
 
 

@@ -42,6 +42,7 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
         kubernetes_minor: int = 34,
         partitionable_devices: bool | None = None,
         device_taints: bool | None = None,
+        consumable_capacity: bool | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """`require_resource_version`: refuse (422) updates without metadata.resourceVersion, which
@@ -59,6 +60,7 @@ class FakeKubeAPI(fakeapi.FakeKubeAPI):
             kubernetes_minor=kubernetes_minor,
             partitionable_devices=partitionable_devices,
             device_taints=device_taints,
+            consumable_capacity=consumable_capacity,
         )
 
     def _make_registry(self, store: Store) -> Registry:

@@ -75,7 +75,9 @@ _OBJECT_META = Obj(
     }
 )
 _ATTRIBUTE = Obj({"int": _INT, "bool": _BOOL, "string": _STR, "version": _STR})
-_CAPACITY = Obj({"value": Leaf.QUANTITY, "requestPolicy": _ANY})
+_Q = Leaf.QUANTITY
+_REQUEST_POLICY = Obj({"default": _Q, "validValues": ListOf(_Q), "validRange": Obj({"min": _Q, "max": _Q, "step": _Q})})
+_CAPACITY = Obj({"value": _Q, "requestPolicy": _REQUEST_POLICY})
 _TAINT = Obj({"key": _STR, "value": _STR, "effect": _STR, "timeAdded": _ANY})
 _DEVICE = Obj(
     {

@@ -13,12 +13,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from npu_plugin.kubeapi.quantity import parse_bytes
 from npu_plugin.sim._fakeapi.kinds import JSON, RESOURCE_CLAIMS, RESOURCE_SLICES, Kind
 from tests.support.fakeapi import names
 from tests.support.fakeapi.counters import slice_counter_errors
 from tests.support.fakeapi.fielderrors import (
     FieldError,
     duplicate,
+    forbidden,
     invalid_value,
     not_supported,
     required,
@@ -275,9 +277,78 @@ def _device(device: JSON, per_device: bool, path: str, minor: int) -> list[Field
         detail = f"the total number of attributes and capacities must not exceed {limit}"
         errs.append(invalid_value(path, total, detail))
     errs += _map(attributes, f"{path}.attributes", _attribute)
-    errs += _map(capacity, f"{path}.capacity", lambda _value, _path: [])
+    shared = device.get("allowMultipleAllocations") is True
+    errs += _map(capacity, f"{path}.capacity", lambda value, where: _capacity(value, where, shared))
     errs += _taints(device.get("taints", []), f"{path}.taints", minor)
     return errs + _device_node_selection(device, per_device, path)
+
+
+def _capacity(capacity: JSON, path: str, shared: bool) -> list[FieldError]:
+    """`validateDeviceCapacity` and `validateRequestPolicy`: a policy only on a device that allows
+    several allocations; validValues or validRange, not both, each with a default that is valid; a
+    range's min at most the value, its max too, its default between them and on a step."""
+    policy = capacity.get("requestPolicy")
+    if policy is None:
+        return []
+    if not shared:
+        return [forbidden(f"{path}.requestPolicy", "allowMultipleAllocations must be true")]
+    path += ".requestPolicy"
+    value, default = _bytes(capacity["value"]), policy.get("default")
+    if policy.get("validValues") and policy.get("validRange") is not None:
+        return [
+            forbidden(
+                path,
+                'exactly one policy can be specified, cannot specify "validValues" and "validRange" at the same time',
+            )
+        ]
+    if (policy.get("validValues") or policy.get("validRange") is not None) and default is None:
+        return [required(f"{path}.default", "required when validValues or validRange is defined")]
+    if policy.get("validValues"):
+        options = [_bytes(v) for v in policy["validValues"]]
+        errs = [
+            invalid_value(f"{path}.validValues", o, "option is larger than capacity value")
+            for o in options
+            if o > value
+        ]
+        if options != sorted(options):
+            errs.append(invalid_value(f"{path}.validValues", options, "values must be sorted in ascending order"))
+        if _bytes(default) not in options:
+            errs.append(
+                invalid_value(
+                    f"{path}.validValues", default, "default value is not valid according to the requestPolicy"
+                )
+            )
+        return errs
+    if (valid := policy.get("validRange")) is not None:
+        return _range(valid, _bytes(default), value, f"{path}.validRange")
+    return []
+
+
+def _range(valid: JSON, default: int, value: int, path: str) -> list[FieldError]:
+    if valid.get("min") is None:
+        return [required(f"{path}.min", "required when validRange is defined")]
+    low = _bytes(valid["min"])
+    high = _bytes(valid["max"]) if valid.get("max") is not None else None
+    errs: list[FieldError] = []
+    if low > value:
+        errs.append(invalid_value(f"{path}.min", low, "min is larger than capacity value"))
+    if default < low:
+        errs.append(invalid_value(f"{path}.min", default, "default is less than min"))
+    if high is not None and (high < low or high > value or default > high):
+        errs.append(invalid_value(f"{path}.max", high, "max must lie between min, the default and the capacity value"))
+    if valid.get("step") is not None:
+        step = _bytes(valid["step"])
+        if low + step > value:
+            errs.append(invalid_value(f"{path}.step", step, "one step is larger than capacity value"))
+        for amount in (default, *(() if high is None else (high,))):
+            if step and (amount - low) % step:
+                errs.append(invalid_value(f"{path}.step", amount, "value is not a multiple of a given step"))
+    return errs
+
+
+def _bytes(quantity: Any) -> int:
+    """A quantity the decoder already accepted, as an integer (the driver writes no fractions)."""
+    return parse_bytes(str(quantity))
 
 
 def _map(entries: JSON, path: str, check: Callable[[Any, str], list[FieldError]]) -> list[FieldError]:

@@ -58,3 +58,15 @@ def test_a_shared_chip_holding_vnpus_exits_2(tmp_path: Path, capsys: pytest.Capt
         "npu-plugin serve: error: --share-devices: npu-2 (1 vNPU(s)) hold(s) vNPUs; a shared chip is never split: "
         "destroy its vNPUs or leave it out of --share-devices"
     )
+
+
+def test_dra_cannot_share_a_chip_without_memory_to_divide(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("devices:\n  - {physicalId: 0, chipName: 310P3, memory: 3Mi}\n")
+    argv = ["serve", "--mode", "dra", "--node-name", "n1", "--backend", "fake", "--fake-inventory", str(inventory)]
+    argv += ["--state-dir", str(tmp_path / "state"), "--kubelet-plugins-directory-path", str(tmp_path)]
+    assert main([*argv, "--share-devices", "0", "--share-count", "4"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "npu-plugin serve: error: --share-devices: npu-0 reports 3145728 bytes of memory, too little for 4 shares of "
+        "a MiB; DRA cannot publish its shares"
+    )

@@ -124,9 +124,9 @@ def test_anything_else_is_refused(data: bytes, reason: str) -> None:
     assert reason in str(raised.value)
 
 
-def test_holder_of() -> None:
-    assert CHECKPOINT.holder_of("npu-2") == "u1"
-    assert CHECKPOINT.holder_of("npu-3") is None
+def test_held_names_the_other_claims_devices() -> None:
+    assert ("u1", "npu-2", None) in CHECKPOINT.held("someone-else")
+    assert all(uid != "u1" for uid, _name, _share in CHECKPOINT.held("u1"))
 
 
 VNPU_RECORD = VnpuRecord(4, "vir05_1c_16g", 164, VnpuOrigin.DYNAMIC)
@@ -147,7 +147,7 @@ def test_a_vnpu_record_is_an_optional_object_per_device() -> None:
     }
     assert Checkpoint.from_bytes(checkpoint.to_bytes()) == checkpoint
     assert checkpoint.vnpus() == [("u2", VNPU_RECORD)]
-    assert checkpoint.holder_of("npu-4-vir05-1c-16g-0") == "u2"
+    assert checkpoint.held("u9") == [("u2", "npu-4-vir05-1c-16g-0", None)]
 
 
 def test_without_vnpus_the_bytes_are_those_of_the_previous_release() -> None:

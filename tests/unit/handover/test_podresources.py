@@ -30,6 +30,7 @@ def answer(
     ("devices", "claims", "device_plugin", "dra"),
     [
         ([(RESOURCE, ["Ascend910-1", "Ascend910-3"])], [], {1, 3}, set()),
+        ([(RESOURCE, ["Ascend910-5-share-0", "Ascend910-5-share-3", "Ascend910-6-share-x"])], [], {5}, set()),
         ([("huawei.com/Ascend910-5c.1cpu.16g", ["Ascend910-5c.1cpu.16g-164-4"])], [], {4}, set()),
         ([("huawei.com/Ascend910-10c.3cpu.16g.ndvpp", ["Ascend910-10c.3cpu.16g.ndvpp-100-0"])], [], {0}, set()),
         ([("huawei.com/Ascend910-5c.1cpu.16g", ["Ascend910-2"])], [], set(), set()),  # not a vNPU id
@@ -38,7 +39,17 @@ def answer(
         ([], [(DRIVER, "npu-2"), (DRIVER, "npu-4-vnpu-164"), (DRIVER, "npu-6-vir05-1c-16g-0")], set(), {2, 4, 6}),
         ([], [("gpu.example.com", "npu-2"), (DRIVER, "gpu-0")], set(), set()),
     ],
-    ids=["whole", "vnpu", "vnpu-long-suffix", "whole-id-under-vnpu", "prefix-only", "foreign", "dra", "dra-foreign"],
+    ids=[
+        "whole",
+        "share",
+        "vnpu",
+        "vnpu-long-suffix",
+        "whole-id-under-vnpu",
+        "prefix-only",
+        "foreign",
+        "dra",
+        "dra-foreign",
+    ],
 )
 def test_held_devices(
     devices: list[tuple[str, list[str]]], claims: list[tuple[str, str]], device_plugin: set[int], dra: set[int]
