@@ -520,3 +520,10 @@ def test_generated_stubs_use_kubelet_paths(channel: grpc.Channel) -> None:
     health = dra_health_v1alpha1_pb2_grpc.DRAResourceHealthStub(channel)
     (snapshot,) = health.NodeWatchResources(dra_health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=5)
     assert snapshot.devices[0].health == dra_health_v1alpha1_pb2.HEALTHY
+
+
+def test_dra_v1_device_share_id_is_field_5() -> None:
+    """kubernetes/kubernetes#134520 gave Device an optional share_id with a new number, 5."""
+    device = dra_v1_pb2.Device.FromString(_ld(3, "npu-0") + _ld(4, "cdi") + _ld(5, "0b7e6c2a"))
+    assert (device.device_name, list(device.cdi_device_ids), device.share_id) == ("npu-0", ["cdi"], "0b7e6c2a")
+    assert not dra_v1_pb2.Device(device_name="npu-0").HasField("share_id")

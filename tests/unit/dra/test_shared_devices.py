@@ -64,3 +64,36 @@ def test_shared_chips_are_published_as_such_only_while_the_server_keeps_it() -> 
     assert shared[1]["attributes"]["shareCount"] == {"int": 4}
     assert set(shared[1]["capacity"]) == {"memory", "aiCore"}, "memCapacity would be consumed whole"
     assert device_entry("npu.huawei.com", A2[1], True, UnhealthyPolicy.REMOVE) == exclusive[1]
+
+
+@pytest.mark.parametrize(
+    ("capacity", "shared", "problem"),
+    [
+        ({"value": "4", "requestPolicy": {"default": "1"}}, False, "allowMultipleAllocations must be true"),
+        (
+            {"value": "4", "requestPolicy": {"validRange": {"min": "1"}}},
+            True,
+            "required when validValues or validRange",
+        ),
+        (
+            {"value": "4", "requestPolicy": {"default": "2", "validRange": {"min": "1", "step": "2"}}},
+            True,
+            "not a multiple",
+        ),
+        (
+            {"value": "4", "requestPolicy": {"default": "1", "validRange": {"min": "5"}}},
+            True,
+            "min is larger than capacity",
+        ),
+        (
+            {"value": "4", "requestPolicy": {"default": "3", "validValues": ["1", "2"]}},
+            True,
+            "default value is not valid",
+        ),
+    ],
+)
+def test_the_fake_api_server_refuses_a_bad_request_policy(
+    capacity: dict[str, object], shared: bool, problem: str
+) -> None:
+    errors = _capacity(capacity, "capacity[x]", shared=shared)
+    assert errors and problem in str(errors[0])
