@@ -77,6 +77,9 @@ class DaemonProcess:
 
 
 Launcher = Callable[..., DaemonProcess]
+# A PodResources socket no kubelet serves, in a directory that does not exist, so any user reads it
+# as absent (ENOENT, not EACCES).
+NO_KUBELET = "/nonexistent/npu-plugin-tests/pod-resources/kubelet.sock"
 
 
 class Daemons:
@@ -94,10 +97,13 @@ class Daemons:
         env: Mapping[str, str] | None = None,
         wrapper: Sequence[str] = (),
     ) -> DaemonProcess:
-        """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid)."""
+        """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid). The
+        daemon reads no kubelet of the host: its PodResources socket is one no kubelet serves unless
+        the test names another (a real cluster on this machine would say its pods hold devices)."""
         log_path = self.log_dir / f"daemon-{len(self.started)}.log"
         argv = [*wrapper, sys.executable, *python_args, "-m", "npu_plugin", "serve", *args]
-        process = cleanup.spawn(argv, log_path, cwd=REPO, env=None if env is None else {**os.environ, **env})
+        isolated = {"NPU_PLUGIN_POD_RESOURCES_SOCKET": NO_KUBELET}
+        process = cleanup.spawn(argv, log_path, cwd=REPO, env={**os.environ, **isolated, **(env or {})})
         self.started.append(DaemonProcess(process, log_path))
         return self.started[-1]
 
