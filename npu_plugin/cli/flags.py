@@ -109,7 +109,7 @@ def _add_vnpu_flags(parser: FlagParser) -> None:
     )
 
 
-def _add_share_flags(group: FlagGroup) -> None:
+def _add_share_flags(group: FlagGroup, *, allocation: bool = True) -> None:
     group.add_argument(
         "--share-devices",
         type=str,
@@ -125,6 +125,8 @@ def _add_share_flags(group: FlagGroup) -> None:
         help="shares per shared chip, 2 to 100 (DRA: a claim's default memory is the chip's memory / N)",
         shown_default=str(DEFAULT_SHARE_COUNT),
     )
+    if not allocation:
+        return
     group.add_argument(
         "--share-allocation",
         type=one_of(ShareAllocation),
@@ -328,6 +330,7 @@ def _add_inventory_flags(inventory: FlagParser) -> None:
         help="what to print; deviceclasses: a DeviceClass with extendedResourceName per device-plugin resource "
         "the node can advertise (vNPU ones with --vnpu), and with --vnpu one per vNPU template",
     )
+    _add_share_flags(output, allocation=False)
     output.add_argument(
         "--kubernetes-version",
         type=kubernetes_minor,

@@ -27,33 +27,45 @@ from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.errors import ConfigError
+from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader, published_templates, served_chips
 from npu_plugin.kubeapi.quantity import format_bytes
 
+CONSUMABLE_CAPACITY_FROM_MINOR = 36  # DRAConsumableCapacity: alpha and off in 1.34 and 1.35, on from 1.36
 _COLUMNS = ("PHYS", "LOGIC", "CARD", "CHIP", "NAME", "TYPE", "MEMORY", "AICORE", "NUMA", "PCI", "GROUP", "HEALTH")
 
 
-def render_table(devices: Sequence[Device]) -> str:
-    return _aligned(
-        [_COLUMNS]
-        + [
-            (
-                str(d.physical_id),
-                str(d.logic_id),
-                str(d.card_id),
-                str(d.chip_id),
-                d.chip_name,
-                d.device_type,
-                format_bytes(d.memory),
-                _dash(d.ai_core),
-                _dash(d.numa_node),
-                _dash(d.pci_bus_id),
-                d.topology_group,
-                d.health.value,
-            )
-            for d in devices
-        ]
-    )
+def render_table(devices: Sequence[Device], sharing: Sharing | None = None) -> str:
+    """One row per chip; with shared chips, a SHARES column: how many, and the memory of each."""
+    rows = [
+        (
+            str(d.physical_id),
+            str(d.logic_id),
+            str(d.card_id),
+            str(d.chip_id),
+            d.chip_name,
+            d.device_type,
+            format_bytes(d.memory),
+            _dash(d.ai_core),
+            _dash(d.numa_node),
+            _dash(d.pci_bus_id),
+            d.topology_group,
+            d.health.value,
+        )
+        for d in devices
+    ]
+    if sharing is None or not sharing.enabled:
+        return _aligned([_COLUMNS, *rows])
+    shares = [_shares(d, sharing) for d in devices]
+    return _aligned([(*_COLUMNS, "SHARES"), *((*row, n) for row, n in zip(rows, shares, strict=True))])
+
+
+def _shares(device: Device, sharing: Sharing) -> str:
+    from npu_plugin.dra.shared_devices import share_unit
+
+    if not (count := sharing.shares(device.physical_id)):
+        return "-"
+    return f"{count} x {format_bytes(share_unit(device.memory, count))}"
 
 
 def _aligned(rows: Sequence[Sequence[str]]) -> str:
@@ -126,6 +138,8 @@ class Output:
     vnpu: VnpuMode = VnpuMode.OFF
     vnpu_templates: frozenset[str] | None = None
     kubernetes_minor: int = 35  # the layout of vNPU slices: split from 1.35, combined on 1.34
+    share_devices: str | None = None
+    share_count: int | None = None
 
     def __post_init__(self) -> None:
         if self.vnpu_templates is not None and self.vnpu is not VnpuMode.DYNAMIC:
@@ -134,9 +148,12 @@ class Output:
             )
 
 
-def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int, ChipPlan]) -> str:
+def render_slices(
+    output: Output, devices: Sequence[Device], plans: Mapping[int, ChipPlan], sharing: Sharing | None = None
+) -> str:
     """The node's slices at generation 1; with --vnpu, in the layout of `--kubernetes-version` with
-    DRAPartitionableDevices on (the layout without counters is the one of `--vnpu static`)."""
+    DRAPartitionableDevices on (the layout without counters is the one of `--vnpu static`); shared
+    chips with consumable capacity where that version has DRAConsumableCapacity on by default."""
     from npu_plugin.dra.slices import SliceSettings, build_slices
     from npu_plugin.dra.taints import NONE_EFFECT_FROM_MINOR, TaintRules
     from npu_plugin.dra.vnpu_slices import build_vnpu_slices, layout_for
@@ -149,13 +166,16 @@ def render_slices(output: Output, devices: Sequence[Device], plans: Mapping[int,
         node_uid=None,
         unhealthy_policy=output.unhealthy_policy,
         taint_rules=TaintRules(none_effect=output.kubernetes_minor >= NONE_EFFECT_FROM_MINOR),
+        sharing=sharing or Sharing(),
+        share_capacity=output.kubernetes_minor >= CONSUMABLE_CAPACITY_FROM_MINOR,
     )
     pairs = [(d, d.health.healthy) for d in devices]
     if output.vnpu is VnpuMode.OFF:
         slices = build_slices(settings, pairs, generation=1)
     else:
         layout = layout_for(output.kubernetes_minor, partitionable=True)
-        slices = build_vnpu_slices(settings, pairs, served_chips(plans, output.vnpu_templates), layout, 1)
+        chips = served_chips(plans, output.vnpu_templates, settings.sharing.shared)
+        slices = build_vnpu_slices(settings, pairs, chips, layout, 1)
     return yaml.safe_dump_all(slices, sort_keys=False)
 
 
@@ -183,12 +203,13 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
     backend = open_backend(options)
     try:
         devices = discover(backend)
+        sharing = Sharing.of(output.share_devices, output.share_count, devices)
         vnpu_backend = backend if output.vnpu is not VnpuMode.OFF and isinstance(backend, VnpuBackend) else None
         plans = (
             {} if vnpu_backend is None else VnpuReader(vnpu_backend, output.vnpu, output.vnpu_templates).read(devices)
         )
         if output.form == "table":
-            text = render_table(devices)
+            text = render_table(devices, sharing)
             if output.vnpu is not VnpuMode.OFF:
                 text += "\n\n" + render_vnpu_tables(plans, output.vnpu_templates)
         elif output.form in ("json", "yaml"):
@@ -199,7 +220,7 @@ def run_inventory(options: BackendOptions, output: Output) -> int:
         elif output.form == "deviceclasses":
             text = render_device_classes(output, devices, plans)
         else:
-            text = render_slices(output, devices, plans)
+            text = render_slices(output, devices, plans, sharing)
     finally:
         backend.close()
     sys.stdout.write(text.rstrip("\n") + "\n")

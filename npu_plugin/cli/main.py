@@ -168,6 +168,8 @@ def _inventory(args: argparse.Namespace) -> int:
         vnpu=args.vnpu,
         vnpu_templates=args.vnpu_templates,
         kubernetes_minor=args.kubernetes_version,
+        share_devices=args.share_devices,
+        share_count=args.share_count,
     )
     return run_inventory(backend_options(args, args.fake_vnpu_state), output)
 

@@ -70,3 +70,31 @@ def test_dra_cannot_share_a_chip_without_memory_to_divide(tmp_path: Path, capsys
         "npu-plugin serve: error: --share-devices: npu-0 reports 3145728 bytes of memory, too little for 4 shares of "
         "a MiB; DRA cannot publish its shares"
     )
+
+
+def test_inventory_shows_the_shares_of_each_chip(capsys: pytest.CaptureFixture[str]) -> None:
+    inventory = ["inventory", "--backend", "fake", "--fake-profile", "atlas-300i-duo"]
+    assert main([*inventory, "--share-devices", "0-1", "--share-count", "3"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert rows[0][-1] == "SHARES"
+    assert [row[-1] for row in rows[1:]] == ["8Gi", "8Gi", "-", "-"]
+    assert [" ".join(row[-3:]) for row in rows[1:3]] == ["3 x 8Gi"] * 2
+    assert main(inventory) == 0
+    assert "SHARES" not in capsys.readouterr().out
+    assert main([*inventory, "--share-devices", "5"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "npu-plugin inventory: error: --share-devices: no device with physical id [5] on this node "
+        "(devices: [0, 1, 2, 3])"
+    )
+
+
+@pytest.mark.parametrize(("version", "shared"), [("1.35", False), ("1.36", True)])
+def test_inventory_resourceslice_shows_shared_chips_as_that_release_publishes_them(
+    version: str, shared: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["inventory", "--backend", "fake", "--fake-profile", "atlas-300i-duo", "-o", "resourceslice"]
+    argv += ["--node-name", "n1", "--kubernetes-version", version, "--share-devices", "0", "--share-count", "3"]
+    assert main(argv) == 0
+    (slice_,) = yaml.safe_load_all(capsys.readouterr().out)
+    devices = slice_["spec"]["devices"]
+    assert [d.get("allowMultipleAllocations", False) for d in devices] == [shared, False, False, False]
