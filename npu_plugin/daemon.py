@@ -339,6 +339,8 @@ class Daemon:
             sharing=self.sharing,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
+        if self.sharing.enabled:
+            self.telemetry.count_shares(lambda: plugin.preparer.store.peek().shares_held(), self._dra_shares)
         return plugin
 
     def _client(self) -> KubeApi:
@@ -378,6 +380,14 @@ class Daemon:
     def _recheck_classes(self) -> None:
         if self.class_check is not None:
             self.class_check.recheck()
+
+    def _dra_shares(self) -> dict[int, int]:
+        """The shares each DRA-owned shared chip offers."""
+        return {
+            v.physical_id: self.sharing.count
+            for v in self.inventory.snapshot().owned_by(Owner.DRA)
+            if self.sharing.shared(v.physical_id)
+        }
 
     def _vnpu_hands(self) -> VnpuOperations | None:
         """What Prepare and Unprepare use for vNPUs: nothing with --vnpu off, so no backend call is

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from npu_plugin.ascend.device import without_ip
@@ -201,6 +202,11 @@ class Metrics:
         Prepare."""
         self.prepared_claims.set_function(count)
 
+    def count_shares(self, in_use: Callable[[], Mapping[int, int]], shares: Callable[[], Mapping[int, int]]) -> None:
+        """`npu_plugin_shares_in_use` and `npu_plugin_shares` per shared chip, read at scrape
+        time."""
+        self.registry.register(_SharesCollector(in_use, shares))
+
     def serve(self, port: int, address: str) -> WSGIServer:
         """Serve the registry at /metrics (every other path is 404) from a thread; NpuPluginError
         naming --metrics-port when the port cannot be opened."""
@@ -215,6 +221,26 @@ class Metrics:
         host = f"[{address}]" if ":" in address else address
         log.info("metrics listening on http://%s:%d%s", host, server.server_port, METRICS_PATH)
         return server
+
+
+class _SharesCollector:
+    """Shares per shared chip: in use (held by prepared claims) and in all (--share-count)."""
+
+    def __init__(self, in_use: Callable[[], Mapping[int, int]], shares: Callable[[], Mapping[int, int]]) -> None:
+        self._in_use, self._shares = in_use, shares
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        total = self._shares()
+        used = self._in_use()
+        in_use = GaugeMetricFamily(
+            "npu_plugin_shares_in_use", "Shares of each shared NPU that prepared claims hold", labels=["physical_id"]
+        )
+        every = GaugeMetricFamily("npu_plugin_shares", "Shares each shared NPU offers", labels=["physical_id"])
+        for physical_id, count in sorted(total.items()):
+            every.add_metric([str(physical_id)], count)
+            in_use.add_metric([str(physical_id)], used.get(physical_id, 0))
+        yield in_use
+        yield every
 
 
 def only_metrics(app: WSGIApplication) -> WSGIApplication:

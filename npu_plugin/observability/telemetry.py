@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
@@ -76,6 +76,11 @@ class Telemetry:
     def count_prepared(self, count: Callable[[], int]) -> None:
         if self.metrics is not None:
             self.metrics.count_prepared(count)
+
+    def count_shares(self, in_use: Callable[[], Mapping[int, int]], shares: Callable[[], Mapping[int, int]]) -> None:
+        """Shares held and offered per shared chip, read at scrape time."""
+        if self.metrics is not None:
+            self.metrics.count_shares(in_use, shares)
 
     def published(self, result: str) -> None:
         if self.metrics is not None:

@@ -12,6 +12,7 @@ import pytest
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest, UnschedulableError
+from tests.integration.test_observability import OBSERVED, endpoints_of, until_metric
 from tests.support.daemon import DaemonProcess, Launcher, wait_until
 from tests.support.dra import DRIVER, Workspace, allocate, dra_args, node_slices, run_with_kubelet, temporary_workspace
 from tests.support.fakeapi import FakeKubeAPI
@@ -49,7 +50,7 @@ def test_two_claims_share_one_npu_and_a_third_that_does_not_fit_waits(
     sharing_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     with temporary_workspace(sharing_api) as workspace:
-        daemon = launch_daemon(*dra_args(workspace, "--share-devices", "0", "--share-count", "4"))
+        daemon = launch_daemon(*dra_args(workspace, "--share-devices", "0", "--share-count", "4", *OBSERVED))
         wait_until(
             lambda: bool((device(sharing_api, "npu-0") or {}).get("allowMultipleAllocations")), 15, "a shared npu-0"
         )
@@ -73,6 +74,11 @@ def test_two_claims_share_one_npu_and_a_third_that_does_not_fit_waits(
             await kubelet.wait_for_plugin(DRIVER)
             answers = await kubelet.prepare([first, second, third])
             assert {uid: a.error for uid, a in answers.items()} == dict.fromkeys(answers, "")
+            port = (await endpoints_of(daemon)).metrics
+            await until_metric(port, "npu_plugin_shares_in_use", 3, daemon, physical_id="0")
+            assert (await until_metric(port, "npu_plugin_shares", 4, daemon, physical_id="0")).get(
+                ("npu_plugin_shares", (("physical_id", "1"),))
+            ) is None
             share_ids = {uid: a.devices[0].share_id for uid, a in answers.items()}
             assert share_ids[first.uid] == results["first"][0]["shareID"]
             assert len(set(share_ids.values())) == 3
@@ -80,6 +86,7 @@ def test_two_claims_share_one_npu_and_a_third_that_does_not_fit_waits(
                 f"{DRIVER}/npu={first.uid}-npu-0-{share_ids[first.uid]}",
             )
             assert (await kubelet.unprepare([first]))[first.uid] == ""
+            await until_metric(port, "npu_plugin_shares_in_use", 2, daemon, physical_id="0")
             assert not workspace.cdi_file(first.uid).exists()
             assert workspace.cdi_file(second.uid).exists()
             again = await kubelet.prepare([second])
