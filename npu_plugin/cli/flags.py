@@ -474,6 +474,12 @@ def _add_simulate_flags(simulate: FlagParser) -> None:
         shown_default="the upper half of the node",
     )
     _add_vnpu_mode_flag(what)
+    what.add_argument(
+        "--share",
+        action="store_true",
+        help="also walk two pods on one NPU: the first chip of each side shared in 4 (device plugin shares, DRA "
+        "consumable capacity)",
+    )
     _add_backend_flags(simulate, BackendKind.FAKE)
     _add_log_flags(simulate, "error")
 

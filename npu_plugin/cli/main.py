@@ -192,7 +192,7 @@ def _simulate(args: argparse.Namespace) -> int:
     kind, inventory, profile = args.backend, args.fake_inventory, args.fake_profile
     if kind is BackendKind.FAKE and inventory is None and profile is None:
         args.fake_profile = DEMO_PROFILE
-    return run_simulation(args.mode, backend_options(args), args.dra_devices, args.vnpu)
+    return run_simulation(args.mode, backend_options(args), args.dra_devices, args.vnpu, args.share)
 
 
 def _version(_args: argparse.Namespace) -> int:

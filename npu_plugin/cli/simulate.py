@@ -46,6 +46,7 @@ from npu_plugin.daemon import Daemon
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.inventory.ownership import Owner, parse_device_list
 from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader
+from npu_plugin.kubeapi.quantity import format_bytes
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.fakeapi import FakeKubeAPI
 from npu_plugin.sim.kubelet import KubeletSimulator
@@ -64,6 +65,7 @@ T = TypeVar("T")
 NODE, DRIVER, NAMESPACE = "sim-node", DEFAULT_DRIVER, "default"
 DEMO_PROFILE = "atlas-800t-a2"
 STEP_TIMEOUT = 10.0
+SHARE_COUNT = 4  # simulate --share: shares per shared chip
 VNPU_CLASS = f"vnpu.{DRIVER}"
 # The selectors of manifests/deviceclasses/: whole NPUs, and every vNPU (existing or creatable).
 _VNPU_ATTRIBUTE = f'has(device.attributes["{DRIVER}"].vnpuTemplate)'
@@ -166,9 +168,21 @@ def default_dra_devices(devices: list[Device]) -> str:
     return ",".join(str(i) for i in upper)
 
 
-def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF) -> Config:
+def shared_demo(devices: list[Device], mode: Mode, dra_owned: Collection[int]) -> str:
+    """Pure: the chips `--share` shares, one per side the daemon serves: the last chip each side
+    owns (the whole-NPU steps take the first)."""
+    ids = sorted(d.physical_id for d in devices)
+    sides = [[i for i in ids if i in dra_owned]] if mode is Mode.DRA else [ids]
+    if mode is Mode.BOTH:
+        sides = [[i for i in ids if i not in dra_owned], [i for i in ids if i in dra_owned]]
+    return ",".join(str(side[-1]) for side in sides if side)
+
+
+def daemon_config(
+    mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF, shared: str | None = None
+) -> Config:
     """The configuration of the simulated daemon: everything under `paths`, health decided in one
-    sample."""
+    sample; `shared` chips in SHARE_COUNT shares."""
     backend = BackendOptions(kind=BackendKind.FAKE, fake_inventory=paths.inventory_yaml, dev_root=paths.dev)
     if vnpu is not VnpuMode.OFF:
         backend = replace(backend, fake_vnpu_state=paths.fake_vnpu_state)
@@ -187,6 +201,8 @@ def daemon_config(mode: Mode, paths: Paths, dra_devices: str | None, vnpu: VnpuM
         health_recovery_threshold=1,
         dra_devices=dra_devices if mode is Mode.BOTH else None,
         vnpu=vnpu,
+        share_devices=shared,
+        share_count=SHARE_COUNT if shared else None,
     )
 
 
@@ -201,9 +217,10 @@ class Walkthrough:
         vnpu: VnpuMode = VnpuMode.OFF,
         chips: dict[int, ChipVnpu] | None = None,
         demo: VnpuDemo = VnpuDemo(None),
+        shared: str | None = None,
     ) -> None:
         self.mode, self.devices, self.dra_devices, self.paths = mode, devices, dra_devices, paths
-        self.vnpu, self.chips, self.demo = vnpu, chips, demo
+        self.vnpu, self.chips, self.demo, self.shared = vnpu, chips, demo, shared
         self.report = Report()
         self.resource = resource_name_for(devices[0].device_type)
         self.dp = mode.serves_device_plugin
@@ -221,7 +238,11 @@ class Walkthrough:
         self.paths.plugins.mkdir()  # the kubelet's, like plugins_registry (which its simulator makes)
         self._write_inventory(self.devices)
         # vNPUs on demand need the DRAPartitionableDevices gate, off by default on Kubernetes 1.34.
-        self.api = FakeKubeAPI(partitionable_devices=True if self.vnpu is VnpuMode.DYNAMIC else None)
+        # Shares need DRAConsumableCapacity, off by default on Kubernetes 1.34 too.
+        self.api = FakeKubeAPI(
+            partitionable_devices=True if self.vnpu is VnpuMode.DYNAMIC else None,
+            consumable_capacity=True if self.shared else None,
+        )
         self.api.start()
         try:
             self.api.write_kubeconfig(self.paths.kubeconfig)
@@ -249,7 +270,7 @@ class Walkthrough:
 
     @contextlib.asynccontextmanager
     async def _daemon(self) -> AsyncIterator[None]:
-        config = daemon_config(self.mode, self.paths, self.dra_devices, self.vnpu)
+        config = daemon_config(self.mode, self.paths, self.dra_devices, self.vnpu, self.shared)
         backend = open_backend(config.backend)
         self.daemon = Daemon(config, backend, discover(backend))
         task = asyncio.create_task(self.daemon.run(), name="simulated-daemon")
@@ -279,6 +300,8 @@ class Walkthrough:
                 await self._dra_flow()
             if self.dra and self.vnpu is VnpuMode.DYNAMIC:
                 await self._vnpu_flow()
+            if self.shared:
+                await self._share_flow()
             await self._fault_and_recovery()
         with self.report.step("clean up"):
             self.report.show("daemon stopped, simulators stopped, temporary directory removed")
@@ -384,6 +407,57 @@ class Walkthrough:
         spec_file = claim_spec_path(self.paths.cdi, DRIVER, ref.uid)
         self.report.show(f"claim released; CDI spec removed: {not spec_file.exists()}")
 
+    async def _share_flow(self) -> None:
+        """Two pods on one NPU, through each API the daemon serves."""
+        snapshot = self.daemon.inventory.snapshot()
+        for physical_id in (int(i) for i in (self.shared or "").split(",")):
+            view = snapshot.get(physical_id)
+            if view is not None and view.owner is Owner.DEVICE_PLUGIN and self.dp:
+                await self._dp_shares(physical_id)
+            elif view is not None and view.owner is Owner.DRA and self.dra:
+                await self._dra_shares(view.device)
+
+    async def _dp_shares(self, physical_id: int) -> None:
+        plugin = self.kubelet.plugin(self.resource)
+        with self.report.step(f"device plugin: two pods on npu-{physical_id} ({SHARE_COUNT} shares)"):
+            shares = sorted(i for i in plugin.devices if i.split("-share-")[0].endswith(f"-{physical_id}"))
+            self.report.show(f"listed: {', '.join(shares)}")
+            for pod, device_id in zip(("pod-a", "pod-b"), shares, strict=False):
+                response = await self.kubelet.allocate(self.resource, [device_id])
+                self.report.show(
+                    f"{pod} gets {device_id}: ASCEND_VISIBLE_DEVICES={response.envs['ASCEND_VISIBLE_DEVICES']}"
+                )
+
+    async def _dra_shares(self, device: Device) -> None:
+        from npu_plugin.dra.shared_devices import share_unit
+
+        unit = format_bytes(share_unit(device.memory, SHARE_COUNT))
+
+        async def shared() -> bool | None:
+            entries = [e for s in await self._slices() for e in s["spec"]["devices"] if e["name"] == device.dra_name]
+            return True if entries and entries[0].get("allowMultipleAllocations") else None
+
+        with self.report.step(f"DRA: {device.dra_name} published shared, memory in units of {unit}"):
+            await self._until_async(shared, f"{device.dra_name} with allowMultipleAllocations")
+        refs = []
+        for name in ("pod-a-claim", "pod-b-claim"):
+            with self.report.step(f"the scheduler allocates {name}: memory {unit} of a shared NPU"):
+                refs.append(await self._allocate(name, DeviceRequest("npu", capacity={"memory": unit})))
+        with self.report.step("NodePrepareResources: both claims on one NPU, each with its share"):
+            answers = await self.dra_kubelet.prepare(refs)
+            for ref in refs:
+                if answers[ref.uid].error:
+                    raise StepFailedError(answers[ref.uid].error)
+                for prepared in answers[ref.uid].devices:
+                    self.report.show(f"{ref.name}: {prepared.device_name} share {prepared.share_id}")
+                    self.report.show(f"    CDI {', '.join(prepared.cdi_device_ids)}")
+        with self.report.step("NodeUnprepareResources of pod-a-claim: pod-b's share stays"):
+            await self._unprepare(refs[0])
+            self.report.show(
+                f"pod-b-claim still prepared: {claim_spec_path(self.paths.cdi, DRIVER, refs[1].uid).exists()}"
+            )
+            await self._unprepare(refs[1])
+
     async def _vnpu_flow(self) -> None:
         template = self.demo.template
         if template is None:
@@ -463,12 +537,14 @@ class Walkthrough:
 
     async def _listed_as(self, device: Device, health: str) -> None:
         plugin = self.kubelet.plugin(self.resource)
+        # A shared chip is listed as its shares, which carry its health.
+        device_id = device.dp_id if device.dp_id in plugin.devices else f"{device.dp_id}-share-0"
 
         def listed() -> bool:
-            return plugin.devices[device.dp_id].health == health
+            return plugin.devices[device_id].health == health
 
-        await self.kubelet.wait_until(listed, STEP_TIMEOUT, f"{health} {device.dp_id}")
-        self.report.show(f"ListAndWatch: {device.dp_id} {health}")
+        await self.kubelet.wait_until(listed, STEP_TIMEOUT, f"{health} {device_id}")
+        self.report.show(f"ListAndWatch: {device_id} {health}")
 
     async def _observe_health(self, ids: set[int], healthy: bool) -> None:
         for device in self.devices:
@@ -546,7 +622,9 @@ def _discover(
         backend.close()
 
 
-def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF) -> int:
+def run_simulation(
+    mode: Mode, backend: BackendOptions, dra_devices: str | None, vnpu: VnpuMode = VnpuMode.OFF, share: bool = False
+) -> int:
     check_vnpu_mode(mode, vnpu)  # a usage error (exit 2) before anything starts
     if vnpu is not VnpuMode.OFF and importlib.util.find_spec("celpy") is None:
         raise NpuPluginError(
@@ -559,9 +637,11 @@ def run_simulation(mode: Mode, backend: BackendOptions, dra_devices: str | None,
         dra_devices = dra_devices or default_dra_devices(devices)
         dra_owned = parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
     demo = vnpu_demo(plans, dra_owned)
+    shared = shared_demo(devices, mode, dra_owned) if share else None
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="npu-sim-") as root:
-        walkthrough = Walkthrough(mode, devices, dra_devices, Paths(Path(root)), vnpu=vnpu, chips=chips, demo=demo)
+        paths = Paths(Path(root))
+        walkthrough = Walkthrough(mode, devices, dra_devices, paths, vnpu=vnpu, chips=chips, demo=demo, shared=shared)
         try:
             asyncio.run(walkthrough.run())
         except (NpuPluginError, UnschedulableError, TimeoutError, LookupError, OSError, grpc.aio.AioRpcError) as error:

@@ -271,7 +271,8 @@ def pick(
             if len(chosen) == wanted:
                 break
             share = share_of(device, request, used) if device.shared else None
-            if _fits(device, left) and (share is not None or not device.shared):
+            asks_missing = any(name not in (device.entry.get("capacity") or {}) for name in request.capacity)
+            if _fits(device, left) and (share is not None or not (device.shared or asks_missing)):
                 chosen.append((device, share))
                 for key, amount in device.consumes.items():
                     left[key] -= amount

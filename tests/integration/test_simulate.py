@@ -209,3 +209,18 @@ def test_vnpu_without_cel_python_is_named_before_anything_starts() -> None:
         "cel-python, which is not installed: install the dev extras (pip install -e '.[dev]')"
     )
     assert run.stdout == ""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_share_walks_two_pods_on_one_npu(mode: str) -> None:
+    run = simulate("--mode", mode, "--fake-profile", "atlas-300i-duo", "--share")
+    assert run.returncode == 0, run.stdout + run.stderr
+    if mode != "dra":
+        chip = 1 if mode == "both" else 3
+        assert f"pod-a gets Ascend310P-{chip}-share-0: ASCEND_VISIBLE_DEVICES={chip}" in run.stdout
+        assert f"pod-b gets Ascend310P-{chip}-share-1: ASCEND_VISIBLE_DEVICES={chip}" in run.stdout
+    if mode != "device-plugin":
+        shares = re.findall(r"pod-[ab]-claim: npu-3 share ([0-9a-f-]{36})", run.stdout)
+        assert len(set(shares)) == 2, run.stdout
+        assert "pod-b-claim still prepared: True" in run.stdout
+    assert "every step succeeded" in run.stdout

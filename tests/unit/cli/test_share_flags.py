@@ -13,6 +13,8 @@ from npu_plugin.ascend.vnpu import Vnpu
 from npu_plugin.backends.fake.inventory_file import inventory_document
 from npu_plugin.backends.fake.profiles import profile_inventory
 from npu_plugin.cli.main import main
+from npu_plugin.cli.simulate import shared_demo
+from npu_plugin.config import Mode
 
 SERVE = ["serve", "--backend", "fake", "--fake-profile", "atlas-300i-duo"]
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -98,3 +100,10 @@ def test_inventory_resourceslice_shows_shared_chips_as_that_release_publishes_th
     (slice_,) = yaml.safe_load_all(capsys.readouterr().out)
     devices = slice_["spec"]["devices"]
     assert [d.get("allowMultipleAllocations", False) for d in devices] == [shared, False, False, False]
+
+
+def test_simulate_shares_the_last_chip_of_each_side() -> None:
+    duo = profile_inventory("atlas-300i-duo").devices
+    assert shared_demo(duo, Mode.DEVICE_PLUGIN, set()) == "3"
+    assert shared_demo(duo, Mode.DRA, {0, 1, 2, 3}) == "3"
+    assert shared_demo(duo, Mode.BOTH, {2, 3}) == "1,3"
