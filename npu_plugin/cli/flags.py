@@ -406,6 +406,13 @@ def _add_migrate_flags(migrate: FlagParser) -> None:
         + ")",
     )
     migrate.add_argument(
+        "--shared-device-class",
+        metavar="NAME",
+        type=matching(DNS_SUBDOMAIN, "a DeviceClass name (a DNS subdomain)"),
+        help="HAMi-style <resource>-memory/-core requests for one NPU become a claim for a share of a shared NPU "
+        "of this class (e.g. shared.npu.huawei.com), asking memory and aiCore capacity (default: a vNPU claim)",
+    )
+    migrate.add_argument(
         "--same-topology-group",
         action="store_true",
         help="claims for more than one NPU must come from one HCCS topology group (default off)",

@@ -111,7 +111,7 @@ def _migrate(jobs: list[_Job], options: Options) -> tuple[list[tuple[_Job, str, 
 
 def _options(args: argparse.Namespace) -> Options:
     names = tuple(dict.fromkeys(args.resource_name or KNOWN_RESOURCE_NAMES))
-    return Options(names, args.device_class, args.same_topology_group)
+    return Options(names, args.device_class, args.same_topology_group, shared_device_class=args.shared_device_class)
 
 
 def _jobs(args: argparse.Namespace) -> list[_Job]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -317,6 +317,17 @@ def vnpu_selectors(driver: str, family: str, vnpu: VnpuRequest) -> list[str]:
     return selectors
 
 
+def share_capacity(vnpu: VnpuRequest) -> dict[str, str]:
+    """The capacity requests of a share that holds what a HAMi-style request asked (memory in MiB,
+    AI cores)."""
+    requests = {}
+    if vnpu.memory_mib is not None:
+        requests["memory"] = _mib(vnpu.memory_mib)
+    if vnpu.aicore is not None:
+        requests["aiCore"] = str(vnpu.aicore)
+    return requests
+
+
 def _mib(amount: int) -> str:
     return f"{amount // 1024}Gi" if amount % 1024 == 0 else f"{amount}Mi"
 
@@ -329,15 +340,18 @@ def claim_template(
     topology_attribute: str | None,
     *,
     selectors: Sequence[str] = (),
+    capacity: Mapping[str, str] | None = None,
 ) -> CommentedMap:
     """A resource.k8s.io/v1 ResourceClaimTemplate asking for `count` devices of `device_class` that
-    match every CEL selector."""
+    match every CEL selector, each with these `capacity` requests."""
     metadata = CommentedMap([("name", name)] + ([("namespace", namespace)] if namespace else []))
     exactly = CommentedMap([("deviceClassName", device_class), ("allocationMode", "ExactCount"), ("count", count)])
     if selectors:
         exactly["selectors"] = CommentedSeq(
             [CommentedMap([("cel", CommentedMap([("expression", expression)]))]) for expression in selectors]
         )
+    if capacity:
+        exactly["capacity"] = CommentedMap([("requests", CommentedMap(capacity))])
     devices = CommentedMap([("requests", CommentedSeq([CommentedMap([("name", REQUEST_NAME), ("exactly", exactly)])]))])
     if topology_attribute and count > 1:
         names = CommentedSeq([REQUEST_NAME])

@@ -26,6 +26,9 @@ class Options:
     device_class: str | None = None  # one class for every resource instead of each one's own
     same_topology_group: bool = False
     driver_name: str = DEFAULT_DRIVER
+    # HAMi-style `<family>-memory`/`-core` requests of one NPU become a claim for a share of a shared
+    # NPU of this class (capacity requests) instead of a vNPU.
+    shared_device_class: str | None = None
 
     def device_class_for(self, resource: str) -> str | None:
         """The class a claim for `resource` asks for; None for a name with no shipped class and no

@@ -17,7 +17,16 @@ from typing import Any
 from ruamel.yaml.comments import CommentedMap
 
 from npu_plugin.errors import MigrateError
-from npu_plugin.migrate.claims import ContainerClaim, Place, apply, claim_template, plan, vnpu_selectors
+from npu_plugin.migrate.claims import (
+    ContainerClaim,
+    Place,
+    VnpuRequest,
+    apply,
+    claim_template,
+    plan,
+    share_capacity,
+    vnpu_selectors,
+)
 from npu_plugin.migrate.findings import (
     Finding,
     annotation_findings,
@@ -266,6 +275,16 @@ class _Stream:
 
     def template(self, found: Workload, item: ContainerClaim) -> CommentedMap:
         options = self.options
+        if item.vnpu is not None and options.shared_device_class is not None and item.count == 1:
+            return claim_template(
+                item.template,
+                found.namespace,
+                1,
+                options.shared_device_class,
+                None,
+                selectors=vnpu_selectors(options.driver_name, item.resource, VnpuRequest()),
+                capacity=share_capacity(item.vnpu),
+            )
         if item.vnpu is not None:
             selectors = vnpu_selectors(options.driver_name, item.resource, item.vnpu)
             return claim_template(

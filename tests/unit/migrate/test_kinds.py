@@ -680,3 +680,35 @@ def test_a_job_level_scheduler_is_named_once_for_all_its_templates() -> None:
         "v.yaml:1: document 1: batch.volcano.sh/v1alpha1/Job ml/w: schedulerName volcano must support DRA "
         "resource claims (Volcano needs its DRA support enabled), or the pods stay Pending",
     )
+
+
+@pytest.mark.parametrize(
+    ("limits", "count", "capacity"),
+    [
+        ("{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 4096}", 1, {"memory": "4Gi"}),
+        (
+            "{huawei.com/Ascend310P: 1, huawei.com/Ascend310P-memory: 3000, huawei.com/Ascend310P-core: 2}",
+            1,
+            {"memory": "3000Mi", "aiCore": "2"},
+        ),
+    ],
+)
+def test_with_a_shared_class_hami_requests_for_one_npu_become_a_share(
+    limits: str, count: int, capacity: dict[str, str]
+) -> None:
+    result = migrate_text(pod(limits), Options(shared_device_class="shared.npu.huawei.com"))
+    (template,) = [t for t in _objects(result.text) if t["kind"] == "ResourceClaimTemplate"]
+    (request,) = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == "shared.npu.huawei.com"
+    assert request["exactly"]["count"] == count
+    assert request["exactly"]["capacity"] == {"requests": capacity}
+    assert [s["cel"]["expression"] for s in request["exactly"]["selectors"]] == [SAME_310P]
+    assert migrate_text(result.text).changes == ()
+
+
+def test_a_hami_request_for_several_npus_stays_a_vnpu_claim_with_a_shared_class() -> None:
+    """A container gets one shared NPU: two shares would hand it two CDI devices that each set
+    ASCEND_VISIBLE_DEVICES."""
+    limits = "{huawei.com/Ascend910: 2, huawei.com/Ascend910-memory: '12288'}"
+    result = migrate_text(pod(limits), Options(shared_device_class="shared.npu.huawei.com"))
+    assert _vnpu_requests(result.text) == [("vnpu.npu.huawei.com", 2, [SAME_910, MEMORY.format("12Gi")])]
