@@ -26,6 +26,7 @@ from benchmarks import (
     bench_idle,
     bench_plan,
     bench_scale,
+    bench_shares,
     bench_vnpu,
 )
 from benchmarks.common import FULL, QUICK, Budget
@@ -41,6 +42,7 @@ SECTIONS: list[tuple[str, ModuleType, str]] = [
     ("idle: every mode at rest, default settings", bench_idle, "idle"),
     ("one health pass per backend", bench_health_pass, "health_pass"),
     ("vNPU: --vnpu dynamic on 16 dies", bench_vnpu, "vnpu"),
+    ("shared NPUs: share vs whole-NPU Prepare, 16 chips x 100 shares", bench_shares, "shares"),
     ("plan: 5,000 nodes, 40,000 NPU pods", bench_plan, "plan"),
     ("API cost: --claim-status and health taints on Kubernetes 1.37", bench_api_cost, "api_cost"),
 ]
