@@ -29,7 +29,6 @@ from benchmarks.common import (
     dev_root,
     dra_dirs,
     fake_api_argv,
-    fake_devices,
     first_line,
     percentile,
     serve_argv,
@@ -43,6 +42,7 @@ from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
 from npu_plugin.sim.rest import SLICES_PATH, RestClient
 from npu_plugin.sim.scheduler import DeviceRequest, allocate_claim
 from tests.support.cleanup import process, temporary_directory
+from tests.support.fake_devices import many_devices
 
 CHIPS, SHARES = 16, 100
 TARGETS = {"prepare_p50_ratio": 1.2, "published_s": 1.0, "list_kib": 256.0}
@@ -85,7 +85,7 @@ async def cycles(kubelet: DraKubeletSimulator, claims: dict[str, Claim], count: 
 
 async def dra(work: Path, url: str, budget: Budget) -> dict[str, Any]:
     rest = RestClient(url)
-    inventory = write_inventory(work / "dra.yaml", fake_devices(CHIPS))
+    inventory = write_inventory(work / "dra.yaml", many_devices(CHIPS))
     argv = serve_argv(
         "--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev_root(work, CHIPS)), *dra_dirs(work)
     )
@@ -114,7 +114,7 @@ async def dra(work: Path, url: str, budget: Budget) -> dict[str, Any]:
 
 
 async def device_plugin(work: Path) -> dict[str, Any]:
-    inventory = write_inventory(work / "dp.yaml", fake_devices(CHIPS))
+    inventory = write_inventory(work / "dp.yaml", many_devices(CHIPS))
     dev_root(work, CHIPS)
     share = ("--share-devices", "all", "--share-count", str(SHARES))
     started = time.monotonic()
