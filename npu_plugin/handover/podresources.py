@@ -1,8 +1,11 @@
-"""Client of the kubelet PodResources API: which NPUs running containers hold, per API."""
+"""Client of the kubelet PodResources API: which NPUs running containers hold, per API, and which
+container holds given device-plugin ids."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -60,11 +63,38 @@ def dra_chip(name: str) -> int | None:
 async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[int], set[int]] | None:
     """What containers hold now, or None when the kubelet cannot be asked (missing socket,
     error)."""
+    response = await list_pod_resources(socket)
+    return None if response is None else held_devices(response, resource_name, driver)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    namespace: str
+    pod: str
+    container: str
+
+
+def holders_of(response: pb.ListPodResourcesResponse, resource_name: str, device_ids: Collection[str]) -> list[Holder]:
+    """The containers holding exactly these device-plugin ids of `resource_name` (pure): after an
+    Allocate, the one container the kubelet gave them to."""
+    wanted = set(device_ids)
+    return [
+        Holder(pod.namespace, pod.name, container.name)
+        for pod in response.pod_resources
+        for container in pod.containers
+        if any(d.resource_name == resource_name and set(d.device_ids) == wanted for d in container.devices)
+    ]
+
+
+async def list_pod_resources(socket: Path) -> pb.ListPodResourcesResponse | None:
+    """The kubelet's List answer, or None when it cannot be asked (missing socket, error; logged)."""
     if not socket.exists():
         return None
     try:
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-            response = await pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=TIMEOUT)
+            response: pb.ListPodResourcesResponse = await pb_grpc.PodResourcesListerStub(channel).List(
+                pb.ListPodResourcesRequest(), timeout=TIMEOUT
+            )
     except grpc.aio.AioRpcError as error:
         log.warning(
             "PodResources List on %s failed: %s %s",
@@ -74,4 +104,4 @@ async def list_held(socket: Path, resource_name: str, driver: str) -> tuple[set[
             extra={"error": f"{error.code().name}: {error.details()}"},
         )
         return None
-    return held_devices(response, resource_name, driver)
+    return response

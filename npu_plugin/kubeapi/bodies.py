@@ -13,6 +13,7 @@ from npu_plugin.errors import KubeApiError, clipped
 from npu_plugin.kubeapi.protocol import (
     Node,
     ObjectList,
+    Pod,
     ResourceClaim,
     SliceEvent,
     SliceList,
@@ -64,6 +65,19 @@ def parse_node(data: dict[str, Any]) -> Node:
 def parse_claim(data: dict[str, Any]) -> ResourceClaim:
     _meta(data, "the ResourceClaim")
     return cast(ResourceClaim, data)
+
+
+def parse_pod(value: object, where: str = "the Pod") -> Pod:
+    data = _mapping(value, where)
+    meta = _meta(data, where, "name", "namespace", "uid", "resourceVersion")
+    meta["annotations"] = _mapping(meta.get("annotations", {}), f"{where}.metadata.annotations")
+    for key in ("spec", "status"):
+        data[key] = _mapping(data.get(key, {}), f"{where}.{key}")
+    return cast(Pod, data)
+
+
+def parse_pod_list(data: dict[str, Any]) -> list[Pod]:
+    return [parse_pod(item, f"items[{index}]") for index, item in enumerate(_list(data, "items", "the list"))]
 
 
 def parse_slice_list(data: dict[str, Any]) -> SliceList:

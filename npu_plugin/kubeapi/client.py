@@ -35,6 +35,8 @@ from npu_plugin.kubeapi.bodies import (
     parse_device_class_list,
     parse_line,
     parse_node,
+    parse_pod,
+    parse_pod_list,
     parse_slice,
     parse_slice_list,
     parse_version,
@@ -51,6 +53,7 @@ from npu_plugin.kubeapi.kubeconfig import (
 from npu_plugin.kubeapi.protocol import (
     Node,
     ObjectList,
+    Pod,
     ResourceClaim,
     ResourceSlice,
     SliceEvent,
@@ -69,6 +72,9 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 SLICE = "/apis/resource.k8s.io/v1/resourceslices/{name}"
 CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 CLAIM_STATUS = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}/status"
+PODS = "/api/v1/pods"
+POD = "/api/v1/namespaces/{namespace}/pods/{name}"
+MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # a JSON body is YAML too
 DEVICE_CLASSES = "/apis/resource.k8s.io/v1/deviceclasses"
 
@@ -298,6 +304,33 @@ class KubeClient:
             query={"fieldManager": field_manager, "force": "true"},
             body=body,
             content_type=APPLY_PATCH,
+        )
+
+    def list_pods(self, node: str) -> list[Pod]:
+        action = f"list pods on node {node}"
+        status, data = self._json(action, "GET", PODS, query={"fieldSelector": f"spec.nodeName={node}"})
+        return checked_response(action, status, lambda: parse_pod_list(data))
+
+    def get_pod(self, namespace: str, name: str) -> Pod:
+        action = f"get pod {namespace}/{name}"
+        status, data = self._json(action, "GET", POD, params={"namespace": namespace, "name": name})
+        return checked_response(action, status, lambda: parse_pod(data))
+
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str], *, uid: str, resource_version: str = ""
+    ) -> None:
+        # uid and resourceVersion in a merge patch are preconditions: the server answers 409
+        # Conflict when the stored pod differs.
+        metadata: dict[str, Any] = {"uid": uid, "annotations": dict(annotations)}
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        self._request(
+            f"annotate pod {namespace}/{name}",
+            "PATCH",
+            POD,
+            params={"namespace": namespace, "name": name},
+            body={"metadata": metadata},
+            content_type=MERGE_PATCH,
         )
 
     def close(self) -> None:

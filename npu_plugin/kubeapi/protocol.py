@@ -37,6 +37,8 @@ class ObjectMeta(TypedDict, total=False):
     uid: str
     resourceVersion: str
     labels: dict[str, str]
+    annotations: dict[str, str]
+    creationTimestamp: str
     ownerReferences: list[OwnerReference]
     managedFields: list[ManagedFieldsEntry]
 
@@ -201,6 +203,15 @@ class ResourceClaim(TypedDict):
     status: NotRequired[ClaimStatus]
 
 
+class Pod(TypedDict):
+    """Only `metadata` (name, namespace, uid, resourceVersion) is checked on reading; `spec` and
+    `status` are read field by field by those who need them."""
+
+    metadata: ObjectMeta
+    spec: NotRequired[dict[str, Any]]
+    status: NotRequired[dict[str, Any]]
+
+
 class KubeApi(Protocol):
     """Blocking calls; every failure (unreachable, error status, a body that is not the expected
     object) raises KubeApiError. Callers run them off the event loop."""
@@ -241,6 +252,19 @@ class KubeApi(Protocol):
         self, resource_version: str, timeout_seconds: int
     ) -> Iterator[WatchEvent[StoredDeviceClass]]:
         """As `watch_slices`, for every DeviceClass of the cluster."""
+        ...
+
+    def list_pods(self, node: str) -> list[Pod]:
+        """The pods bound to `node` (every namespace)."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> Pod: ...
+
+    def annotate_pod(
+        self, namespace: str, name: str, annotations: Mapping[str, str], *, uid: str, resource_version: str = ""
+    ) -> None:
+        """A merge patch of these annotations, applied only while the pod is still the one with
+        `uid` (and, when given, at `resource_version`): otherwise a 409 Conflict."""
         ...
 
     def close(self) -> None: ...

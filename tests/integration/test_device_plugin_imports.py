@@ -28,7 +28,7 @@ NOT_LOADED = {
     "npu_plugin.kubeapi.connection": "DRA",
     "urllib3": "DRA",
     "npu_plugin.handover.workflow": "dra and both modes",
-    "npu_plugin.handover.podresources": "dra and both modes",
+    "npu_plugin.handover.podresources": "dra and both modes, --pod-annotations",
     "npu_plugin.inventory.vnpu_plans": "--vnpu static|dynamic",
     "npu_plugin.deviceplugin.vnpu_service": "a vNPU resource (--vnpu static|dynamic)",
     "npu_plugin.backends.fake.vnpu_hardware": "the fake backend's first vNPU call",

@@ -302,8 +302,8 @@ def test_dra_paths(mode: str) -> None:
     assert _host_path(mode, "/etc/cdi") == "/etc/cdi"
 
 
-def test_device_plugin_mode_has_no_api_token_and_no_dra_mounts() -> None:
-    assert daemonset("device-plugin")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+def test_device_plugin_mode_has_a_token_for_pod_annotations_and_no_dra_mounts() -> None:
+    assert daemonset("device-plugin")["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
     assert not any(p.startswith(f"{KUBELET}/plugins") for p in _mounts("device-plugin"))
 
 
@@ -346,7 +346,7 @@ def test_both_mode_reads_dra_devices_from_the_configmap() -> None:
     assert configmap["data"][ref["key"]].strip()
 
 
-@pytest.mark.parametrize("mode", ["dra", "both"])
+@pytest.mark.parametrize("mode", MODES)
 def test_the_pod_resources_socket_is_mounted_read_only(mode: str) -> None:
     assert _flag(overlay_args(mode), "pod-resources-socket") == f"{KUBELET}/pod-resources/kubelet.sock"
     assert _host_path(mode, f"{KUBELET}/pod-resources") == f"{KUBELET}/pod-resources"
@@ -414,6 +414,60 @@ def test_claim_status_policy_pins_status_writes_to_the_token_node_and_our_driver
     text = yaml.safe_dump(spec)
     for needed in ("authentication.kubernetes.io/node-name", "metadata.name", f"d.driver != '{DRIVER}'", "allocation"):
         assert needed in text, needed
+
+
+ANNOTATIONS = ("huawei.com/kltDev", "huawei.com/AscendReal", "ascend.kubectl.kubernetes.io/ascend-910-configuration")
+
+
+def _pod(node: str | None = "node-a", **annotations: str) -> Obj:
+    spec: Obj = {"containers": [{"name": "c", "image": "i"}]} | ({"nodeName": node} if node else {})
+    return {"metadata": {"name": "p", "labels": {"app": "x"}, "annotations": annotations}, "spec": spec}
+
+
+def _admits(policy: Obj, old: Obj, new: Obj, token_node: str = "node-a") -> list[str]:
+    """The messages of the policy's validations that fail for this update, evaluated with cel-python
+    (the variables written with CEL's optional syntax, which it lacks, are given)."""
+    env = celpy.Environment()
+
+    def run(expression: str, activation: dict[str, Any]) -> Any:
+        return env.program(env.compile(expression)).evaluate(activation)
+
+    activation: dict[str, Any] = {"object": json_to_cel(new), "oldObject": json_to_cel(old)}
+    variables: dict[str, Any] = {"tokenNode": celpy.celtypes.StringType(token_node)}
+    for variable in policy["spec"]["variables"]:
+        if variable["name"] not in variables:
+            variables[variable["name"]] = run(variable["expression"], activation | {"variables": variables})
+    activation["variables"] = celpy.celtypes.MapType(variables)
+    return [
+        v.get("message", v.get("messageExpression", ""))
+        for v in policy["spec"]["validations"]
+        if not bool(run(v["expression"], activation))
+    ]
+
+
+def test_pod_policy_lets_a_node_annotate_only_its_own_pods_and_only_mindclusters_keys() -> None:
+    objs = build("device-plugin")
+    sa = _one(objs, "ServiceAccount")["metadata"]
+    policy = _named(objs, "ValidatingAdmissionPolicy", "npu-plugin-pods")
+    binding = _named(objs, "ValidatingAdmissionPolicyBinding", "npu-plugin-pods")
+    assert binding["spec"] == {"policyName": "npu-plugin-pods", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == ([""], ["pods"], ["UPDATE"])
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f'"system:serviceaccount:{sa["namespace"]}:{sa["name"]}"' in condition["expression"]
+    ours = dict.fromkeys(ANNOTATIONS, "x")
+    assert _admits(policy, _pod(), _pod(**ours)) == []
+    assert _admits(policy, _pod(**ours), _pod(**{k: "y" for k in ours}, other="kept")) != []
+    assert _admits(policy, _pod(other="a", **ours), _pod(other="a")) == []  # removing ours is fine
+    assert len(_admits(policy, _pod(other="a"), _pod(other="b"))) == 1  # another key
+    assert len(_admits(policy, _pod(other="a"), _pod())) == 1  # removing another key
+    assert len(_admits(policy, _pod(node="node-b"), _pod(node="node-b", **ours))) == 1  # another node
+    assert len(_admits(policy, _pod(node=None), _pod(node=None, **ours))) == 1  # not bound yet
+    assert _admits(policy, _pod(), _pod(**ours), token_node="")  # a token bound to no node
+    relabelled = _pod(**ours) | {"metadata": {"name": "p", "labels": {"app": "y"}, "annotations": ours}}
+    assert len(_admits(policy, _pod(), relabelled)) == 1
+    assert "predicate-time" not in yaml.safe_dump(policy["spec"]["variables"])
 
 
 def test_namespace_admits_privileged_pods() -> None:

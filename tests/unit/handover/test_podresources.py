@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from npu_plugin._proto import podresources_v1_pb2 as pb
-from npu_plugin.handover.podresources import dra_chip, held_devices
+from npu_plugin.handover.podresources import dra_chip, held_devices, holders_of
 
 RESOURCE, DRIVER = "huawei.com/Ascend910", "npu.huawei.com"
 
@@ -63,3 +63,32 @@ def test_held_devices(
 )
 def test_dra_chip_reads_every_device_name_form(name: str, chip: int | None) -> None:
     assert dra_chip(name) == chip
+
+
+def pods(*held: tuple[str, str, str, list[str]]) -> pb.ListPodResourcesResponse:
+    """(pod, container, resource, ids) per container."""
+    response = pb.ListPodResourcesResponse()
+    for pod, container, resource, ids in held:
+        entry = response.pod_resources.add(name=pod, namespace="ns").containers.add(name=container)
+        entry.devices.add(resource_name=resource, device_ids=ids)
+    return response
+
+
+@pytest.mark.parametrize(
+    ("response", "ids", "expected"),
+    [
+        (pods(("a", "c", RESOURCE, ["Ascend910-1", "Ascend910-0"])), ["Ascend910-0", "Ascend910-1"], [("a", "c")]),
+        (pods(("a", "c", RESOURCE, ["Ascend910-0", "Ascend910-1"])), ["Ascend910-0"], []),  # not the same set
+        (pods(("a", "c", "huawei.com/Ascend310P", ["Ascend910-0"])), ["Ascend910-0"], []),  # another resource
+        (
+            pods(("a", "c", RESOURCE, ["Ascend910-2"]), ("b", "d", RESOURCE, ["Ascend910-2"])),
+            ["Ascend910-2"],
+            [("a", "c"), ("b", "d")],
+        ),
+        (pods(), ["Ascend910-0"], []),
+    ],
+)
+def test_holders_of_are_the_containers_holding_exactly_the_ids(
+    response: pb.ListPodResourcesResponse, ids: list[str], expected: list[tuple[str, str]]
+) -> None:
+    assert [(h.pod, h.container) for h in holders_of(response, RESOURCE, ids)] == expected

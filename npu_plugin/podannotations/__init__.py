@@ -1,0 +1,1 @@
+"""The pod annotations MindCluster's device plugin writes, written by npu-plugin in both modes."""
