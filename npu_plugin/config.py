@@ -83,6 +83,8 @@ class Config:
     unhealthy_policy: UnhealthyPolicy = UnhealthyPolicy.AUTO
     fault_policy: Path | None = None
     claim_status: bool = False
+    pod_annotations: bool | None = None  # None: on when API credentials exist
+    volcano: bool = False
     healthcheck_port: int = -1
     metrics_port: int = -1
     bind_address: str = "0.0.0.0"
@@ -102,6 +104,22 @@ class Config:
             raise ConfigError(f"--node-name (or NODE_NAME) is required with --mode {self.mode}")
         if self.mode is Mode.BOTH and not self.dra_devices:
             raise ConfigError("--dra-devices is required with --mode both (e.g. 4-7 or ring-1)")
+        if (self.volcano or self.pod_annotations) and not self.node_name:
+            flag = "--volcano" if self.volcano else "--pod-annotations"
+            raise ConfigError(
+                f"{flag} needs --node-name (or NODE_NAME): only pods bound to this node are read and written"
+            )
+        if self.volcano and not self.mode.serves_device_plugin:
+            raise ConfigError("--volcano chooses the devices of Allocate: it needs --mode device-plugin or both")
+        if self.volcano and self.share_devices:
+            raise ConfigError(
+                "--volcano serves the whole NPUs Volcano names; it cannot be combined with --share-devices"
+            )
+        if self.volcano and self.pod_annotations is False:
+            raise ConfigError(
+                "--volcano marks served pods and writes their annotations as MindCluster does; it cannot be combined "
+                "with --pod-annotations=false"
+            )
         if self.healthcheck_port > 0 and self.healthcheck_port == self.metrics_port:
             raise ConfigError(
                 f"--healthcheck-port {self.healthcheck_port} and --metrics-port {self.metrics_port}: the gRPC "
@@ -133,7 +151,7 @@ class Config:
 def check_paths(config: Config) -> None:
     """Every directory flag the enabled modes use must be a directory where it already exists, and a
     kubeconfig given must be a file."""
-    if config.serves_dra and config.kubeconfig is not None and not config.kubeconfig.is_file():
+    if config.kubeconfig is not None and not config.kubeconfig.is_file():
         problem = "is not a file" if config.kubeconfig.exists() else "no such file"
         raise ConfigError(f"--kubeconfig {config.kubeconfig}: {problem}")
     flags = {"dev-root": config.dev_root}

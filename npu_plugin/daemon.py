@@ -33,11 +33,15 @@ if TYPE_CHECKING:
     from npu_plugin.deviceplugin.extended_classes import ExtendedClassCheck
     from npu_plugin.deviceplugin.listing import DeviceListing
     from npu_plugin.deviceplugin.resources import DevicePlugins
+    from npu_plugin.deviceplugin.service import Grant
+    from npu_plugin.deviceplugin.volcano import VolcanoChoice
     from npu_plugin.dra.plugin import DraPlugin
+    from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
     from npu_plugin.dra.vnpus import VnpuOperations
     from npu_plugin.handover.workflow import Handover
     from npu_plugin.inventory.vnpu_refresh import VnpuRelist
     from npu_plugin.kubeapi.protocol import KubeApi
+    from npu_plugin.podannotations.writer import PodAnnotator
 
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 3.0
@@ -99,6 +103,17 @@ def resolve_sharing(config: Config, devices: list[Device], vnpus: Mapping[int, t
     return sharing
 
 
+def api_credentials(config: Config, environ: Mapping[str, str]) -> bool:
+    """Whether the daemon can reach the API server: --kubeconfig, or a pod's service account."""
+    if config.kubeconfig is not None:
+        return True
+    if not environ.get("KUBERNETES_SERVICE_HOST"):
+        return False
+    from npu_plugin.kubeapi.kubeconfig import SERVICE_ACCOUNT_DIR
+
+    return (SERVICE_ACCOUNT_DIR / "token").is_file()
+
+
 def resolve_resource_name(config: Config, devices: list[Device]) -> str:
     if config.resource_name != "auto":
         return config.resource_name
@@ -136,8 +151,8 @@ class Daemon:
         self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
         self._kube: KubeApi | None = None
         self.class_check: ExtendedClassCheck | None = None
-        # In a pod, the service account's credentials are there; out of one, only --kubeconfig.
-        self._in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+        self.volcano: VolcanoChoice | None = None
+        self.annotator = self._pod_annotator()
         self.vnpu_relist = self._vnpu_relist()
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
         self.handover = self._handover(self.dra) if self.dra is not None else None
@@ -153,10 +168,14 @@ class Daemon:
             loop.add_signal_handler(sig, self._on_signal, sig)
         loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
         self._log_start()
+        if self.annotator is None and self.config.pod_annotations is None:
+            log.info("pod annotations off: no API credentials or no --node-name (--pod-annotations)")
         if self.handover is not None:
             await self.handover.take_ownership()
         # Everything that can fail at start on the node's files does so before any task runs.
         device_plugin = self._device_plugin() if self.config.serves_device_plugin else None
+        if self.volcano is not None:
+            await self.volcano.load()
         monitor = HealthMonitor(self.backend, self.inventory, self.config.dev_root, self.config.health_interval)
         monitor.start_watching()
         apis = [
@@ -185,6 +204,8 @@ class Daemon:
         finally:
             monitor.stop_watching()
             self.telemetry.close()
+            if self.annotator is not None:
+                await self.annotator.close()
         log.info("npu-plugin stopped")
         return 0
 
@@ -223,6 +244,7 @@ class Daemon:
 
         config, device_type = self.config, self.devices[0].device_type
         listing = self._device_listing()
+        volcano = self.volcano = self._volcano(listing) if config.volcano else None
         driver = config.driver_name if config.cdi_enabled else None
         if driver is not None:
             from npu_plugin.cdi.files import write_static_spec
@@ -231,13 +253,21 @@ class Daemon:
             log.info("static CDI spec for the device plugin written to %s", path)
 
         def make_service(vnpu_resource: str | None) -> DevicePluginService:
+            allocated, granted = self.telemetry.allocated, self._granted
+            if vnpu_resource is None and volcano is not None:
+                from npu_plugin.deviceplugin.volcano import VolcanoDevicePluginService
+
+                return VolcanoDevicePluginService(
+                    listing, self.layout, device_type, driver, choice=volcano, on_allocate=allocated, on_granted=granted
+                )
             if vnpu_resource is None:
                 return DevicePluginService(
                     listing,
                     self.layout,
                     device_type,
                     driver,
-                    self.telemetry.allocated,
+                    on_allocate=allocated,
+                    on_granted=granted,
                     sharing=self.sharing,
                     share_allocation=config.share_allocation,
                 )
@@ -261,6 +291,69 @@ class Daemon:
             on_registered=lambda up: self.telemetry.registered(Mode.DEVICE_PLUGIN, up),
             on_new_resource=self._recheck_classes,
         )
+
+    def _granted(self, grant: Grant, kubelet_ids: Sequence[str]) -> None:
+        """After an Allocate of whole NPUs: MindCluster's annotations on the pod that got them."""
+        if self.annotator is None:
+            return
+        from npu_plugin.podannotations.writer import allocate_job
+
+        snapshot = self.inventory.snapshot()
+        devices = [view.device for i in grant.physical_ids if (view := snapshot.get(i)) is not None]
+        self.annotator.submit(allocate_job(kubelet_ids, devices, grant.pod))
+
+    def _claims_prepared(self, prepared: Sequence[tuple[ClaimRef, PrepareResult]]) -> None:
+        """After a Prepare: MindCluster's annotations on the pods the claims are reserved for."""
+        if self.annotator is None or not any(result.pods for _ref, result in prepared):
+            return
+        from npu_plugin.podannotations.writer import claim_jobs
+
+        snapshot = self.inventory.snapshot()
+        batch = [
+            (
+                ref.label,
+                result.pods,
+                [view.device for d in result.devices if (view := snapshot.get(d.physical_id)) is not None],
+            )
+            for ref, result in prepared
+        ]
+        for job in claim_jobs(batch):
+            self.annotator.submit(job)
+
+    def _pod_annotator(self) -> PodAnnotator | None:
+        """--pod-annotations: on when asked, or by default when credentials exist and the node is
+        named."""
+        config = self.config
+        wanted = config.pod_annotations
+        if wanted is None:
+            wanted = config.node_name is not None and api_credentials(config, os.environ)
+        if not wanted:
+            return None
+        assert config.node_name is not None
+        from npu_plugin.podannotations.writer import PodAnnotator
+
+        return PodAnnotator(
+            self._client(),
+            config.node_name,
+            resource_name=self.resource_name,
+            pod_resources_socket=config.pod_resources_socket,
+            on_result=self.telemetry.pod_annotations,
+        )
+
+    def _volcano(self, listing: DeviceListing) -> VolcanoChoice:
+        from npu_plugin.ascend.device import id_prefix
+        from npu_plugin.deviceplugin.volcano import VolcanoChoice
+
+        assert self.config.node_name is not None
+        choice = VolcanoChoice(
+            self._client(),
+            self.config.node_name,
+            self.resource_name,
+            id_prefix(self.devices[0].device_type),
+            on_result=self.telemetry.volcano,
+        )
+        choice.changed = listing.nudge
+        return choice
 
     def _device_listing(self) -> DeviceListing:
         """The device plugin's devices; under --vnpu static|dynamic also the vNPUs on the chips (the
@@ -337,6 +430,7 @@ class Daemon:
             on_claim_status=self.telemetry.claim_status,
             on_foreign_slices=self.telemetry.foreign_slices,
             sharing=self.sharing,
+            on_prepared=self._claims_prepared,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         if self.sharing.enabled:
@@ -344,8 +438,8 @@ class Daemon:
         return plugin
 
     def _client(self) -> KubeApi:
-        """The one API client of the daemon (DRA and the DeviceClass check share it); ConfigError
-        without credentials."""
+        """The one API client of the daemon (DRA, the DeviceClass check and the pod annotations share
+        it); ConfigError without credentials."""
         if self._kube is None:
             from npu_plugin.kubeapi.client import KubeClient, connect
 
@@ -354,8 +448,8 @@ class Daemon:
 
     def _extended_class_check(self, device_plugin: DevicePlugins) -> ExtendedClassCheck | None:
         """With API credentials, watch the DeviceClasses for one mapping a name the device plugin
-        advertises; without (the device-plugin overlay mounts no token), the check is off."""
-        if self.config.kubeconfig is None and not self._in_cluster:
+        advertises; without (no token mounted, no --kubeconfig), the check is off."""
+        if not api_credentials(self.config, os.environ):
             log.info("no Kubernetes credentials: DeviceClasses mapping this node's device-plugin names are not checked")
             return None
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from npu_plugin.ascend.container_edits import HostLayout
+from npu_plugin.ascend.container_edits import HostLayout, Mount
 from npu_plugin.ascend.device import Device
 from npu_plugin.cdi.spec import claim_spec, spec_bytes, static_spec
 from npu_plugin.errors import CdiError, describe_os_error
@@ -66,8 +66,9 @@ def write_claim_spec(
     layout: HostLayout,
     *,
     virtual: Mapping[str, Sequence[int]] | None = None,
+    mounts: Mapping[str, Mount] | None = None,
 ) -> None:
-    spec = claim_spec(driver, claim_uid, requests, layout, virtual=virtual)
+    spec = claim_spec(driver, claim_uid, requests, layout, virtual=virtual, mounts=mounts)
     write_atomic(claim_spec_path(cdi_root, driver, claim_uid), spec_bytes(spec), durable=CDI_DURABLE)
 
 

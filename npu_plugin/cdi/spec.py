@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NotRequired, TypedDict
 
-from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, container_edits, split_edits
+from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, Mount, container_edits, split_edits
 from npu_plugin.ascend.device import Device, dra_name
 
 CDI_CLASS = "npu"
@@ -158,20 +158,22 @@ def claim_spec(
     layout: HostLayout,
     *,
     virtual: Mapping[str, Sequence[int]] | None = None,
+    mounts: Mapping[str, Mount] | None = None,
 ) -> CdiSpec:
     """A claim's spec with a device per request whose edits expose exactly that request's NPUs: the
     whole NPUs in `requests` (physical ids) or the vNPU in `virtual` (vNPU ids; a vNPU is alone in
-    its request)."""
-    virtual = virtual or {}
-    devices = [
-        CdiDevice(
-            claim_device_name(claim_uid, request),
+    its request), plus the request's entry of `mounts` (its device metadata file)."""
+    virtual, mounts = virtual or {}, mounts or {}
+    devices = []
+    for request in sorted(requests.keys() | virtual.keys()):
+        edits = (
             container_edits(layout, virtual[request], virtual=True)
             if request in virtual
-            else container_edits(layout, requests[request]),
+            else container_edits(layout, requests[request])
         )
-        for request in sorted(requests.keys() | virtual.keys())
-    ]
+        if request in mounts:
+            edits = replace(edits, mounts=(*edits.mounts, mounts[request]))
+        devices.append(CdiDevice(claim_device_name(claim_uid, request), edits))
     return render_spec(driver, devices)
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from npu_plugin.cli.flagtypes import FALSE_WORDS, TRUE_WORDS
+
 EXIT_USAGE = 2
 
 # Twins the seed manifests already name.
@@ -32,7 +34,6 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "healthcheck-port": ("HEALTHCHECK_PORT",),
     "kubeconfig": ("KUBECONFIG",),
 }
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 _COMMAND_LINE = "the command line"
 
 
@@ -193,9 +194,9 @@ def _environment_value(
     refused."""
     if switch is not None:
         word = text.strip().lower()
-        if word not in _TRUE | _FALSE:
+        if word not in TRUE_WORDS | FALSE_WORDS:
             return BadEnvironment(variable, text, f"{switch} takes true or false")
-        return word in _TRUE
+        return word in TRUE_WORDS
     try:
         return convert(text) if convert is not None else text
     except (argparse.ArgumentTypeError, ValueError) as error:

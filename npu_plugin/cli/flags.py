@@ -21,6 +21,7 @@ from npu_plugin.cli.flagtypes import (
     absolute_path,
     address,
     among,
+    boolean,
     dns_subdomain,
     kubernetes_minor,
     matching,
@@ -187,6 +188,16 @@ def _add_serve_flags(serve: FlagParser) -> None:
         metavar="{nodes,runtime}",
         help="nodes: device nodes and env; runtime: env only (Ascend Docker Runtime adds the nodes)",
     )
+    what.add_argument(
+        "--pod-annotations",
+        type=boolean,
+        nargs="?",
+        const=True,
+        metavar="true|false",
+        help="write MindCluster's pod annotations (huawei.com/kltDev, huawei.com/AscendReal, "
+        "ascend.kubectl.kubernetes.io/ascend-910-configuration) on the pods that got NPUs, in every mode",
+        shown_default="on when API credentials exist (in-cluster token or --kubeconfig)",
+    )
     what.add_argument("--mount-driver", action="store_true", help="also mount the driver read-only into containers")
     _add_backend_flags(serve)
     health = serve.add_flag_group("health")
@@ -221,6 +232,12 @@ def _add_serve_flags(serve: FlagParser) -> None:
         default=Path("/var/lib/kubelet/device-plugins"),
         metavar="DIR",
         help="holds kubelet.sock and the plugin's socket",
+    )
+    plugin.add_argument(
+        "--volcano",
+        action="store_true",
+        help="serve the devices Volcano's Ascend plugin chose (the pod annotation huawei.com/Ascend910 of the oldest "
+        "pending pod with an unused predicate-time, as MindCluster's -volcanoType) instead of the kubelet's ids",
     )
     plugin.add_argument(
         "--cdi-enabled",
@@ -278,7 +295,8 @@ def _add_serve_flags(serve: FlagParser) -> None:
         type=absolute_path,
         default=Path("/var/lib/kubelet/pod-resources/kubelet.sock"),
         metavar="PATH",
-        help="kubelet PodResources API, read to see which devices containers hold",
+        help="kubelet PodResources API, read to see which devices containers hold (also which container an "
+        "Allocate served, for --pod-annotations)",
     )
     dra.add_argument(
         "--unhealthy-policy",

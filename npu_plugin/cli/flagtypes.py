@@ -23,7 +23,18 @@ RESOURCE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$")
 
 
+TRUE_WORDS, FALSE_WORDS = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off", ""})
+
+
 # Value checkers: raise argparse.ArgumentTypeError with what is allowed.
+def boolean(value: str) -> bool:
+    """true/false (also yes/no, on/off, 1/0), any case."""
+    word = value.strip().lower()
+    if word not in TRUE_WORDS | FALSE_WORDS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
+    return word in TRUE_WORDS
+
+
 def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
     """An argparse type that accepts values of `pattern` (at most 253 characters), naming `what`
     otherwise."""

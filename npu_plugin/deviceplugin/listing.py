@@ -116,6 +116,10 @@ class DeviceListing:
         devices = [v.device for v in self._inventory.snapshot().devices]
         self._vnpus = vnpus
         self._virtual = tuple(virtual_devices(self._domain, devices, vnpus))
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Send every watcher the current listing again (what it maps to changed: --volcano)."""
         for waiter in self._waiters:
             waiter.set()
 

@@ -26,6 +26,7 @@ from npu_plugin.errors import AllocationError, quoted
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.inventory.state import DeviceView, Snapshot
+from npu_plugin.podannotations.mindcluster import PodRef
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -134,10 +135,11 @@ def container_response(edits: ContainerEdits, cdi_ids: Sequence[str]) -> pb.Cont
 @dataclass(frozen=True, slots=True)
 class Grant:
     """What one container request gets: the ids its response is built from (physical or vNPU ids)
-    and the physical chips behind them (for the log)."""
+    and the physical chips behind them (for the log); `pod` when the pod is known (--volcano)."""
 
     ids: tuple[int, ...]
     physical_ids: tuple[int, ...]
+    pod: PodRef | None = None
 
 
 class DevicePluginService(pb_grpc.DevicePluginServicer):
@@ -149,13 +151,17 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
         layout: HostLayout,
         device_type: str,
         cdi_driver: str | None,
-        on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
         *,
+        on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
+        on_granted: Callable[[Grant, Sequence[str]], None] = lambda _grant, _ids: None,
         sharing: Sharing = NO_SHARING,
         share_allocation: ShareAllocation = ShareAllocation.SPREAD,
     ) -> None:
+        """`on_granted` hears each container request served, with the kubelet's ids, after the
+        answer is built (the pod annotations start from there)."""
         self._listing, self._layout = listing, layout
         self._sharing, self._share_allocation = sharing, share_allocation
+        self._on_granted = on_granted
         self._prefix = id_prefix(device_type)
         self._cdi_driver = cdi_driver
         self._on_allocate = on_allocate
@@ -231,7 +237,7 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
             try:
                 if not container.devices_ids:
                     raise AllocationError("a container request names no devices")
-                granted.append(self._grant(listing, container.devices_ids))
+                granted.append(await self._choose(listing, container.devices_ids))
             except AllocationError as error:
                 log.warning("Allocate refused: %s", error, extra={"error": str(error)})
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {error}")
@@ -244,7 +250,13 @@ class DevicePluginService(pb_grpc.DevicePluginServicer):
                     extra={"device": device_key(grant.physical_ids)},
                 )
         self._on_allocate(time.perf_counter() - started, len(granted))
+        for container, grant in zip(request.container_requests, granted, strict=True):
+            self._on_granted(grant, container.devices_ids)
         return response
+
+    async def _choose(self, listing: Listing, device_ids: Sequence[str]) -> Grant:
+        """The devices one container request gets (AllocationError: none)."""
+        return self._grant(listing, device_ids)
 
     def _grant(self, listing: Listing, device_ids: Sequence[str]) -> Grant:
         ids = tuple(

@@ -62,7 +62,7 @@ class VnpuDevicePluginService(DevicePluginService):
         resource_name: str,
         on_allocate: Callable[[float, int], None] = lambda _seconds, _count: None,
     ) -> None:
-        super().__init__(listing, layout, device_type, cdi_driver, on_allocate)
+        super().__init__(listing, layout, device_type, cdi_driver, on_allocate=on_allocate)
         self._resource_name = resource_name
 
     def _list(self, listing: Listing) -> pb.ListAndWatchResponse:

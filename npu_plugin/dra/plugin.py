@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,6 +21,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.checkpoint import CheckpointStore
 from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.fault_policy_file import FaultPolicyFile
+from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.dra.publisher import SlicePublisher
 from npu_plugin.dra.service import HealthFeed, Registration, dra_services
@@ -93,6 +94,7 @@ class DraPlugin:
         on_claim_status: Callable[[str], None] = lambda _result: None,
         on_foreign_slices: Callable[[tuple[str, ...]], None] = lambda _names: None,
         sharing: Sharing = NO_SHARING,
+        on_prepared: Callable[[Sequence[tuple[ClaimRef, PrepareResult]]], None] = lambda _prepared: None,
     ) -> None:
         """`fault_policy` is read here (ConfigError when it is bad) and followed while `run` runs;
         `claim_status` writes prepared claims' device status (`on_claim_status` hears each
@@ -131,10 +133,11 @@ class DraPlugin:
             vnpus=vnpus,
             on_vnpus_changed=self.publisher.trigger_from_thread,
             shared=sharing.shared,
+            plugin_dir=paths.dra_socket.parent,
         )
         self.observe, self._vnpus = observe, vnpus
         health = HealthFeed(inventory, node_name, health_timeout_seconds, samples_fresh, self._closing)
-        self._services = dra_services(self.preparer, self._observe_call, health, self.claim_status)
+        self._services = dra_services(self.preparer, self._observe_call, health, self.claim_status, on_prepared)
 
     def _vnpu_chips(self, vnpus: VnpuOperations) -> VnpuChips:
         """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the

@@ -14,6 +14,7 @@ from npu_plugin.dra.claims import ClaimDevice
 from npu_plugin.dra.vnpus import lowest_free_id
 from npu_plugin.errors import ClaimError, clipped, quoted
 from npu_plugin.inventory.vnpu_plans import ChipPlan
+from npu_plugin.podannotations.mindcluster import PodRef
 
 # Matched whole (fullmatch): `$` would also take a trailing newline into a file name or a URL.
 _UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
@@ -34,8 +35,11 @@ class ClaimRef:
 
 @dataclass(frozen=True, slots=True)
 class PrepareResult:
+    """A claim's answer; `pods` are the pods it is reserved for, when this call read the claim."""
+
     devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+    pods: tuple[PodRef, ...] = ()
 
 
 def check_ref(ref: ClaimRef) -> None:

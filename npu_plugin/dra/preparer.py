@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from npu_plugin.ascend.container_edits import HostLayout
+from npu_plugin.ascend.container_edits import HostLayout, Mount
 from npu_plugin.cdi.files import claim_spec_path, remove_claim_spec, write_claim_spec
 from npu_plugin.dra.checkpoint import (
     PREPARE_COMPLETED,
@@ -25,6 +25,14 @@ from npu_plugin.dra.claim_vnpus import ClaimVnpus
 from npu_plugin.dra.claims import Holding, claim_devices, held_conflict, overlap_problem
 from npu_plugin.dra.cleanup import collect_garbage
 from npu_plugin.dra.deadline import answer_by
+from npu_plugin.dra.device_metadata import (
+    claim_directory,
+    metadata_mounts,
+    remove_claim_metadata,
+    remove_orphans,
+    request_documents,
+    write_claim_metadata,
+)
 from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult, assign_ids, check_ref, prepared_devices, requests_of
 from npu_plugin.dra.statelock import StateLock
 from npu_plugin.dra.vnpus import VnpuOperations
@@ -32,6 +40,7 @@ from npu_plugin.errors import CheckpointError, ClaimError, NpuPluginError, descr
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Snapshot
 from npu_plugin.inventory.vnpu_plans import served_chips
+from npu_plugin.podannotations.mindcluster import device_targets
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +65,13 @@ class Preparer:
         vnpus: VnpuOperations | None = None,
         on_vnpus_changed: Callable[[], None] = lambda: None,
         shared: Callable[[int], bool] = lambda _physical_id: False,
+        plugin_dir: Path | None = None,
     ) -> None:
         """`on_vnpus_changed` hears, from a worker thread, that vNPUs changed outside a Prepare or
         Unprepare call (a late create's vNPU destroyed); `shared` says whether a chip may be
-        prepared in shares (--share-devices)."""
-        self.pool, self.layout = pool, layout
+        prepared in shares (--share-devices). `plugin_dir` (the driver's directory under the
+        kubelet's plugins) holds each prepared claim's device metadata files (None: none)."""
+        self.pool, self.layout, self.plugin_dir = pool, layout, plugin_dir
         self.shared = shared
         self._snapshot, self._fetch = snapshot, fetch_claim
         self.vnpus = vnpus  # None with --vnpu off: no vNPU name is accepted, no backend is asked
@@ -112,7 +123,7 @@ class Preparer:
                 if any(checkpoint.claims[ref.uid].state == PREPARE_STARTED for ref in started):
                     self.store.save(checkpoint)
                 for ref in started:
-                    results[ref.uid] = self._complete(ref, checkpoint, deadline)
+                    results[ref.uid] = self._complete(ref, checkpoint, deadline, fetched.get(ref.uid))
                 if started:
                     self.store.save(checkpoint)
         except CheckpointError as error:
@@ -205,7 +216,11 @@ class Preparer:
         Read without the state lock, which a Prepare holds while it waits on the driver."""
         return self._claim_vnpus.own_ids(self.store.peek())
 
-    def _complete(self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float) -> PrepareResult:
+    def _complete(
+        self, ref: ClaimRef, checkpoint: Checkpoint, deadline: float, claim: Mapping[str, Any] | None
+    ) -> PrepareResult:
+        """Make the claim's vNPUs and write its files; `claim` is the object read for this call
+        (None when the checkpoint answered), whose reservedFor pods the result names."""
         try:
             self._claim_vnpus.make(ref, checkpoint, deadline)
         except ClaimError as error:
@@ -213,12 +228,15 @@ class Preparer:
             return PrepareResult(error=f"claim {ref.label}: {error}")
         entry = checkpoint.claims[ref.uid]
         whole, virtual = requests_of(entry.devices)
+        mounts = self._write_metadata(ref, entry.devices)
         try:
-            write_claim_spec(self.cdi_root, self.driver, ref.uid, whole, self.layout, virtual=virtual)
+            write_claim_spec(self.cdi_root, self.driver, ref.uid, whole, self.layout, virtual=virtual, mounts=mounts)
         except OSError as error:
             if entry.state == PREPARE_STARTED:
                 self._claim_vnpus.undo(entry.devices)
                 del checkpoint.claims[ref.uid]
+                if self.plugin_dir is not None:
+                    remove_claim_metadata(self.plugin_dir, ref)
             problem = describe_os_error(error, claim_spec_path(self.cdi_root, self.driver, ref.uid))
             log.error("cannot write CDI spec %s", problem, extra={"claim": ref.label})  # noqa: TRY400
             return PrepareResult(error=f"claim {ref.label}: cannot write CDI spec {problem}")
@@ -230,7 +248,31 @@ class Preparer:
             ", ".join(d.device_name for d in entry.devices),
             extra={"claim": ref.label},
         )
-        return PrepareResult(devices=entry.devices)
+        reserved_for = (claim.get("status") or {}).get("reservedFor") if claim is not None else None
+        return PrepareResult(devices=entry.devices, pods=tuple(device_targets(reserved_for, ref.namespace)))
+
+    def _write_metadata(self, ref: ClaimRef, devices: Sequence[PreparedDevice]) -> dict[str, Mount]:
+        """The claim's device metadata files, and the mounts its CDI spec adds for them; a file
+        that cannot be written is logged and not mounted (the Prepare goes on without it)."""
+        if self.plugin_dir is None:
+            return {}
+        snapshot = self._snapshot()
+        documents = request_documents(
+            self.driver, ref, devices, lambda i: view.device if (view := snapshot.get(i)) is not None else None
+        )
+        try:
+            write_claim_metadata(self.plugin_dir, ref, documents)
+        except OSError as error:
+            problem = describe_os_error(error, claim_directory(self.plugin_dir, ref))
+            log.error(  # noqa: TRY400
+                "cannot write the device metadata of claim %s: %s; its containers get none",
+                ref.label,
+                problem,
+                extra={"claim": ref.label},
+            )
+            remove_claim_metadata(self.plugin_dir, ref)
+            return {}
+        return metadata_mounts(self.plugin_dir, self.driver, ref, documents)
 
     def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Errors by claim UID ("" for success); an unknown claim succeeds."""
@@ -269,6 +311,8 @@ class Preparer:
             problem = describe_os_error(error, claim_spec_path(self.cdi_root, self.driver, ref.uid))
             log.error("cannot remove CDI spec %s", problem, extra={"claim": ref.label})  # noqa: TRY400
             return f"claim {ref.label}: cannot remove CDI spec {problem}"
+        if self.plugin_dir is not None:
+            remove_claim_metadata(self.plugin_dir, ref)
         if checkpoint.claims.pop(ref.uid, None) is not None:
             log.info("unprepared claim %s/%s", ref.namespace, ref.name, extra={"claim": ref.label})
         return ""
@@ -280,6 +324,10 @@ class Preparer:
         collect_garbage(
             self.state, self._claim_vnpus, snapshot=self._snapshot, cdi_root=self.cdi_root, driver=self.driver
         )
+        if self.plugin_dir is not None:
+            claims = self.store.peek().claims.values()
+            for path in remove_orphans(self.plugin_dir, [(c.namespace, c.name) for c in claims]):
+                log.info("removed the device metadata of a claim no longer prepared: %s", path)
 
     def held_devices(self) -> set[int]:
         """Physical ids that checkpointed claims hold (prepared or being prepared), read without the

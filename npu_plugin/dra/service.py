@@ -30,7 +30,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import repeating, until_closed
 from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.deadline import answer_by
-from npu_plugin.dra.prepare_results import ClaimRef
+from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import DeviceView, Inventory, Snapshot
@@ -53,10 +53,13 @@ class _DraPluginLogic:
         preparer: Preparer,
         observe: Callable[[str, float], None],
         claim_status: ClaimStatusReporter | None = None,
+        on_prepared: Callable[[Sequence[tuple[ClaimRef, PrepareResult]]], None] = lambda _prepared: None,
     ) -> None:
-        """`claim_status` (with --claim-status) hears each claim prepared or unprepared."""
+        """`claim_status` (with --claim-status) hears each claim prepared or unprepared;
+        `on_prepared` the claims each call prepared (the pod annotations start from there)."""
         self._preparer, self._observe = preparer, observe
         self._claim_status = claim_status
+        self._on_prepared = on_prepared
 
     async def NodePrepareResources(self, request: Any, context: Context) -> Any:
         started = time.perf_counter()
@@ -66,10 +69,11 @@ class _DraPluginLogic:
         deadline = answer_by(context.time_remaining(), time.monotonic())
         results = await asyncio.to_thread(self._preparer.prepare, refs, deadline=deadline)
         response = self._pb.NodePrepareResourcesResponse()
+        prepared = [(ref, done) for ref in refs if (done := results.get(ref.uid)) and not done.error and done.devices]
         if self._claim_status is not None:
-            for ref in refs:
-                if (done := results.get(ref.uid)) is not None and not done.error and done.devices:
-                    self._claim_status.prepared(ref, done.devices)
+            for ref, done in prepared:
+                self._claim_status.prepared(ref, done.devices)
+        self._on_prepared(prepared)
         for uid, result in results.items():
             entry = response.claims[uid]
             entry.error = printable(result.error)
@@ -180,6 +184,7 @@ def dra_services(
     observe: Callable[[str, float], None],
     health: HealthFeed,
     claim_status: ClaimStatusReporter | None = None,
+    on_prepared: Callable[[Sequence[tuple[ClaimRef, PrepareResult]]], None] = lambda _prepared: None,
 ) -> list[tuple[str, Callable[[grpc.aio.Server], None]]]:
     """Every service of the DRA socket under the name the kubelet knows it by (k8s.io/kubelet's
     `DRAPluginService` and `DRAResourceHealthService` constants), DRAPlugin v1 first, each with what
@@ -188,12 +193,16 @@ def dra_services(
     return [
         (
             "v1.DRAPlugin",
-            partial(dra_v1_pb2_grpc.add_DRAPluginServicer_to_server, DraPluginV1(preparer, observe, claim_status)),
+            partial(
+                dra_v1_pb2_grpc.add_DRAPluginServicer_to_server,
+                DraPluginV1(preparer, observe, claim_status, on_prepared),
+            ),
         ),
         (
             "v1beta1.DRAPlugin",
             partial(
-                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server, DraPluginV1Beta1(preparer, observe, claim_status)
+                dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server,
+                DraPluginV1Beta1(preparer, observe, claim_status, on_prepared),
             ),
         ),
         (

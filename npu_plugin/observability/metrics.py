@@ -50,6 +50,10 @@ APIS = ("device-plugin", "dra")
 PUBLISH_RESULTS = ("success", "error")
 # refused: the API server denied the permission (RBAC, or from 1.36 resourceclaims/driver).
 CLAIM_STATUS_RESULTS = ("success", "refused", "error")
+# podannotations/writer.py `Result`: what became of each pod annotation job.
+POD_ANNOTATION_RESULTS = ("success", "partial", "no-pod", "ambiguous", "conflict", "refused", "error")
+# deviceplugin/volcano.py `Result`: how each --volcano container request was matched to a pod.
+VOLCANO_RESULTS = ("success", "tie", "no-pod", "refused", "error")
 VnpuOp = Literal["create", "destroy"]
 # refused: the driver answered with a refusal code (no resources, id in use, wrong mode); error:
 # anything else.
@@ -79,6 +83,18 @@ class Metrics:
         self.claim_status_writes = Counter(
             "npu_plugin_claim_status_writes",
             "--claim-status writes (apply at Prepare, removal at Unprepare) by result",
+            ["result"],
+            registry=r,
+        )
+        self.pod_annotations = Counter(
+            "npu_plugin_pod_annotations",
+            "MindCluster pod annotation writes (--pod-annotations) by result",
+            ["result"],
+            registry=r,
+        )
+        self.volcano_allocations = Counter(
+            "npu_plugin_volcano_allocations",
+            "--volcano container requests by how Volcano's pod was found",
             ["result"],
             registry=r,
         )
@@ -142,6 +158,10 @@ class Metrics:
             self.slice_publish.labels(result)
         for result in CLAIM_STATUS_RESULTS:
             self.claim_status_writes.labels(result)
+        for result in POD_ANNOTATION_RESULTS:
+            self.pod_annotations.labels(result)
+        for result in VOLCANO_RESULTS:
+            self.volcano_allocations.labels(result)
         for api in APIS:
             self.registrations.labels(api)
         for owner in Owner:

@@ -90,6 +90,14 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.claim_status_writes.labels(result).inc()
 
+    def pod_annotations(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.pod_annotations.labels(result).inc()
+
+    def volcano(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.volcano_allocations.labels(result).inc()
+
     def registered(self, api: str, registered: bool) -> None:
         if self.health is not None:
             self.health.set_registered(api, registered)

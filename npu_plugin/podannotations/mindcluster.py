@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from npu_plugin.ascend.device import Device
+
 KLT_DEV = "huawei.com/kltDev"
 ASCEND_REAL = "huawei.com/AscendReal"
 CONFIGURATION = "ascend.kubectl.kubernetes.io/ascend-910-configuration"
@@ -22,6 +24,17 @@ USED_PREDICATE_TIME = str(2**64 - 1)  # MindCluster's math.MaxUint64: "this pod'
 ANNOTATION_KEYS = (KLT_DEV, ASCEND_REAL, CONFIGURATION)
 # MindCluster's value for an id the hardware does not have (not a super pod, no rack).
 NO_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str = ""  # known from a claim's reservedFor or a pod list; read otherwise
+
+    @property
+    def label(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +99,10 @@ def configuration(pod_name: str, node: NodeIdentity, devices: Sequence[Annotated
     )
 
 
+def annotated(device: Device) -> AnnotatedDevice:
+    return AnnotatedDevice(device.physical_id, None)
+
+
 @dataclass(frozen=True, slots=True)
 class PodAnnotations:
     """What one pod gets: the annotations, and why the configuration is left out (None: it is
@@ -110,3 +127,17 @@ def pod_annotations(
     except ValueError as error:
         return PodAnnotations(values, str(error))
     return PodAnnotations(values)
+
+
+def device_targets(reserved_for: object, namespace: str) -> list[PodRef]:
+    """The pods of a claim's `status.reservedFor` (pure); other consumers are left out."""
+    if not isinstance(reserved_for, Sequence) or isinstance(reserved_for, str):
+        return []
+    return [
+        PodRef(namespace, entry["name"], str(entry.get("uid", "")))
+        for entry in reserved_for
+        if isinstance(entry, Mapping)
+        and entry.get("resource") == "pods"
+        and not entry.get("apiGroup")
+        and isinstance(entry.get("name"), str)
+    ]

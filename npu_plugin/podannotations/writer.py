@@ -21,10 +21,19 @@ from typing import Literal
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt
 
 from npu_plugin.aio.backoff import BackoffPolicy, BackoffWait
+from npu_plugin.ascend.device import Device
 from npu_plugin.errors import KubeApiError
 from npu_plugin.handover.podresources import holders_of, list_pod_resources
 from npu_plugin.kubeapi.protocol import KubeApi, Pod
-from npu_plugin.podannotations.mindcluster import AnnotatedDevice, NodeIdentity, pod_annotations
+from npu_plugin.podannotations.mindcluster import (
+    PREDICATE_TIME,
+    USED_PREDICATE_TIME,
+    AnnotatedDevice,
+    NodeIdentity,
+    PodRef,
+    annotated,
+    pod_annotations,
+)
 
 log = logging.getLogger(__name__)
 # success: all three written; partial: a device has no IP, so the configuration was left out;
@@ -32,21 +41,9 @@ log = logging.getLogger(__name__)
 # hold the ids; conflict: the pod kept changing (or was re-created); refused: RBAC or the admission
 # policy said no; error: anything else, after the last attempt.
 Result = Literal["success", "partial", "no-pod", "ambiguous", "conflict", "refused", "error"]
-RESULTS: tuple[Result, ...] = ("success", "partial", "no-pod", "ambiguous", "conflict", "refused", "error")
 ATTEMPTS = 6
 # The kubelet lists a container's devices a moment after Allocate returns: first retries come fast.
 POLICY = BackoffPolicy(initial=0.2, maximum=5.0)
-
-
-@dataclass(frozen=True, slots=True)
-class PodRef:
-    namespace: str
-    name: str
-    uid: str = ""  # known from a claim's reservedFor or a pod list; read otherwise
-
-    @property
-    def label(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +215,34 @@ def _classified(error: KubeApiError, ref: PodRef) -> Exception:
     return _RetryableError("error", str(error))
 
 
-def device_targets(reserved_for: object, namespace: str) -> list[PodRef]:
-    """The pods of a claim's `status.reservedFor` (pure); other consumers are left out."""
-    if not isinstance(reserved_for, Sequence) or isinstance(reserved_for, str):
-        return []
-    return [
-        PodRef(namespace, entry["name"], str(entry.get("uid", "")))
-        for entry in reserved_for
-        if isinstance(entry, Mapping)
-        and entry.get("resource") == "pods"
-        and not entry.get("apiGroup")
-        and isinstance(entry.get("name"), str)
-    ]
+def allocate_job(kubelet_ids: Sequence[str], devices: Sequence[Device], pod: PodRef | None = None) -> Job:
+    """The job after an Allocate: for the container the kubelet gave `kubelet_ids`, or for `pod`
+    when Allocate knew it (Volcano's choice, which is then marked used)."""
+    ordered = sorted(devices, key=lambda d: d.physical_id)
+    return Job(
+        f"Allocate of {','.join(kubelet_ids)}",
+        tuple(kubelet_ids),
+        tuple(d.dp_id for d in ordered),
+        tuple(annotated(d) for d in ordered),
+        pod,
+        {PREDICATE_TIME: USED_PREDICATE_TIME} if pod is not None else {},
+    )
+
+
+def claim_jobs(prepared: Sequence[tuple[str, Sequence[PodRef], Sequence[Device]]]) -> list[Job]:
+    """The jobs after a Prepare call (pure): one per pod the prepared claims are reserved for, with
+    the NPUs of all of that pod's claims of the call (`(claim label, pods, devices)` each; a vNPU
+    counts as its chip), so a pod with several claims is never annotated with only some."""
+    claims: dict[PodRef, list[str]] = {}
+    chips: dict[PodRef, dict[int, Device]] = {}
+    for label, pods, devices in prepared:
+        for pod in pods:
+            claims.setdefault(pod, []).append(label)
+            chips.setdefault(pod, {}).update((d.physical_id, d) for d in devices)
+    jobs = []
+    for pod, labels in claims.items():
+        ordered = [chips[pod][i] for i in sorted(chips[pod])]
+        ids = tuple(d.dp_id for d in ordered)
+        what = f"claim{'s' if len(labels) > 1 else ''} {', '.join(labels)}"
+        jobs.append(Job(what, ids, ids, tuple(annotated(d) for d in ordered), pod))
+    return jobs

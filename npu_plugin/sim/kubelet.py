@@ -25,6 +25,7 @@ import grpc
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from npu_plugin.sim.podresources import PodResourcesSimulator
 
 log = logging.getLogger(__name__)
 KUBELET_SOCKET = "kubelet.sock"
@@ -92,8 +93,12 @@ class KubeletSimulator:
     """Serves `<plugin_dir>/kubelet.sock`; `plugins` holds what each registered resource
     advertises."""
 
-    def __init__(self, plugin_dir: Path, dial_timeout: float = 10.0) -> None:
+    def __init__(
+        self, plugin_dir: Path, dial_timeout: float = 10.0, pod_resources: PodResourcesSimulator | None = None
+    ) -> None:
+        """`pod_resources` learns what `admit` hands out, as the kubelet's PodResources API does."""
         self.plugin_dir = plugin_dir
+        self.pod_resources = pod_resources
         self.socket = plugin_dir / KUBELET_SOCKET
         self.dial_timeout = dial_timeout
         self.plugins: dict[str, PluginConnection] = {}
@@ -210,6 +215,16 @@ class KubeletSimulator:
         request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=list(ids))])
         response = await self.plugin(resource).stub.Allocate(request, timeout=10)
         return response.container_responses[0]
+
+    async def admit(
+        self, resource: str, ids: Sequence[str], *, namespace: str, pod: str, container: str
+    ) -> pb.ContainerAllocateResponse:
+        """A container admitted with these devices: Allocate, then (as the kubelet records a
+        successful allocation) the container holds them in the PodResources API."""
+        response = await self.allocate(resource, ids)
+        if self.pod_resources is not None:
+            self.pod_resources.hold_devices(namespace, pod, container, list(ids), resource)
+        return response
 
     async def preferred(
         self, resource: str, available: Sequence[str], must_include: Sequence[str], size: int

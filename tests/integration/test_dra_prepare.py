@@ -66,7 +66,28 @@ def test_prepare_writes_one_cdi_device_per_request(
             {"path": f"/dev/{n}", "hostPath": str(workspace.dev / n), "permissions": "rw"} for n in nodes
         ]
         assert spec["devices"][0]["containerEdits"]["env"] == ["ASCEND_VISIBLE_DEVICES=2"]
-        assert "mounts" not in train
+        # The one mount is the request's device metadata file (KEP-5304's layout), read-only.
+        host = workspace.plugins / DRIVER / "dra-device-metadata" / "default_two-requests/train/metadata.json"
+        assert train["mounts"] == [
+            {
+                "hostPath": str(host),
+                "containerPath": f"/var/run/dra-device-attributes/two-requests/train/{DRIVER}-metadata.json",
+                "type": "bind",
+                "options": ["ro", "nosuid", "nodev", "rbind"],
+            }
+        ]
+        metadata = json.loads(host.read_text())
+        assert (metadata["apiVersion"], metadata["kind"]) == ("metadata.resource.k8s.io/v1alpha1", "DeviceMetadata")
+        assert metadata["metadata"] == {"name": "two-requests", "namespace": "default", "uid": claim.uid}
+        (request,) = metadata["requests"]
+        assert request["name"] == "train"
+        assert [(d["name"], d["driver"], d["pool"]) for d in request["devices"]] == [
+            ("npu-0", DRIVER, NODE),
+            ("npu-1", DRIVER, NODE),
+        ]
+        assert request["devices"][1]["attributes"]["physicalId"] == {"int": 1}
+        await kubelet.unprepare([claim])
+        assert not (workspace.plugins / DRIVER / "dra-device-metadata" / "default_two-requests").exists()
 
     run_with_kubelet(workspace, fake_api, scenario)
 
@@ -152,7 +173,8 @@ def test_refusals_are_per_claim_and_write_nothing(
             assert reason in answers[claim.uid].error, (name, answers[claim.uid].error)
             assert answers[claim.uid].devices == ()
         written = files_under(workspace.root) - before
-        assert written <= {workspace.cdi_file(good.uid), workspace.checkpoint}
+        metadata = workspace.plugins / DRIVER / "dra-device-metadata" / "default_good" / "npu" / "metadata.json"
+        assert written <= {workspace.cdi_file(good.uid), workspace.checkpoint, metadata}
         assert not Path("/etc/x").exists()
         assert set(checkpoint(workspace)["claims"]) == {good.uid}
 

@@ -20,8 +20,9 @@ from npu_plugin.podannotations.mindcluster import (
     PREDICATE_TIME,
     USED_PREDICATE_TIME,
     AnnotatedDevice,
+    PodRef,
 )
-from npu_plugin.podannotations.writer import Job, PodAnnotator, PodRef, Result
+from npu_plugin.podannotations.writer import Job, PodAnnotator, Result
 from npu_plugin.sim.podresources import PodResourcesSimulator
 from tests.support.fakeapi import FakeKubeAPI
 

@@ -50,6 +50,7 @@ FLAGS: list[tuple[str, str, str, Any]] = [
     ("--log-format", "json", "log_format", "json"),
     ("--vnpu", "static", "vnpu", VnpuMode.STATIC),
     ("--fake-vnpu-state", "/tmp/hw.json", "fake_vnpu_state", Path("/tmp/hw.json")),
+    ("--pod-annotations", "false", "pod_annotations", False),
 ]
 SWITCHES = [("--mount-driver", "mount_driver"), ("--cdi-enabled", "cdi_enabled")]
 BACKEND_FLAGS: list[tuple[str, str, str, Any]] = [
@@ -206,6 +207,7 @@ BAD_FLAGS = [
     ("--vnpu", "partial"),
     ("--vnpu-templates", "vir05_1c_16g,5c"),
     ("--vnpu-templates", ""),
+    ("--pod-annotations", "maybe"),
 ]
 
 
@@ -230,6 +232,30 @@ def test_bad_environment_values_are_rejected_naming_the_variable(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"npu-plugin serve: error: {variable}={value!r}: "), err
+
+
+def test_pod_annotations_default_to_on_with_credentials_and_take_an_optional_value() -> None:
+    assert config(BASE).pod_annotations is None  # decided at start: on when credentials exist
+    named = [*BASE, "--node-name", "n1"]
+    assert config([*named, "--pod-annotations"]).pod_annotations is True
+    assert config([*named, "--pod-annotations=true"]).pod_annotations is True
+    assert config([*named, "--pod-annotations=off"]).pod_annotations is False
+    assert config([*named, "--volcano"]).volcano is True
+    assert config(named, {"NPU_PLUGIN_VOLCANO": "true"}).volcano is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--volcano"], "--volcano needs --node-name"),
+        (["--pod-annotations"], "--pod-annotations needs --node-name"),
+        (["--node-name", "n1", "--mode", "dra", "--volcano"], "--volcano chooses the devices of Allocate"),
+        (["--node-name", "n1", "--volcano", "--pod-annotations=false"], "cannot be combined with --pod-annotations"),
+    ],
+)
+def test_volcano_and_pod_annotations_refuse_what_cannot_work(extra: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config([*BASE, *extra])
 
 
 def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,10 +14,11 @@ from npu_plugin.podannotations.mindcluster import (
     AnnotatedDevice,
     NodeIdentity,
     configuration,
+    device_targets,
     go_json,
     pod_annotations,
 )
-from npu_plugin.podannotations.writer import device_targets, node_address
+from npu_plugin.podannotations.writer import node_address
 
 NODE = NodeIdentity("192.168.1.10")
 A3 = NodeIdentity("192.168.1.11", super_pod_id=3, rack_id=1, server_index="2", server_ip="10.0.0.2")

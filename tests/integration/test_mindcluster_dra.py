@@ -1,0 +1,128 @@
+"""DRA mode gives what MindCluster's device plugin gave: the real daemon prepares claims through the
+DRA kubelet simulator, and the pods the claims are reserved for carry MindCluster's annotations
+(written on the fake API server over HTTP) so Ascend Operator keeps working after a migration."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from npu_plugin.podannotations.mindcluster import ASCEND_REAL, CONFIGURATION, KLT_DEV
+from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from tests.support.daemon import Launcher
+from tests.support.dra import (
+    DRIVER,
+    NODE,
+    Workspace,
+    async_wait_until,
+    dra_args,
+    fake_api_with_node,
+    result,
+    run_with_kubelet,
+    temporary_workspace,
+)
+from tests.support.fakeapi import FakeKubeAPI
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeKubeAPI]:
+    with fake_api_with_node() as api:
+        api.put_object(
+            "Node",
+            {"metadata": {"name": NODE}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.10"}]}},
+        )
+        yield api
+
+
+@pytest.fixture
+def workspace(fake_api: FakeKubeAPI) -> Iterator[Workspace]:
+    with temporary_workspace(fake_api) as created:
+        yield created
+
+
+def put_pod(api: FakeKubeAPI, name: str) -> dict[str, Any]:
+    return api.put_object(
+        "Pod",
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+        },
+    )
+
+
+def reserved_claim(api: FakeKubeAPI, name: str, devices: list[str], pods: list[dict[str, Any]]) -> Claim:
+    stored = api.put_object(
+        "ResourceClaim",
+        {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {}},
+            "status": {
+                "allocation": {"devices": {"results": [result(d) for d in devices]}},
+                "reservedFor": [
+                    {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in pods
+                ],
+            },
+        },
+    )
+    return Claim("default", name, stored["metadata"]["uid"])
+
+
+def annotations(api: FakeKubeAPI, name: str) -> dict[str, str]:
+    pod = api.get_object("Pod", name)
+    assert pod is not None
+    return dict(pod["metadata"].get("annotations", {}))
+
+
+def test_the_pods_a_claim_is_reserved_for_get_mindclusters_annotations(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    train = put_pod(fake_api, "train-0")
+    put_pod(fake_api, "bystander")
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = reserved_claim(fake_api, "train", ["npu-3", "npu-2"], [train])
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        got = await async_wait_until(
+            lambda: annotations(fake_api, "train-0").get(KLT_DEV) and annotations(fake_api, "train-0"),
+            what="annotations",
+        )
+        assert got[KLT_DEV] == got[ASCEND_REAL] == "Ascend910-2,Ascend910-3"
+        assert annotations(fake_api, "bystander") == {}
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_a_pod_with_two_claims_gets_the_npus_of_both(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    train = put_pod(fake_api, "train-0")
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        claims = [reserved_claim(fake_api, "a", ["npu-0"], [train]), reserved_claim(fake_api, "b", ["npu-5"], [train])]
+        answers = await kubelet.prepare(claims)
+        assert all(a.error == "" for a in answers.values())
+        await async_wait_until(lambda: KLT_DEV in annotations(fake_api, "train-0"), what="annotations")
+        assert annotations(fake_api, "train-0")[ASCEND_REAL] == "Ascend910-0,Ascend910-5"
+        assert len([r for r in fake_api.requests if r.method == "PATCH" and "/pods/" in r.path]) == 1
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_switched_off_no_pod_is_touched(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
+    train = put_pod(fake_api, "train-0")
+    launch_daemon(*dra_args(workspace, "--pod-annotations=false"))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = reserved_claim(fake_api, "train", ["npu-1"], [train])
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+        assert not [r for r in fake_api.requests if "/pods" in r.path]
+        assert CONFIGURATION not in annotations(fake_api, "train-0")
+
+    run_with_kubelet(workspace, fake_api, scenario)
