@@ -118,12 +118,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return config
 
 
-# Flags only DRA reads, and the two that device-plugin mode reads too when --cdi-enabled is given.
+# Flags only DRA reads, and the two that device-plugin mode reads too when --cdi-enabled is given
+# (--kubeconfig it reads for the pod annotations unless --pod-annotations=false).
 _DRA_ONLY = (
     "--kubelet-registrar-directory-path",
     "--kubelet-plugins-directory-path",
     "--state-dir",
-    "--kubeconfig",
     "--unhealthy-policy",
     "--fault-policy",
     "--claim-status",
@@ -139,6 +139,8 @@ def unused_dra_flags(config: Config, given: Mapping[str, str]) -> list[str]:
     if config.serves_dra:
         return []
     unused = [*_DRA_ONLY, *(() if config.cdi_enabled else _CDI_FLAGS)]
+    if config.pod_annotations is False:
+        unused.append("--kubeconfig")
     return [flag for flag in unused if flag in given and given[flag] != "KUBECONFIG"]
 
 

@@ -265,3 +265,26 @@ def test_nfd_component_adds_the_pci_label_and_keeps_the_mode_label(mode: str, tm
     assert selector["npu.huawei.com/plugin-mode"] == mode
     for obj in objs:
         _validate(obj, f"an overlay over {mode} with the nfd-pci component")
+
+
+# --- volcano -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["device-plugin", "both"])
+def test_the_volcano_component_adds_the_flag_and_lets_the_plugin_mark_predicate_time(mode: str, tmp_path: Path) -> None:
+    from npu_plugin.cli.main import config_from_args, parse_args
+    from tests.project.test_manifests import ANNOTATIONS, _admits, _named, _pod
+
+    objs = own_overlay(tmp_path, mode, ("volcano",))
+    for obj in objs:
+        _validate(obj, f"overlays/{mode} with components/volcano")
+    args = _container(objs)["args"]
+    assert args.count("--volcano") == 1
+    settled = [a.replace("$(NODE_NAME)", "n1").replace("$(NPU_PLUGIN_DRA_DEVICES)", "4-7") for a in args[1:]]
+    assert config_from_args(parse_args(["serve", *settled], {})).volcano is True
+    policy = _named(objs, "ValidatingAdmissionPolicy", "npu-plugin-pods")
+    marked = {**dict.fromkeys(ANNOTATIONS, "x"), "predicate-time": "18446744073709551615"}
+    assert _admits(policy, _pod(**{"predicate-time": "1"}), _pod(**marked)) == []
+    assert _admits(policy, _pod(other="a"), _pod(other="b"))  # still only those keys
+    without = _named(build(mode), "ValidatingAdmissionPolicy", "npu-plugin-pods")
+    assert _admits(without, _pod(**{"predicate-time": "1"}), _pod(**marked))

@@ -189,7 +189,8 @@ def test_an_empty_alias_is_unset() -> None:
         (["--cdi-enabled", "--cdi-root=/etc/cdi", "--driver-name=npu.huawei.com"], {}, []),
         ([], {"CDI_ROOT": "/etc/cdi", "NPU_PLUGIN_STATE_DIR": "/s"}, ["--state-dir", "--cdi-root"]),
         ([], {"KUBECONFIG": "/root/.kube/config"}, []),  # the standard variable is set for many programs
-        (["--kubeconfig=/k"], {}, ["--kubeconfig"]),
+        (["--kubeconfig=/k"], {}, []),  # read for the pod annotations
+        (["--kubeconfig=/k", "--pod-annotations=false"], {}, ["--kubeconfig"]),
         (["--mode=dra", "--node-name=n1", "--cdi-root=/etc/cdi"], {}, []),
         (["--mode=both", "--node-name=n1", "--dra-devices=4-7", "--device-profile=npu"], {}, []),
         ([], {}, []),

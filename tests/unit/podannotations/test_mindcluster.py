@@ -126,3 +126,24 @@ def test_device_targets_are_the_pods_a_claim_is_reserved_for(
     reserved_for: object, expected: list[tuple[str, str, str]]
 ) -> None:
     assert [(p.namespace, p.name, p.uid) for p in device_targets(reserved_for, "ns")] == expected
+
+
+def test_claim_jobs_give_each_pod_the_npus_of_all_its_claims() -> None:
+    from npu_plugin.podannotations.mindcluster import PodRef
+    from npu_plugin.podannotations.writer import claim_jobs
+    from tests.support.fake_devices import profile_devices
+
+    devices = {d.physical_id: d for d in profile_devices("atlas-800t-a2")}
+    a, b = PodRef("ns", "a", "ua"), PodRef("ns", "b", "ub")
+    jobs = claim_jobs(
+        [
+            ("ns/one", [a], [devices[5], devices[1]]),
+            ("ns/two", [a, b], [devices[0]]),
+            ("ns/three", [], [devices[7]]),
+        ]
+    )
+    assert [(j.pod, j.kubelet_ids, j.what) for j in jobs] == [
+        (a, ("Ascend910-0", "Ascend910-1", "Ascend910-5"), "claims ns/one, ns/two"),
+        (b, ("Ascend910-0",), "claim ns/two"),
+    ]
+    assert all(j.real_ids == j.kubelet_ids and not j.extra for j in jobs)
