@@ -88,7 +88,11 @@ def holders_of(response: pb.ListPodResourcesResponse, resource_name: str, device
 
 async def list_pod_resources(socket: Path) -> pb.ListPodResourcesResponse | None:
     """The kubelet's List answer, or None when it cannot be asked (missing socket, error; logged)."""
-    if not socket.exists():
+    try:
+        if not socket.exists():
+            return None
+    except OSError as error:  # a parent directory we may not search
+        log.warning("cannot reach the PodResources socket %s: %s", socket, error, extra={"error": str(error)})
         return None
     try:
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:

@@ -140,6 +140,8 @@ class PodAnnotator:
             self._report(job, result, f"{failure} (after {self._attempts} attempts)")
         except _FinalError as final:
             self._report(job, final.result, str(final))
+        except (OSError, ValueError) as error:  # never an unhandled task error: the job just ends
+            self._report(job, "error", str(error))
         else:
             self._report(job, "partial" if message else "success", message)
 

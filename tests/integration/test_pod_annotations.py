@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from npu_plugin.aio.backoff import BackoffPolicy
+from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi.client import KubeClient, connect
 from npu_plugin.podannotations.mindcluster import (
     ASCEND_REAL,
@@ -217,3 +218,21 @@ def test_the_client_lists_the_pods_bound_to_a_node_by_field_selector(api: FakeKu
         client.close()
     (listed,) = [r for r in api.requests if r.method == "GET" and r.path == "/api/v1/pods"]
     assert listed.query == {"fieldSelector": f"spec.nodeName={NODE}"}
+
+
+def test_a_patch_whose_uid_precondition_fails_is_a_conflict_as_on_the_real_server(
+    api: FakeKubeAPI, short_dir: Path
+) -> None:
+    put_pod(api, "train-0")
+    api.write_kubeconfig(short_dir / "kubeconfig")
+    client = KubeClient(connect(short_dir / "kubeconfig"))
+    try:
+        with pytest.raises(KubeApiError) as refused:
+            client.annotate_pod("ns", "train-0", {KLT_DEV: "Ascend910-0"}, uid="another-pod")
+        assert refused.value.status == 409 and "Precondition failed: UID in precondition" in str(refused.value)
+        with pytest.raises(KubeApiError) as gone:
+            client.annotate_pod("ns", "missing", {KLT_DEV: "Ascend910-0"}, uid="u")
+        assert gone.value.status == 404
+    finally:
+        client.close()
+    assert annotations(api, "train-0") == {}
