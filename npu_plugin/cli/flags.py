@@ -317,8 +317,8 @@ def _add_serve_flags(serve: FlagParser) -> None:
     dra.add_argument(
         "--claim-status",
         action="store_true",
-        help="write each prepared claim's status.devices (a Ready condition, physicalId, visibleDevices, vNPU id "
-        "and template) and remove it at Unprepare",
+        help="write each prepared claim's status.devices (a Ready condition, physicalId, visibleDevices, device IP, "
+        "vNPU id and template) and remove it at Unprepare",
     )
     probes = serve.add_flag_group("probes and metrics")
     probes.add_argument(

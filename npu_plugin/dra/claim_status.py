@@ -1,5 +1,6 @@
 """`--claim-status`: after a claim is prepared, one server-side apply of `status.devices` for the
-driver's devices (a Ready condition and what the container sees); removed at Unprepare.
+driver's devices (a Ready condition, what the container sees and the chip's network identity:
+device IP and, on super-pod hardware, super pod, server index and rack); removed at Unprepare.
 
 Writes run on one worker thread in order, after the kubelet has its answer: a slow or refused write
 never delays or fails a Prepare. A write the API server refuses for want of permission (RBAC
@@ -17,8 +18,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from npu_plugin.ascend.container_edits import visible_devices
+from npu_plugin.ascend.device import Device
 from npu_plugin.dra.checkpoint import PreparedDevice
 from npu_plugin.dra.prepare_results import ClaimRef, requests_of
+from npu_plugin.dra.slices import network_attributes
 from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi.protocol import KubeApi
 
@@ -30,13 +33,27 @@ StatusResult = Literal["success", "refused", "error"]
 _DRIVER_PERMISSION = re.compile(r'requires (resource="resourceclaims/driver", verb="[^"]*")')
 
 
-def device_statuses(driver: str, devices: Sequence[PreparedDevice], now: str) -> list[dict[str, Any]]:
-    """`status.devices[]` for a prepared claim's devices (pure)."""
+def network_data(device: Device | None) -> dict[str, Any]:
+    """The chip's network identity as plain values (`deviceIP`, `superPodId`, `serverIndex`,
+    `rackId`), each only when known: what the slice publishes as attributes (pure)."""
+    if device is None:
+        return {}
+    return {name: next(iter(value.values())) for name, value in network_attributes(device).items()}
+
+
+def device_statuses(
+    driver: str,
+    devices: Sequence[PreparedDevice],
+    now: str,
+    device_of: Callable[[int], Device | None] = lambda _physical_id: None,
+) -> list[dict[str, Any]]:
+    """`status.devices[]` for a prepared claim's devices (pure); `device_of` gives each chip's
+    inventory record, whose network identity joins the data."""
     whole, virtual = requests_of(devices)
     entries = []
     for device in devices:
         request = device.request_names[0]
-        data: dict[str, Any] = {"physicalId": device.physical_id}
+        data: dict[str, Any] = {"physicalId": device.physical_id, **network_data(device_of(device.physical_id))}
         if device.vnpu is None:
             data["visibleDevices"] = visible_devices(whole[request])
         else:
@@ -94,15 +111,17 @@ class ClaimStatusReporter:
         *,
         on_result: Callable[[StatusResult], None] = lambda _result: None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        device_of: Callable[[int], Device | None] = lambda _physical_id: None,
     ) -> None:
-        self._api, self._driver = api, driver
+        """`device_of` looks a chip up in the inventory (its device IP goes into the data)."""
+        self._api, self._driver, self._device_of = api, driver, device_of
         self._on_result, self._clock = on_result, clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="claim-status")
         self._said: set[str] = set()
 
     def prepared(self, ref: ClaimRef, devices: Sequence[PreparedDevice]) -> None:
         now = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = apply_body(ref, device_statuses(self._driver, devices, now))
+        body = apply_body(ref, device_statuses(self._driver, devices, now, self._device_of))
         self._executor.submit(self._write, ref, body, "write")
 
     def unprepared(self, ref: ClaimRef) -> None:

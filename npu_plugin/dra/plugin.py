@@ -15,6 +15,7 @@ import grpc
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import supervised
 from npu_plugin.ascend.container_edits import HostLayout
+from npu_plugin.ascend.device import Device
 from npu_plugin.ascend.vnpu import VnpuChips
 from npu_plugin.cdi.files import CDI_DIR_MODE
 from npu_plugin.config import UnhealthyPolicy
@@ -100,7 +101,11 @@ class DraPlugin:
         `claim_status` writes prepared claims' device status (`on_claim_status` hears each
         result)."""
         self.paths, self.driver, self.node_name = paths, driver, node_name
-        self.claim_status = ClaimStatusReporter(client, driver, on_result=on_claim_status) if claim_status else None
+        self.claim_status = (
+            ClaimStatusReporter(client, driver, on_result=on_claim_status, device_of=self._device_of)
+            if claim_status
+            else None
+        )
         self._inventory, self._client = inventory, client
         self._on_registered = on_registered
         self._closing = asyncio.Event()
@@ -138,6 +143,10 @@ class DraPlugin:
         self.observe, self._vnpus = observe, vnpus
         health = HealthFeed(inventory, node_name, health_timeout_seconds, samples_fresh, self._closing)
         self._services = dra_services(self.preparer, self._observe_call, health, self.claim_status, on_prepared)
+
+    def _device_of(self, physical_id: int) -> Device | None:
+        view = self._inventory.snapshot().get(physical_id)
+        return view.device if view is not None else None
 
     def _vnpu_chips(self, vnpus: VnpuOperations) -> VnpuChips:
         """What the slices need of the chips' vNPUs, read now. Every chip is read, not only the

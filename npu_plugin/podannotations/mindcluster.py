@@ -100,7 +100,24 @@ def configuration(pod_name: str, node: NodeIdentity, devices: Sequence[Annotated
 
 
 def annotated(device: Device) -> AnnotatedDevice:
-    return AnnotatedDevice(device.physical_id, None)
+    return AnnotatedDevice(device.physical_id, device.device_ip)
+
+
+def server_of(devices: Sequence[Device]) -> NodeIdentity:
+    """The super-pod fields of the server these devices sit in, as the inventory read them (pure);
+    `host_ip` is left for the writer, which reads the Node."""
+
+    def first(values: Sequence[int | None]) -> int | None:
+        return next((v for v in values if v is not None), None)
+
+    super_pod, rack = first([d.super_pod_id for d in devices]), first([d.rack_id for d in devices])
+    index = first([d.server_index for d in devices])
+    return NodeIdentity(
+        "",
+        super_pod_id=NO_ID if super_pod is None else super_pod,
+        rack_id=NO_ID if rack is None else rack,
+        server_index="" if index is None else str(index),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -33,6 +33,7 @@ from npu_plugin.podannotations.mindcluster import (
     PodRef,
     annotated,
     pod_annotations,
+    server_of,
 )
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class Job:
     devices: tuple[AnnotatedDevice, ...]
     pod: PodRef | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    server: NodeIdentity = field(default_factory=lambda: NodeIdentity(""))  # super-pod fields; the address is read
 
 
 class _RetryableError(Exception):
@@ -97,15 +99,12 @@ class PodAnnotator:
         *,
         resource_name: str,
         pod_resources_socket: Path,
-        node: Callable[[str], NodeIdentity] = NodeIdentity,
         on_result: Callable[[Result], None] = lambda _result: None,
         policy: BackoffPolicy = POLICY,
         attempts: int = ATTEMPTS,
     ) -> None:
-        """`node(host_ip)` completes the node's identity with what the inventory knows (super pod,
-        rack, server index)."""
         self._api, self._node_name, self._resource_name = api, node_name, resource_name
-        self._socket, self._node, self._on_result = pod_resources_socket, node, on_result
+        self._socket, self._on_result = pod_resources_socket, on_result
         self._policy, self._attempts = policy, attempts
         self._host_ip: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -164,9 +163,8 @@ class PodAnnotator:
         uid = pod["metadata"]["uid"]
         if ref.uid and uid != ref.uid:
             raise _FinalError("no-pod", f"pod {ref.label} was re-created (uid {uid}, not {ref.uid})")
-        wanted = pod_annotations(
-            ref.name, self._node(await self._address()), job.kubelet_ids, job.real_ids, job.devices
-        )
+        server = replace(job.server, host_ip=await self._address())
+        wanted = pod_annotations(ref.name, server, job.kubelet_ids, job.real_ids, job.devices)
         annotations = {**wanted.values, **job.extra}
         try:
             await asyncio.to_thread(self._api.annotate_pod, ref.namespace, ref.name, annotations, uid=uid)
@@ -228,6 +226,7 @@ def allocate_job(kubelet_ids: Sequence[str], devices: Sequence[Device], pod: Pod
         tuple(annotated(d) for d in ordered),
         pod,
         {PREDICATE_TIME: USED_PREDICATE_TIME} if pod is not None else {},
+        server_of(ordered),
     )
 
 
@@ -246,5 +245,5 @@ def claim_jobs(prepared: Sequence[tuple[str, Sequence[PodRef], Sequence[Device]]
         ordered = [chips[pod][i] for i in sorted(chips[pod])]
         ids = tuple(d.dp_id for d in ordered)
         what = f"claim{'s' if len(labels) > 1 else ''} {', '.join(labels)}"
-        jobs.append(Job(what, ids, ids, tuple(annotated(d) for d in ordered), pod))
+        jobs.append(Job(what, ids, ids, tuple(annotated(d) for d in ordered), pod, server=server_of(ordered)))
     return jobs

@@ -76,8 +76,8 @@ def test_prepare_applies_the_device_status_and_unprepare_removes_it(
             (DRIVER, NODE, "npu-1"),
         ]
         assert [e["data"] for e in entries] == [
-            {"physicalId": 0, "visibleDevices": "0,1"},
-            {"physicalId": 1, "visibleDevices": "0,1"},
+            {"physicalId": 0, "deviceIP": "192.168.100.101", "visibleDevices": "0,1"},
+            {"physicalId": 1, "deviceIP": "192.168.100.102", "visibleDevices": "0,1"},
         ]
         assert [(c["type"], c["status"], c["reason"]) for e in entries for c in e["conditions"]] == [
             ("Ready", "True", "Prepared")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pytest
 from npu_plugin.ascend.device import Health
 from npu_plugin.podannotations.mindcluster import (
     ASCEND_REAL,
+    CONFIGURATION,
     KLT_DEV,
     PREDICATE_TIME,
     USED_PREDICATE_TIME,
@@ -147,6 +149,11 @@ def test_the_pod_that_got_the_devices_carries_mindclusters_annotations(api: Fake
             got = setup.annotations("train-0")
             assert got[KLT_DEV] == "Ascend910-3,Ascend910-2"
             assert got[ASCEND_REAL] == "Ascend910-2,Ascend910-3"
+            assert got[CONFIGURATION] == (
+                '{"pod_name":"train-0","server_id":"192.168.1.10","host_ip":"192.168.1.10","super_pod_id":-1,'
+                '"devices":[{"device_id":"2","device_ip":"192.168.100.103"},'
+                '{"device_id":"3","device_ip":"192.168.100.104"}],"rack_id":-1,"server_index":"","server_ip":""}'
+            )
             assert got["other"] == "kept"
             assert setup.annotations("bystander") == {}
 
@@ -186,6 +193,11 @@ def test_volcano_serves_the_devices_its_annotation_names_whatever_ids_the_kubele
             got = setup.annotations("train-0")
             assert (got[KLT_DEV], got[ASCEND_REAL]) == ("Ascend910-0,Ascend910-1", "Ascend910-5,Ascend910-6")
             assert got[PREDICATE_TIME] == USED_PREDICATE_TIME
+            devices = json.loads(got[CONFIGURATION])["devices"]
+            assert devices == [
+                {"device_id": "5", "device_ip": "192.168.100.106"},
+                {"device_id": "6", "device_ip": "192.168.100.107"},
+            ]
             # The pod is served: a second Allocate of the same size finds no pod waiting.
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await setup.kubelet.allocate(RESOURCE, ["Ascend910-2", "Ascend910-3"])

@@ -4,6 +4,7 @@ DRA kubelet simulator, and the pods the claims are reserved for carry MindCluste
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,6 +92,10 @@ def test_the_pods_a_claim_is_reserved_for_get_mindclusters_annotations(
             what="annotations",
         )
         assert got[KLT_DEV] == got[ASCEND_REAL] == "Ascend910-2,Ascend910-3"
+        assert json.loads(got[CONFIGURATION])["devices"] == [
+            {"device_id": "2", "device_ip": "192.168.100.103"},
+            {"device_id": "3", "device_ip": "192.168.100.104"},
+        ]
         assert annotations(fake_api, "bystander") == {}
 
     run_with_kubelet(workspace, fake_api, scenario)
@@ -124,5 +129,31 @@ def test_switched_off_no_pod_is_touched(workspace: Workspace, fake_api: FakeKube
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         assert not [r for r in fake_api.requests if "/pods" in r.path]
         assert CONFIGURATION not in annotations(fake_api, "train-0")
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_the_claim_status_and_the_metadata_file_carry_the_device_ip(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    train = put_pod(fake_api, "train-0")
+    launch_daemon(*dra_args(workspace, "--claim-status"))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = reserved_claim(fake_api, "train", ["npu-4"], [train])
+        assert (await kubelet.prepare([claim]))[claim.uid].error == ""
+
+        def status_data() -> Any:
+            stored = fake_api.get_object("ResourceClaim", "train") or {}
+            entries = stored.get("status", {}).get("devices", [])
+            return entries[0]["data"] if entries else None
+
+        data = await async_wait_until(status_data, what="the claim's device status")
+        assert (data["physicalId"], data["deviceIP"]) == (4, "192.168.100.105")
+        metadata = workspace.plugins / DRIVER / "dra-device-metadata" / "default_train" / "npu" / "metadata.json"
+        (device,) = json.loads(metadata.read_text())["requests"][0]["devices"]
+        assert device["attributes"]["deviceIP"] == {"string": "192.168.100.105"}
+        assert device["attributes"]["physicalId"] == {"int": 4}
 
     run_with_kubelet(workspace, fake_api, scenario)

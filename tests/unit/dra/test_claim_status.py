@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from npu_plugin.ascend.vnpu import VnpuOrigin
@@ -9,6 +11,7 @@ from npu_plugin.dra.checkpoint import PreparedDevice, VnpuRecord
 from npu_plugin.dra.claim_status import apply_body, device_statuses, missing_permission
 from npu_plugin.dra.prepare_results import ClaimRef
 from npu_plugin.errors import KubeApiError
+from tests.support.fake_devices import profile_devices
 
 DRIVER = "npu.huawei.com"
 NOW = "2026-11-28T01:00:00Z"
@@ -43,6 +46,25 @@ def test_whole_npus_and_a_vnpu() -> None:
     ]
     body = apply_body(ClaimRef("ns", "uid-1", "claim"), entries)
     assert body["metadata"] == {"name": "claim", "namespace": "ns"} and body["kind"] == "ResourceClaim"
+
+
+def test_the_chips_network_identity_joins_the_data() -> None:
+    a2 = {d.physical_id: d for d in profile_devices("atlas-800t-a2")}
+    a2[1] = replace(a2[1], super_pod_id=2, server_index=5, rack_id=0)
+    devices = (
+        PreparedDevice(("npu",), "n1", "npu-1", 1, ("cdi-npu",)),
+        PreparedDevice(("npu",), "n1", "npu-9", 9, ()),  # gone from the inventory: ids only
+    )
+    first, gone = (e["data"] for e in device_statuses(DRIVER, devices, NOW, a2.get))
+    assert first == {
+        "physicalId": 1,
+        "deviceIP": "192.168.100.102",
+        "superPodId": 2,
+        "serverIndex": 5,
+        "rackId": 0,
+        "visibleDevices": "1,9",
+    }
+    assert gone == {"physicalId": 9, "visibleDevices": "1,9"}
 
 
 @pytest.mark.parametrize(

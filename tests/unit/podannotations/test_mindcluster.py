@@ -147,3 +147,16 @@ def test_claim_jobs_give_each_pod_the_npus_of_all_its_claims() -> None:
         (b, ("Ascend910-0",), "claim ns/two"),
     ]
     assert all(j.real_ids == j.kubelet_ids and not j.extra for j in jobs)
+
+
+def test_the_server_fields_come_from_the_devices_and_default_to_mindclusters_none() -> None:
+    from dataclasses import replace
+
+    from npu_plugin.podannotations.mindcluster import annotated, server_of
+    from tests.support.fake_devices import profile_devices
+
+    a2 = profile_devices("atlas-800t-a2")[:2]
+    assert server_of(a2) == NodeIdentity("", super_pod_id=-1, rack_id=-1, server_index="")
+    a3 = [replace(d, super_pod_id=3, server_index=1, rack_id=0) for d in a2]
+    assert server_of(a3) == NodeIdentity("", super_pod_id=3, rack_id=0, server_index="1")
+    assert annotated(a2[1]) == AnnotatedDevice(1, "192.168.100.102")
