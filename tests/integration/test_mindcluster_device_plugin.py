@@ -27,11 +27,13 @@ from npu_plugin.podannotations.mindcluster import (
 )
 from npu_plugin.sim.kubelet import KubeletSimulator
 from npu_plugin.sim.podresources import PodResourcesSimulator
+from tests.support import pods
 from tests.support.daemon import DaemonProcess, Launcher, write_inventory
 from tests.support.fake_devices import profile_devices
 from tests.support.fakeapi import FakeKubeAPI
+from tests.support.pods import NODE, annotations_of, node_with_address
 
-RESOURCE, NODE = "huawei.com/Ascend910", "node-a"
+RESOURCE = "huawei.com/Ascend910"
 A2 = profile_devices("atlas-800t-a2")
 
 
@@ -41,34 +43,19 @@ class Setup:
     kubelet: KubeletSimulator
     daemon: DaemonProcess
 
-    def pod(self, name: str) -> dict[str, Any]:
-        pod = self.api.get_object("Pod", name, "ns")
-        assert pod is not None
-        return pod
-
     def annotations(self, name: str) -> dict[str, str]:
-        return dict(self.pod(name)["metadata"].get("annotations", {}))
+        return annotations_of(self.api, name)
 
 
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
     with FakeKubeAPI() as server:
-        server.put_object(
-            "Node",
-            {"metadata": {"name": NODE}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.10"}]}},
-        )
+        node_with_address(server)
         yield server
 
 
 def put_pod(api: FakeKubeAPI, name: str, created: str = "2026-01-01T00:00:00Z", **annotations: str) -> None:
-    api.put_object(
-        "Pod",
-        {
-            "metadata": {"name": name, "namespace": "ns", "annotations": annotations, "creationTimestamp": created},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Pending"},
-        },
-    )
+    pods.put_pod(api, name, annotations=annotations, created=created)
 
 
 def volcano_pod(api: FakeKubeAPI, name: str, devices: str, time_ns: int, created: str = "2026-01-01T00:00:00Z") -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from npu_plugin.podannotations.mindcluster import ASCEND_REAL, CONFIGURATION, KLT_DEV
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
+from tests.support import pods
 from tests.support.daemon import Launcher
 from tests.support.dra import (
     DRIVER,
@@ -25,15 +26,13 @@ from tests.support.dra import (
     temporary_workspace,
 )
 from tests.support.fakeapi import FakeKubeAPI
+from tests.support.pods import annotations_of, node_with_address
 
 
 @pytest.fixture
 def fake_api() -> Iterator[FakeKubeAPI]:
     with fake_api_with_node() as api:
-        api.put_object(
-            "Node",
-            {"metadata": {"name": NODE}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.10"}]}},
-        )
+        node_with_address(api, NODE)
         yield api
 
 
@@ -44,13 +43,7 @@ def workspace(fake_api: FakeKubeAPI) -> Iterator[Workspace]:
 
 
 def put_pod(api: FakeKubeAPI, name: str) -> dict[str, Any]:
-    return api.put_object(
-        "Pod",
-        {
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
-        },
-    )
+    return pods.put_pod(api, name, node=NODE, namespace="default")
 
 
 def reserved_claim(api: FakeKubeAPI, name: str, devices: list[str], pods: list[dict[str, Any]]) -> Claim:
@@ -71,9 +64,7 @@ def reserved_claim(api: FakeKubeAPI, name: str, devices: list[str], pods: list[d
 
 
 def annotations(api: FakeKubeAPI, name: str) -> dict[str, str]:
-    pod = api.get_object("Pod", name)
-    assert pod is not None
-    return dict(pod["metadata"].get("annotations", {}))
+    return annotations_of(api, name, "default")
 
 
 def test_the_pods_a_claim_is_reserved_for_get_mindclusters_annotations(

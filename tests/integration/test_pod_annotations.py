@@ -25,9 +25,11 @@ from npu_plugin.podannotations.mindcluster import (
 )
 from npu_plugin.podannotations.writer import Job, PodAnnotator, Result
 from npu_plugin.sim.podresources import PodResourcesSimulator
+from tests.support import pods
 from tests.support.fakeapi import FakeKubeAPI
+from tests.support.pods import NODE, annotations_of, node_with_address
 
-NODE, RESOURCE = "node-a", "huawei.com/Ascend910"
+RESOURCE = "huawei.com/Ascend910"
 IDS = ("Ascend910-0", "Ascend910-1")
 DEVICES = (AnnotatedDevice(0, "10.20.0.1"), AnnotatedDevice(1, "10.20.0.2"))
 FAST = BackoffPolicy(initial=0.001, maximum=0.002)  # the pauses do not matter here, only their count
@@ -36,27 +38,16 @@ FAST = BackoffPolicy(initial=0.001, maximum=0.002)  # the pauses do not matter h
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
     with FakeKubeAPI() as server:
-        server.put_object(
-            "Node",
-            {"metadata": {"name": NODE}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.1.10"}]}},
-        )
+        node_with_address(server)
         yield server
 
 
 def put_pod(api: FakeKubeAPI, name: str, node: str = NODE, **annotations: str) -> dict[str, Any]:
-    return api.put_object(
-        "Pod",
-        {
-            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
-        },
-    )
+    return pods.put_pod(api, name, node=node, annotations=annotations)
 
 
 def annotations(api: FakeKubeAPI, name: str) -> dict[str, str]:
-    pod = api.get_object("Pod", name, "ns")
-    assert pod is not None
-    return dict(pod["metadata"].get("annotations", {}))
+    return annotations_of(api, name)
 
 
 Scenario = Callable[[PodAnnotator, PodResourcesSimulator], Awaitable[None]]
