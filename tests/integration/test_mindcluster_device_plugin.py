@@ -258,3 +258,17 @@ def test_two_pods_with_one_predicate_time_are_served_one_each_in_creation_order(
             assert "share predicate-time 7 with ns/early" in setup.daemon.log()
 
     run(scenario())
+
+
+def test_a_restarted_volcano_daemon_remembers_which_device_each_id_stands_for(api: FakeKubeAPI, place: Place) -> None:
+    put_pod(api, "running", **{KLT_DEV: "Ascend910-0", ASCEND_REAL: "Ascend910-5", PREDICATE_TIME: USED_PREDICATE_TIME})
+
+    async def scenario() -> None:
+        async with serving(api, place, "--volcano") as setup:
+            write_inventory(place.tmp_path / "inventory.yaml", [d if d.physical_id != 5 else _sick(d) for d in A2])
+            plugin = setup.kubelet.plugins[RESOURCE]
+            sick = lambda: [i for i, d in sorted(plugin.devices.items()) if d.health == "Unhealthy"]  # noqa: E731
+            await until(lambda: bool(sick()), "an unhealthy id", setup.daemon)
+            assert sick() == ["Ascend910-0"]
+
+    run(scenario())
