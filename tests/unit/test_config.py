@@ -251,6 +251,7 @@ def test_pod_annotations_default_to_on_with_credentials_and_take_an_optional_val
         (["--pod-annotations"], "--pod-annotations needs --node-name"),
         (["--node-name", "n1", "--mode", "dra", "--volcano"], "--volcano chooses the devices of Allocate"),
         (["--node-name", "n1", "--volcano", "--pod-annotations=false"], "cannot be combined with --pod-annotations"),
+        (["--node-name", "n1", "--volcano", "--share-devices=all"], "cannot be combined with --share-devices"),
     ],
 )
 def test_volcano_and_pod_annotations_refuse_what_cannot_work(extra: list[str], message: str) -> None:
