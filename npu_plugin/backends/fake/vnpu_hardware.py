@@ -8,9 +8,11 @@ The state file (`--fake-vnpu-state`) is JSON, written atomically:
 
 It outlives the daemon, as vNPUs outlive it on real hardware: a missing file starts from the
 inventory's `existing` vNPUs, and a file written under another boot id is a reboot (the vNPUs come
-back only when `recover` is true, as with the driver's /etc/vnpu.cfg). Each vNPU has a regular file
-`<dev-root>/vdavinci<id>` standing for its device node. Tests edit the file, between runs or while
-serving, to set the fault knobs in `faults`.
+back only when `recover` is true, as with the driver's /etc/vnpu.cfg). Each vNPU has a file
+`<dev-root>/vdavinci<id>` standing for its device node: a character device with the numbers of
+`<dev-root>/davinci_manager` when that is one (a real node's runtime resolves CDI device nodes to
+their numbers, so the local cluster's fake NPUs are character devices), else a regular file. Tests
+edit the state file, between runs or while serving, to set the fault knobs in `faults`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -403,5 +407,18 @@ class FakeVnpuHardware:
             timer.start()
             return
         make_directories(self._dev_root, 0o755)
+        numbers = _character_device(self._dev_root / "davinci_manager")
         with contextlib.suppress(FileExistsError):
-            self._node(vnpu_id).touch(exist_ok=False)
+            if numbers is None:
+                self._node(vnpu_id).touch(exist_ok=False)
+            else:
+                os.mknod(self._node(vnpu_id), 0o666 | stat.S_IFCHR, numbers)
+
+
+def _character_device(path: Path) -> int | None:
+    """The device numbers of `path` when it is a character device, else None."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_rdev if stat.S_ISCHR(status.st_mode) else None

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -110,6 +111,28 @@ def test_create_and_destroy_keep_the_file_and_the_nodes(node: Node) -> None:
     assert node.nodes() == ["vdavinci100", "vdavinci101"]
     assert [v["vnpuId"] for v in node.read()["vnpus"]["0"]] == [100, 101]
     assert node.backend().list_vnpus(0) == [Vnpu(0, 100, "vir05_1c_16g"), Vnpu(0, 101, "vir05_1c_16g")]
+
+
+@pytest.mark.parametrize("manager", ["character device", "regular file", "absent"])
+def test_a_vnpu_node_is_a_character_device_like_davinci_manager_else_a_file(node: Node, manager: str) -> None:
+    """On the local cluster the fake NPUs are character devices, and the runtime refuses a CDI device
+    node that is not one: a vNPU's node then takes davinci_manager's numbers (found by the real cluster)."""
+    node.dev.mkdir()
+    if manager == "character device":
+        try:
+            os.mknod(node.dev / "davinci_manager", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs CAP_MKNOD")
+    elif manager == "regular file":
+        (node.dev / "davinci_manager").touch()
+    node.backend().create_vnpu(0, "vir05_1c_16g", 100)
+    made = (node.dev / "vdavinci100").stat()
+    if manager == "character device":
+        assert stat.S_ISCHR(made.st_mode) and made.st_rdev == os.makedev(1, 3)
+    else:
+        assert stat.S_ISREG(made.st_mode)
+    node.backend().destroy_vnpu(0, 100)
+    assert not (node.dev / "vdavinci100").exists()
 
 
 def test_a_chip_without_a_vnpu_block_cannot_be_split(node: Node) -> None:
