@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,9 +17,14 @@ SCRIPT = REPO / "scripts" / "cluster"
 STATE = Path("/var/lib/npu-plugin-cluster")
 KUBECONFIG = STATE / "kubeconfig"
 KUBECTL = STATE / "bin" / "kubectl"
+# kubectl's discovery cache, inside the cluster's state (removed by down) instead of ~/.kube/cache: the
+# security tests watch for files written outside the places a run may use.
+KUBE_CACHE = STATE / "kube-cache"
 NODE = "127.0.0.1"
-# Where scripts/cluster makes the fake NPUs' character devices (the plugin's --dev-root).
+# Where scripts/cluster makes the fake NPUs' character devices (the plugin's --dev-root), and the fake
+# backend's inventory file there, which the plugin re-reads whenever it changes.
 DEV_ROOT = "/dev/npu-plugin-cluster"
+FAKE_INVENTORY = Path(DEV_ROOT) / "fake-inventory.yaml"
 # The fake profile scripts/cluster deploys (atlas-800-9000): eight Ascend910 in two HCCS rings of four,
 # ring 0 on NUMA node 0 and ring 1 on NUMA node 1.
 RINGS = (frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}))
@@ -42,27 +47,30 @@ class KubectlError(RuntimeError):
 
 
 class Cluster:
-    def __init__(self, release: str, mode: str) -> None:
-        self.release, self.mode = release, mode
+    def __init__(self, release: str, mode: str, options: Sequence[str] = ()) -> None:
+        """`options`: scripts/cluster's plugin options (`--env NAME=VALUE`, `--fake-profile NAME`)."""
+        self.release, self.mode, self.options = release, mode, tuple(options)
 
     def up(self) -> None:
-        run = subprocess.run(
-            [str(SCRIPT), "up", "--kubernetes", self.release, "--mode", self.mode],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        self._script("up", "--kubernetes", self.release, "--mode", self.mode, *self.options)
+
+    def deploy(self, mode: str, options: Sequence[str] = ()) -> None:
+        """The plugin redeployed on the running cluster (`scripts/cluster deploy`): the node relabelled for
+        `mode`, the overlay applied, and the rollout waited for."""
+        self._script("deploy", "--mode", mode, *options)
+        self.mode, self.options = mode, tuple(options)
+
+    def _script(self, *args: str) -> None:
+        run = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
         if run.returncode != 0:
-            raise RuntimeError(f"scripts/cluster up failed ({run.returncode}):\n{run.stderr[-4000:]}")
+            raise RuntimeError(f"scripts/cluster {args[0]} failed ({run.returncode}):\n{run.stderr[-4000:]}")
 
     def down(self) -> None:
-        run = subprocess.run([str(SCRIPT), "down"], capture_output=True, text=True, check=False)
-        if run.returncode != 0:
-            raise RuntimeError(f"scripts/cluster down failed ({run.returncode}):\n{run.stderr[-4000:]}")
+        self._script("down")
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
         run = subprocess.run(
-            [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), *args],
+            [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), "--cache-dir", str(KUBE_CACHE), *args],
             input=stdin,
             capture_output=True,
             text=True,

@@ -3,7 +3,7 @@ real cluster (scripts/cluster) as root. Otherwise each of its tests is reported 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -21,9 +21,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def cluster_in(mode: str) -> Iterator[Cluster]:
-    """One cluster for a test module, the plugin deployed in `mode`; taken down after the module."""
-    cluster = Cluster(release(), mode)
+def cluster_in(mode: str, options: Sequence[str] = ()) -> Iterator[Cluster]:
+    """One cluster for a test module, the plugin deployed in `mode` with scripts/cluster's plugin `options`;
+    taken down after the module."""
+    cluster = Cluster(release(), mode, options)
     try:
         cluster.up()
         yield cluster

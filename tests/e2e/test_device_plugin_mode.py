@@ -10,6 +10,7 @@ import pytest
 
 from tests.e2e.cluster import NODE, RINGS, Cluster, wait
 from tests.e2e.conftest import cluster_in
+from tests.e2e.simulated import allocate, simulate
 from tests.e2e.workloads import RESOURCE, allocatable, dev_nodes, visible_ids, workload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
@@ -41,3 +42,15 @@ def test_pod_asking_for_nine_stays_pending_with_the_schedulers_reason(cluster: C
     with cluster.applied(json.dumps(workload("nine-npus", limits={RESOURCE: "9"}))):
         assert f"Insufficient {RESOURCE}" in cluster.unschedulable("nine-npus")
         assert cluster.pod("nine-npus")["status"]["phase"] == "Pending"
+
+
+def test_simulate_shows_what_the_container_gets(cluster: Cluster) -> None:
+    """(h) `npu-plugin simulate --mode device-plugin` on the same profile: Allocate's environment and
+    device nodes for two NPUs are what the real kubelet's pod sees (the same preferred pair too)."""
+    env, devices = allocate(simulate("device-plugin"))
+    with cluster.applied(json.dumps(workload("like-simulated", limits={RESOURCE: "2"}))):
+        cluster.wait_running("like-simulated")
+        assert cluster.exec("like-simulated", "echo $ASCEND_VISIBLE_DEVICES").strip() == env["ASCEND_VISIBLE_DEVICES"]
+        seen = {f"/dev/{name}" for name in cluster.exec("like-simulated", "ls /dev").split()}
+        assert devices <= seen, f"simulate gives {sorted(devices)}, the container has {sorted(seen)}"
+        assert {d for d in seen if d.startswith("/dev/davinci")} == {d for d in devices if d.startswith("/dev/davinci")}

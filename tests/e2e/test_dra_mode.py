@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.cluster import REPO, Cluster, release, wait
 from tests.e2e.conftest import cluster_in
+from tests.e2e.simulated import cdi_spec, first_device, simulate
 from tests.e2e.workloads import (
     DRIVER,
     RESOURCE,
@@ -136,3 +137,30 @@ def test_unchanged_pod_with_extended_resource_limits_runs_through_dra(cluster: C
         assert dev_nodes(cluster, "classic") == ids
         status = cluster.pod("classic")["status"]
         assert status.get("extendedResourceClaimStatus", {}).get("resourceClaimName"), status
+
+
+def test_simulate_shows_the_device_and_cdi_spec_the_cluster_has(cluster: Cluster) -> None:
+    """(h) `npu-plugin simulate --mode dra` on the same profile: its first device is the real slice's
+    (attributes and capacity as the API server stored them), and the CDI spec of its one-NPU claim is
+    the one the real Prepare wrote for the same NPU, up to the claim's uid and the dev root."""
+    report = simulate("dra")
+    device = first_device(report)
+    real = next(d for d in published(cluster) if d["name"] == device["name"])
+    assert (real["attributes"], real.get("capacity")) == (device["attributes"], device["capacity"])
+
+    spec = cdi_spec(report)
+    (simulated_device,) = spec["devices"]
+    npu = device["attributes"]["physicalId"]["int"]
+    request = npu_request(selectors=cel(f'device.attributes["{DRIVER}"].physicalId == {npu}'))
+    with cluster.applied(claim_workload("like-simulated", [request])):
+        cluster.wait_running("like-simulated")
+        uid = cluster.get("resourceclaim", claim_name(cluster, "like-simulated"))["metadata"]["uid"]
+        written = json.loads((CDI_ROOT / f"{DRIVER}-claim_{uid}.json").read_text(encoding="utf-8"))
+        (real_device,) = written["devices"]
+        assert (written["cdiVersion"], written["kind"]) == (spec["cdiVersion"], spec["kind"])
+
+        def paths(edits: dict[str, Any]) -> tuple[list[str], list[str]]:
+            return edits["env"], [node["path"] for node in edits["deviceNodes"]]
+
+        assert paths(real_device["containerEdits"]) == paths(simulated_device["containerEdits"])
+        assert visible_ids(cluster, "like-simulated") == {npu}

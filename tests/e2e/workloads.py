@@ -6,7 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tests.e2e.cluster import NODE, Cluster
+import yaml
+
+from tests.e2e.cluster import FAKE_INVENTORY, NODE, Cluster
 
 DRIVER = "npu.huawei.com"
 RESOURCE = "huawei.com/Ascend910"
@@ -94,3 +96,22 @@ def published(cluster: Cluster) -> list[dict[str, Any]]:
 def allocatable(cluster: Cluster) -> str | None:
     value = cluster.get("node", NODE)["status"].get("allocatable", {}).get(RESOURCE)
     return None if value is None else str(value)
+
+
+def set_health(npu: int, health: str, fault_codes: Sequence[str] = ()) -> None:
+    """The fake backend's inventory rewritten (atomically, as the plugin re-reads it on change) with NPU
+    `npu` at `health` and `fault_codes`; "OK" and no codes make it healthy again."""
+    inventory = yaml.safe_load(FAKE_INVENTORY.read_text(encoding="utf-8"))
+    (device,) = (d for d in inventory["devices"] if d["physicalId"] == npu)
+    device["health"] = health
+    device.pop("faultCodes", None)
+    if fault_codes:
+        device["faultCodes"] = list(fault_codes)
+    staged = FAKE_INVENTORY.with_suffix(".staged")
+    staged.write_text(yaml.safe_dump(inventory, sort_keys=False), encoding="utf-8")
+    staged.replace(FAKE_INVENTORY)
+
+
+def device_named(cluster: Cluster, npu: int) -> dict[str, Any] | None:
+    """The published device of physical id `npu`, None while it is not in the slices."""
+    return next((d for d in published(cluster) if d["attributes"]["physicalId"]["int"] == npu), None)
