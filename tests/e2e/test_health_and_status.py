@@ -128,7 +128,11 @@ def test_claim_status_shows_the_prepared_device_and_goes_at_unprepare(cluster: C
         (entry,) = wait(lambda: status_devices(cluster, "with-status"), 60, "status.devices of claim with-status")
         (result,) = cluster.get("resourceclaim", "with-status")["status"]["allocation"]["devices"]["results"]
         assert (entry["driver"], entry["pool"], entry["device"]) == (DRIVER, result["pool"], result["device"])
-        assert entry["data"] == {"physicalId": npu, "visibleDevices": str(npu)}
+        data = dict(entry["data"])
+        assert (data.pop("physicalId"), data.pop("visibleDevices")) == (npu, str(npu)), entry
+        # The rest is the chip's network identity, as its slice attributes say.
+        attributes = (device_named(cluster, npu) or {})["attributes"]
+        assert data == {name: next(iter(attributes[name].values())) for name in data}, (data, attributes)
         (ready,) = entry["conditions"]
         assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Prepared")
         cluster.kubectl("delete", "pod", "with-status", "--wait=true", timeout=120)
