@@ -63,6 +63,7 @@ class Config:
     health_interval: float = 5.0
     health_failure_threshold: int = 2
     health_recovery_threshold: int = 3
+    link_down_timeout: float = 30.0
     resource_name: str = "auto"
     device_plugin_path: Path = Path("/var/lib/kubelet/device-plugins")
     driver_name: str = DEFAULT_DRIVER

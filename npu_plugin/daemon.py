@@ -142,6 +142,7 @@ class Daemon:
             devices,
             failure_threshold=config.health_failure_threshold,
             recovery_threshold=config.health_recovery_threshold,
+            link_down_timeout=config.link_down_timeout,
             owners=desired,
             desired=desired,
             new_device_owner=partition.owner_of,

@@ -36,6 +36,15 @@ class Health(StrEnum):
         raise ValueError(f"unknown health {word!r} (allowed: {allowed})")
 
 
+class LinkState(StrEnum):
+    """A die's RoCE link as the backend reads it (DCMI network health, `hccn_tool -link -g`, the
+    fake inventory's `linkStatus`); UNKNOWN when the query fails or says nothing usable."""
+
+    UP = "UP"
+    DOWN = "DOWN"
+    UNKNOWN = "UNKNOWN"
+
+
 FAULT_CODE_MAX = 0xFFFFFFFF  # DCMI fault codes are unsigned 32-bit words, e.g. 0x80E01801
 
 
@@ -146,6 +155,9 @@ class Device:
     super_pod_id: int | None = None
     server_index: int | None = None
     rack_id: int | None = None
+    # The RoCE link: the last sample in the inventory's record; in a published record DOWN only
+    # while the link has been down for --link-down-timeout (the device's reason to be unhealthy).
+    link: LinkState = LinkState.UP
 
     @property
     def dp_id(self) -> str:

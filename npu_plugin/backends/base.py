@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
-from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.device import Device, Health, LinkState
 from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
 from npu_plugin.host.fswatch import DirectoryWatch
 
@@ -50,6 +50,17 @@ class FaultSource(Protocol):
     def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """The fault codes of these devices, ascending; a device without any (or whose query fails)
         is left out. Never raises."""
+        ...
+
+
+@runtime_checkable
+class LinkSource(Protocol):
+    """A backend that reads the RoCE link of dies that have one (DCMI
+    `dcmi_get_device_network_health`, `hccn_tool -net_health -g`, the fake inventory's
+    `linkStatus`)."""
+
+    def link_states(self, physical_ids: Iterable[int]) -> dict[int, LinkState]:
+        """The link of these devices; a device whose query fails is left out. Never raises."""
         ...
 
 

@@ -31,6 +31,7 @@ from npu_plugin.cli.flagtypes import (
     positive_seconds,
     resource_name_or_auto,
     safe_name,
+    seconds,
     share_count,
     template_names,
     threshold,
@@ -217,6 +218,14 @@ def _add_serve_flags(serve: FlagParser) -> None:
         default=3,
         metavar="N",
         help="consecutive good samples before it turns Healthy again",
+    )
+    health.add_argument(
+        "--link-down-timeout",
+        type=seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="910 family: a RoCE link down this long makes its NPU Unhealthy (0: at the first sample that reads it "
+        "down)",
     )
     plugin = serve.add_flag_group("device plugin (--mode device-plugin|both)")
     plugin.add_argument(

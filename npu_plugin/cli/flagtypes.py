@@ -139,6 +139,7 @@ resource_name = matching(RESOURCE_NAME, "an extended resource name like huawei.c
 safe_name = matching(_SAFE_NAME, "made of letters, digits, '-', '_' and '.' (it becomes part of a file name)")
 port = _number(int, -1, 65535, "a port number from 0 to 65535, or -1 for off")
 positive_seconds = _number(float, 0.01, 86400, "a number of seconds from 0.01 to 86400")
+seconds = _number(float, 0, 86400, "a number of seconds from 0 to 86400")
 threshold = _number(int, 1, 1000, "a whole number from 1 to 1000")
 share_count = _number(
     int, SHARE_COUNT_MIN, SHARE_COUNT_MAX, f"a whole number of shares from {SHARE_COUNT_MIN} to {SHARE_COUNT_MAX}"

@@ -33,7 +33,7 @@ from npu_plugin.dra.deadline import answer_by
 from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory.ownership import Owner
-from npu_plugin.inventory.state import DeviceView, Inventory, Snapshot
+from npu_plugin.inventory.state import DeviceView, Inventory, Reason, Snapshot
 from npu_plugin.logs import printable
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ def health_message(view: DeviceView) -> str:
         return f"{view.device.chip_name} health {level.value}"
     if view.healthy:
         return f"{view.device.chip_name} health {level.value}, not yet past the failure threshold"
+    if view.reason is Reason.LINK_DOWN:
+        return f"{view.device.chip_name} health {level.value}, RoCE link down past --link-down-timeout"
     return f"{view.device.chip_name} health {level.value}, unhealthy until it recovers or its device node is back"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from npu_plugin.ascend.device import Device
+from npu_plugin.ascend.device import Device, LinkState
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.shared_devices import SHARE_COUNT_ATTRIBUTE, shared_capacity
 from npu_plugin.dra.slice_owners import LABELS
@@ -97,7 +97,14 @@ def device_entry(
     if shares:
         entry["allowMultipleAllocations"] = True
     if policy is not UnhealthyPolicy.REMOVE and (
-        taints := device_taints(driver, device.health, healthy, device.faults, rules or TaintRules())
+        taints := device_taints(
+            driver,
+            device.health,
+            healthy,
+            device.faults,
+            rules or TaintRules(),
+            link_down=device.link is LinkState.DOWN,
+        )
     ):
         entry["taints"] = taints
     return entry

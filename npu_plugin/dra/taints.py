@@ -1,7 +1,9 @@
 """The taints a device carries in a ResourceSlice (pure): its health level and its fault codes.
 
 `<driver>/health` holds the health level: effect `None` for Warning (the device stays usable and
-the reason is visible), `NoSchedule` for Alarm, Critical and Unknown. `<driver>/fault` lists the
+the reason is visible), `NoSchedule` for Alarm, Critical and Unknown; a device unhealthy because its
+RoCE link stayed down (`--link-down-timeout`) while its level is healthy holds `LinkDown`,
+`NoSchedule`. `<driver>/fault` lists the
 fault codes the backend reports, as 8 hex digits joined by `_`, cut to the 63 characters a taint
 value may hold with a `_more` marker; its effect comes from the fault policy (`fault_policy.py`),
 `None` by default, so nothing is evicted unless an operator asks for it. A taint whose effect is
@@ -20,6 +22,7 @@ from npu_plugin.kubeapi.protocol import DeviceTaint
 HEALTH_KEY_SUFFIX = "health"
 FAULT_KEY_SUFFIX = "fault"
 VALUE_MAX_LENGTH = 63  # a taint value is a label value
+LINK_DOWN_VALUE = "LinkDown"
 CODE_SEPARATOR = "_"
 MORE_MARKER = "more"
 NONE_EFFECT_FROM_MINOR = 35
@@ -91,16 +94,21 @@ def health_effect(level: Health) -> Effect | None:
 
 
 def device_taints(
-    driver: str, level: Health, healthy: bool, faults: Iterable[int], rules: TaintRules
+    driver: str, level: Health, healthy: bool, faults: Iterable[int], rules: TaintRules, *, link_down: bool = False
 ) -> list[DeviceTaint]:
-    """A device's taints: health first, then faults. An unhealthy verdict always takes NoSchedule
-    (a device whose node vanished while its last sample read OK says Unknown)."""
+    """A device's taints: health first, then faults. An unhealthy verdict always takes NoSchedule:
+    `LinkDown` when its link is the reason, else a device whose last sample read healthy (its node
+    vanished) says Unknown."""
     taints: list[DeviceTaint] = []
-    if not healthy and level.healthy:
+    health_key = f"{driver}/{HEALTH_KEY_SUFFIX}"
+    if not healthy and level.healthy and link_down:
+        taints.append({"key": health_key, "value": LINK_DOWN_VALUE, "effect": Effect.NO_SCHEDULE.value})
+        level = Health.OK  # said by LinkDown
+    elif not healthy and level.healthy:
         level = Health.UNKNOWN
     effect = health_effect(level)
     if effect is not None and (effect is not Effect.NONE or rules.none_effect):
-        taints.append({"key": f"{driver}/{HEALTH_KEY_SUFFIX}", "value": level.value, "effect": effect.value})
+        taints.append({"key": health_key, "value": level.value, "effect": effect.value})
     codes = sorted(set(faults))
     if codes:
         effect = rules.fault_policy.effect_for(codes)

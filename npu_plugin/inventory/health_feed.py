@@ -8,8 +8,8 @@ import contextlib
 import logging
 from pathlib import Path
 
-from npu_plugin.ascend.device import Health, device_key, parse_device_node
-from npu_plugin.backends.base import Backend, ChangeSource, FaultSource
+from npu_plugin.ascend.device import Health, LinkState, device_key, has_roce, parse_device_node
+from npu_plugin.backends.base import Backend, ChangeSource, FaultSource, LinkSource
 from npu_plugin.host.fswatch import DirectoryWatch
 from npu_plugin.inventory.state import Inventory
 
@@ -38,16 +38,18 @@ class HealthMonitor:
             )
 
     async def sample_once(self) -> None:
-        levels, faults = await asyncio.to_thread(self._sample)
-        self._inventory.observe(levels, faults)
+        roce = [v.physical_id for v in self._inventory.snapshot().devices if has_roce(v.device.device_type)]
+        levels, faults, links = await asyncio.to_thread(self._sample, roce)
+        self._inventory.observe(levels, faults, links)
 
-    def _sample(self) -> tuple[dict[int, Health], dict[int, tuple[int, ...]]]:
-        """Health levels, and the fault codes of devices whose level is not OK (no fault query for
-        a healthy node)."""
+    def _sample(self, roce: list[int]) -> tuple[dict[int, Health], dict[int, tuple[int, ...]], dict[int, LinkState]]:
+        """Health levels, the fault codes of devices whose level is not OK (no fault query for a
+        healthy node), and the RoCE link of the devices that have one (none asked on 310/310P)."""
         levels = self._backend.sample()
         troubled = [physical_id for physical_id, level in levels.items() if level is not Health.OK]
         faults = self._backend.fault_codes(troubled) if troubled and isinstance(self._backend, FaultSource) else {}
-        return levels, faults
+        links = self._backend.link_states(roce) if roce and isinstance(self._backend, LinkSource) else {}
+        return levels, faults, links
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sample until `stop` is set; the sleep between samples ends at once on stop."""

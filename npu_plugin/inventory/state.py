@@ -7,13 +7,24 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
-from npu_plugin.ascend.device import Device, Health, device_key
+from npu_plugin.ascend.device import Device, Health, LinkState, device_key
 from npu_plugin.inventory.ownership import Owner
 
 log = logging.getLogger(__name__)
 # Samples older than this many health intervals are stale: the poller is stuck (a hung driver call).
 FRESHNESS_INTERVALS = 3
+DEFAULT_LINK_DOWN_TIMEOUT = 30.0
+
+
+class Reason(StrEnum):
+    """Why a device is unhealthy: its backend health level, its RoCE link down for longer than
+    --link-down-timeout, or the device itself gone (its node vanished, or no longer discovered)."""
+
+    HEALTH = "health"
+    LINK_DOWN = "link-down"
+    GONE = "gone"
 
 
 def samples_fresh(last_sample: float, now: float, interval: float) -> bool:
@@ -34,6 +45,7 @@ class DeviceView:
     # stands for, so a sample that does not (yet) move the verdict changes nothing published.
     level: Health = Health.OK
     faults: tuple[int, ...] = ()
+    reason: Reason | None = None  # why the device is unhealthy; None while it is healthy
 
     @property
     def physical_id(self) -> int:
@@ -41,8 +53,10 @@ class DeviceView:
 
     @property
     def published(self) -> Device:
-        """The record as a ResourceSlice shows it: health and faults as the verdict stands for."""
-        return replace(self.device, health=self.level, faults=self.faults)
+        """The record as a ResourceSlice shows it: health, faults and link as the verdict stands
+        for."""
+        link = LinkState.DOWN if self.reason is Reason.LINK_DOWN else LinkState.UP
+        return replace(self.device, health=self.level, faults=self.faults, link=link)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +108,27 @@ class HealthTracker:
         self.healthy, self._streak = False, 0
 
 
+class LinkClock:
+    """How long a device's RoCE link has been down, from the samples' own times (pure: no clock).
+
+    DOWN starts the count, UP ends it, UNKNOWN (a failed query) changes nothing: it is evidence of
+    neither.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.down_since: float | None = None
+
+    def observe(self, state: LinkState | None, now: float) -> bool:
+        """Record one sample (None: not asked) and return whether the link is down past the
+        timeout."""
+        if state is LinkState.UP:
+            self.down_since = None
+        elif state is LinkState.DOWN and self.down_since is None:
+            self.down_since = now
+        return self.down_since is not None and now - self.down_since >= self.timeout
+
+
 def log_verdict_changes(before: Snapshot, after: Snapshot, gone: Mapping[int, str]) -> None:
     """One line per device whose healthy verdict flipped (new devices have no verdict to flip); `gone` says why
     a device that vanished is unhealthy, where no health sample is the reason."""
@@ -125,11 +160,16 @@ class Inventory:
         owners: Mapping[int, Owner] | Owner = Owner.DEVICE_PLUGIN,
         desired: Mapping[int, Owner] | None = None,
         new_device_owner: Callable[[Device], Owner] | None = None,
+        link_down_timeout: float = DEFAULT_LINK_DOWN_TIMEOUT,
     ) -> None:
         """`owners` (and `desired`, the partition, when a handover is pending) cover the devices
         given; a device found later gets `new_device_owner(device)`, by default the single owner
-        given."""
+        given. A device whose RoCE link stays down `link_down_timeout` seconds turns unhealthy at
+        once and recovers as from any fault."""
         self._failures, self._recoveries = failure_threshold, recovery_threshold
+        self._link_down_timeout = link_down_timeout
+        self._links: dict[int, LinkClock] = {}
+        self._link_down: set[int] = set()  # unhealthy because of the link, until healthy again
         self._devices: dict[int, Device] = {}
         self._trackers: dict[int, HealthTracker] = {}
         self._shown: dict[int, tuple[Health, tuple[int, ...]]] = {}
@@ -151,6 +191,7 @@ class Inventory:
     def _add(self, device: Device) -> None:
         self._devices[device.physical_id] = device
         self._trackers[device.physical_id] = HealthTracker(self._failures, self._recoveries, device.health.healthy)
+        self._links[device.physical_id] = LinkClock(self._link_down_timeout)
         # Fault codes are read for devices whose level is not OK only (health_feed.py).
         self._shown[device.physical_id] = (device.health, device.faults if device.health is not Health.OK else ())
         self._owners.setdefault(device.physical_id, self._new_device_owner(device))
@@ -158,21 +199,55 @@ class Inventory:
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
-    def observe(self, levels: Mapping[int, Health], faults: Mapping[int, tuple[int, ...]] | None = None) -> None:
-        """One health sample, with the fault codes of devices that have any; a device missing from
-        it reads Unknown."""
-        self.last_sample = time.monotonic()
+    def observe(
+        self,
+        levels: Mapping[int, Health],
+        faults: Mapping[int, tuple[int, ...]] | None = None,
+        links: Mapping[int, LinkState] | None = None,
+        *,
+        now: float | None = None,
+    ) -> None:
+        """One health sample, with the fault codes of devices that have any and the RoCE link of
+        those asked (`now`: the sample's monotonic time); a device missing from `levels` reads
+        Unknown."""
+        self.last_sample = time.monotonic() if now is None else now
         for physical_id, device in list(self._devices.items()):
             level = levels.get(physical_id, Health.UNKNOWN)
             codes = tuple(sorted(set((faults or {}).get(physical_id, ()))))
-            if level is not device.health or codes != device.faults:
-                self._devices[physical_id] = replace(device, health=level, faults=codes)
+            link = (links or {}).get(physical_id)
+            if level is not device.health or codes != device.faults or link not in (None, device.link):
+                self._devices[physical_id] = replace(device, health=level, faults=codes, link=link or device.link)
+            link_expired = self._observe_link(physical_id, link)
             # A sample of a device whose node is gone is no evidence of health: recovery counts from
             # its return.
-            healthy = self._trackers[physical_id].observe(level.healthy and physical_id not in self._node_missing)
+            sample_healthy = level.healthy and physical_id not in self._node_missing and not link_expired
+            healthy = self._trackers[physical_id].observe(sample_healthy)
+            if healthy:
+                self._link_down.discard(physical_id)
             if healthy == level.healthy and physical_id not in self._node_missing:
                 self._shown[physical_id] = (level, codes)
         self._publish()
+
+    def _observe_link(self, physical_id: int, link: LinkState | None) -> bool:
+        """Count the link's down time; past the timeout the device turns unhealthy at once (the
+        timeout is its debounce), and its recovery counts from the link's return."""
+        clock = self._links[physical_id]
+        was_down = clock.down_since is not None
+        expired = clock.observe(link, self.last_sample)
+        key = {"device": device_key([physical_id])}
+        if not was_down and clock.down_since is not None:
+            log.warning(
+                "RoCE link of %s is down; the device turns unhealthy if it stays down %g s",
+                key["device"],
+                self._link_down_timeout,
+                extra=key,
+            )
+        elif was_down and clock.down_since is None:
+            log.info("RoCE link of %s is up again", key["device"], extra=key)
+        if expired and physical_id not in self._link_down:
+            self._link_down.add(physical_id)
+            self._trackers[physical_id].force_unhealthy()
+        return expired
 
     def set_present(self, physical_id: int, present: bool) -> None:
         """A device node appeared in or vanished from --dev-root."""
@@ -225,22 +300,31 @@ class Inventory:
         views = tuple(
             DeviceView(
                 device=self._devices[physical_id],
-                healthy=self._trackers[physical_id].healthy
-                and physical_id not in self._node_missing | self._undiscovered,
+                healthy=self._reason(physical_id) is None,
                 owner=self._owners[physical_id],
                 draining=self._owners[physical_id] is not self._desired.get(physical_id, self._owners[physical_id]),
                 level=self._shown[physical_id][0],
                 faults=self._shown[physical_id][1],
+                reason=self._reason(physical_id),
             )
             for physical_id in sorted(self._devices)
         )
         return Snapshot(version=self._version, devices=views)
 
+    def _reason(self, physical_id: int) -> Reason | None:
+        """Why the device is unhealthy, the most lasting cause first; None while it is healthy."""
+        if physical_id in self._node_missing | self._undiscovered:
+            return Reason.GONE
+        if self._trackers[physical_id].healthy:
+            return None
+        return Reason.LINK_DOWN if physical_id in self._link_down else Reason.HEALTH
+
     def _publish(self) -> None:
         candidate = self._build()
         if candidate.devices == self._snapshot.devices:
             return
-        gone = dict.fromkeys(self._undiscovered, "no longer discovered")
+        gone = dict.fromkeys(self._link_down, f"its RoCE link is down for {self._link_down_timeout:g} s or more")
+        gone |= dict.fromkeys(self._undiscovered, "no longer discovered")
         gone |= dict.fromkeys(self._node_missing, "its device node is gone")
         log_verdict_changes(self._snapshot, candidate, gone)
         self._version += 1

@@ -18,7 +18,7 @@ from npu_plugin.ascend.device import without_ip
 from npu_plugin.ascend.vnpu import Vnpu, VnpuOrigin
 from npu_plugin.errors import listen_error
 from npu_plugin.inventory.ownership import Owner
-from npu_plugin.inventory.state import Snapshot
+from npu_plugin.inventory.state import Reason, Snapshot
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -140,6 +140,13 @@ class Metrics:
             "nothing is published",
             registry=r,
         )
+        self.unhealthy_devices = Gauge(
+            "npu_plugin_unhealthy_devices",
+            "Unhealthy NPUs by reason: health (the backend's level), link-down (RoCE link down past "
+            "--link-down-timeout), gone (device node vanished or no longer discovered)",
+            ["reason"],
+            registry=r,
+        )
         self.devices_without_ip = Gauge(
             "npu_plugin_devices_without_ip",
             "NPUs with a RoCE port but no device IP (no deviceIP attribute, no device_ip for rank tables)",
@@ -151,6 +158,8 @@ class Metrics:
         for health in HEALTH_LABELS:
             for owner in Owner:
                 self.devices.labels(health, owner.value)
+        for reason in Reason:
+            self.unhealthy_devices.labels(reason.value)
         for op in get_args(VnpuOp):
             for result in get_args(VnpuResult):
                 self.vnpu_operations.labels(op, result)
@@ -183,6 +192,8 @@ class Metrics:
             for owner in Owner:
                 count = sum(v.owner is owner and v.healthy == (health == "healthy") for v in snapshot.devices)
                 self.devices.labels(health, owner.value).set(count)
+        for reason in Reason:
+            self.unhealthy_devices.labels(reason.value).set(sum(v.reason is reason for v in snapshot.devices))
         self.devices_without_ip.set(len(without_ip(v.device for v in snapshot.devices)))
         for to in Owner:  # a draining device moves to the other of the two sides
             self.handovers_pending.labels(to.value).set(sum(v.draining and v.owner is not to for v in snapshot.devices))

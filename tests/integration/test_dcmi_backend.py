@@ -15,7 +15,7 @@ from typing import Protocol
 
 import pytest
 
-from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.device import Device, Health, LinkState
 from npu_plugin.backends.dcmi import abi
 from npu_plugin.backends.dcmi.backend import DcmiBackend
 from npu_plugin.errors import BackendError, DcmiError
@@ -482,3 +482,23 @@ def test_ip_and_super_pod_failures_leave_them_out(open_host: Opener, caplog: pyt
     assert devices[8].device_ip is None and devices[8].super_pod_id == 1
     assert devices[11].device_ip == "192.168.1.1" and devices[11].super_pod_id is None
     assert "super-pod info" in caplog.text
+
+
+def test_link_states_come_from_dcmi_network_health(open_host: Opener) -> None:
+    host = atlas_800t_a2()
+    results = {0: 0, 1: 5, 2: 6, 3: 3}  # OK, FAULT, INIT, UNREACH; the others answer NOT_SUPPORT
+    for die in host.dies:
+        die.net_health = results.get(die.card)
+    host.fails.append("dcmi_get_device_network_health card 4 dev 0 -8005")
+    backend = open_host(host)
+    devices = {d.card_id: d.physical_id for d in backend.discover()}
+
+    states = backend.link_states(devices.values())
+
+    assert states == {
+        devices[0]: LinkState.UP,
+        devices[1]: LinkState.DOWN,
+        devices[2]: LinkState.UP,
+        devices[3]: LinkState.DOWN,
+    }
+    assert backend.link_states([devices[1]]) == {devices[1]: LinkState.DOWN}

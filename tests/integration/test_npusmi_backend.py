@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_plugin.ascend.device import Health
+from npu_plugin.ascend.device import Health, LinkState
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, NpuSmiParseError
 from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
@@ -261,3 +261,19 @@ def test_a_missing_hccn_tool_leaves_ips_unknown_said_once(
     backend.discover()
     said = [r.getMessage() for r in caplog.records if "hccn_tool" in r.getMessage()]
     assert len(said) == 1 and "device IPs are unknown" in said[0], said
+
+
+def test_link_states_come_from_hccn_tool_net_health(b3: Path, tmp_path: Path) -> None:
+    hccn = fake_hccn_tool(tmp_path / "hccn")
+    answers = {0: "Success", 1: "Fault", 2: "Init", 3: "Unknown!"}
+    for physical_id, word in answers.items():
+        (hccn.parent / f"net_health-{physical_id}.txt").write_text(f"net health status: {word}\n")
+    backend = NpuSmiBackend(str(b3), hccn_tool=str(hccn))
+    backend.discover()
+    (hccn.parent / "runs.log").unlink()
+
+    states = backend.link_states([0, 1, 2, 3, 4, 99])
+
+    # 3's answer is no state, 4's query fails (no file), 99 is no device of this host: all left out.
+    assert states == {0: LinkState.UP, 1: LinkState.DOWN, 2: LinkState.UP}
+    assert (hccn.parent / "runs.log").read_text().splitlines() == [f"-i {i} -net_health -g" for i in range(5)]

@@ -10,7 +10,7 @@ import re
 import signal
 import urllib.request
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from npu_plugin import __version__
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
-from npu_plugin.ascend.device import Health
+from npu_plugin.ascend.device import Health, LinkState
 from npu_plugin.logs import CONTEXT_KEYS, STARTUP_KEYS
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.kubelet import KubeletSimulator, remove_sockets
@@ -72,6 +72,8 @@ SERIES_AT_START = [
     ("npu_plugin_foreign_slices", {}),
     ("npu_plugin_vnpu_create_seconds_count", {}),
     ("npu_plugin_vnpu_create_seconds_sum", {}),
+    *[("npu_plugin_unhealthy_devices", {"reason": r}) for r in ("health", "link-down", "gone")],
+    ("npu_plugin_devices_without_ip", {}),
 ]
 
 
@@ -469,6 +471,36 @@ async def prepare_and_unprepare(
     assert await kubelet.unprepare([claim]) == {claim.uid: ""}
     samples = await until_metric(port, "npu_plugin_prepared_claims", 0, daemon)
     assert value(samples, "npu_plugin_prepare_seconds_count") == 1, "Unprepare is not a Prepare"
+
+
+def test_a_roce_link_down_past_the_timeout_is_its_own_reason_and_taint(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    fake_api.set_kubernetes_version(36)  # device taints kept
+    args = dra_args(workspace, *OBSERVED, "--unhealthy-policy", "taint", "--link-down-timeout", "0.3")
+    daemon = launch_daemon(*args)
+    port = Endpoints.of(daemon).metrics
+    link_down = [replace(d, link=LinkState.DOWN) if d.physical_id == 2 else d for d in A2]
+
+    def health_taints(device: str) -> list[tuple[str, str]]:
+        entries = [d for s in node_slices(fake_api) for d in s["spec"].get("devices") or [] if d["name"] == device]
+        return [(t.get("value", ""), t["effect"]) for e in entries for t in e.get("taints", [])]
+
+    async def scenario() -> None:
+        await until_metric(port, "npu_plugin_slice_publish_total", 1, daemon, result="success")
+        write_inventory(workspace.inventory, link_down)
+        samples = await until_metric(port, "npu_plugin_unhealthy_devices", 1, daemon, reason="link-down")
+        assert value(samples, "npu_plugin_unhealthy_devices", reason="health") == 0
+        assert value(samples, "npu_plugin_devices", health="unhealthy", owner=DRA) == 1
+        await until_samples(port, lambda _s: health_taints("npu-2") == [("LinkDown", "NoSchedule")], "taint", daemon)
+        write_inventory(workspace.inventory, A2)  # the link is back: recovery as from any fault
+        await until_metric(port, "npu_plugin_unhealthy_devices", 0, daemon, reason="link-down")
+        await until_samples(port, lambda _s: health_taints("npu-2") == [], "the taint gone", daemon)
+
+    run(scenario())
+    log = daemon.log()
+    assert "RoCE link of npu-2 is down" in log and "RoCE link of npu-2 is up again" in log
+    assert "device npu-2 turned unhealthy (its RoCE link is down for 0.3 s or more)" in log
 
 
 MINDCLUSTER_SLICE = {

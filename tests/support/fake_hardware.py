@@ -37,14 +37,14 @@ cat "$dir/$name.txt"
 """
 
 
-# hccn_tool answering `-i N -ip -g`, `-i N -link -g` and `-i N -net_health -g` from `ip-N.txt`,
-# `link-N.txt` and `net_health-N.txt` beside it (a missing file: the query fails, as on a die without
+# hccn_tool answering `-i N -ip -g` and `-i N -net_health -g` from `ip-N.txt` and `net_health-N.txt`
+# beside it (a missing file: the query fails, as on a die without
 # a RoCE port); each run is appended to runs.log.
 FAKE_HCCN_TOOL = """#!/bin/sh
 dir=$(dirname "$0")
 echo "$*" >> "$dir/runs.log"
 case "$*" in
-  "-i "*" -ip -g"|"-i "*" -link -g"|"-i "*" -net_health -g") name="${3#-}-$2" ;;
+  "-i "*" -ip -g"|"-i "*" -net_health -g") name="${3#-}-$2" ;;
   *) echo "hccn_tool: unknown command: $*" >&2; exit 2 ;;
 esac
 if [ ! -f "$dir/$name.txt" ]; then echo "hccn_tool: device $2: no such device or not supported" >&2; exit 1; fi

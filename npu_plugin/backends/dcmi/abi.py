@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Mapping
 from decimal import Decimal
 
-from npu_plugin.ascend.device import Health, device_type_for_chip
+from npu_plugin.ascend.device import Health, LinkState, device_type_for_chip
 
 MAX_CHIP_NAME_LEN = 32
 MAX_CARD_NUM = 64
@@ -264,6 +264,12 @@ ROCE_PORT = 1  # enum dcmi_port_type: DCMI_VNIC_PORT = 0, DCMI_ROCE_PORT = 1
 MAIN_CMD_CHIP_INF = 12
 CHIP_INF_SUB_CMD_SPOD_INFO = 1
 SPOD_UNSET = 0xFFFFFFFF  # a super-pod field the driver does not know
+# enum dcmi_rdfx_detect_result. OK and INIT (detection not finished yet) are a healthy network, as
+# mind-cluster counts them; SOCK_FAIL, RECV_TIMEOUT, UNREACH, TIME_EXCEEDED and FAULT a link that
+# does not carry traffic. THREAD_ERR (7), IP_SET (8: no detection address configured) and anything
+# undocumented say nothing about the link.
+NETWORK_HEALTH_UP = frozenset({0, 6})
+NETWORK_HEALTH_DOWN = frozenset({1, 2, 3, 4, 5})
 
 
 class IpAddr(ctypes.Structure):
@@ -453,3 +459,10 @@ def spod_identity(info: SpodInfo) -> tuple[int | None, int | None, int | None]:
 
     rack = known(info.chassis_id)
     return known(info.super_pod_id), known(info.server_index), rack or None
+
+
+def link_from_network_health(result: int) -> LinkState:
+    """Pure: a dcmi_get_device_network_health result as the link's state."""
+    if result in NETWORK_HEALTH_UP:
+        return LinkState.UP
+    return LinkState.DOWN if result in NETWORK_HEALTH_DOWN else LinkState.UNKNOWN

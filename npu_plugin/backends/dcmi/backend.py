@@ -12,9 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
+from typing import TypeVar
 
 from npu_plugin.ascend import driver_codes
-from npu_plugin.ascend.device import Device, Health, device_key, has_roce
+from npu_plugin.ascend.device import Device, Health, LinkState, device_key, has_roce
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
     ChipMode,
@@ -38,6 +39,7 @@ DEFAULT_LIBRARY = "libdcmi.so"
 DEFAULT_LOCK_TIMEOUT_SECONDS = 15.0
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,18 @@ class DcmiBackend:
     def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
         """dcmi_get_device_errorcode_v2 for these dies; a die whose call fails (or a library
         without the call, or one busy past the lock timeout) is left out. Never raises."""
+        found = self._per_die(physical_ids, self._fault_codes)
+        return {physical_id: codes for physical_id, codes in found.items() if codes}
+
+    def link_states(self, physical_ids: Iterable[int]) -> dict[int, LinkState]:
+        """dcmi_get_device_network_health for these dies; a die whose call fails (or a library
+        without the call, or one busy past the lock timeout) is left out. Never raises."""
+        found = self._per_die(physical_ids, self._link)
+        return {physical_id: link for physical_id, link in found.items() if link is not LinkState.UNKNOWN}
+
+    def _per_die(self, physical_ids: Iterable[int], query: Callable[[_Slot], T]) -> dict[int, T]:
+        """`query` of each of these dies under the library lock; {} when the library stays busy
+        past the lock timeout or is closed."""
         wanted = set(physical_ids)
         if not self._acquire():
             self._busy()
@@ -164,12 +178,18 @@ class DcmiBackend:
         try:
             if self._closed:
                 return {}
-            found = {
-                slot.physical_id: self._fault_codes(slot) for slot in self._known_slots() if slot.physical_id in wanted
-            }
-            return {physical_id: codes for physical_id, codes in found.items() if codes}
+            return {slot.physical_id: query(slot) for slot in self._known_slots() if slot.physical_id in wanted}
         finally:
             self._lock.release()
+
+    def _link(self, slot: _Slot) -> LinkState:
+        result = ctypes.c_uint()
+        code = self._call("dcmi_get_device_network_health", slot.card_id, slot.device_index, ctypes.byref(result))
+        if code != driver_codes.OK:
+            if code != driver_codes.NOT_SUPPORT:
+                log.debug("DCMI dcmi_get_device_network_health failed for %s with error code %d", slot, code)
+            return LinkState.UNKNOWN
+        return abi.link_from_network_health(result.value)
 
     def _fault_codes(self, slot: _Slot) -> tuple[int, ...]:
         count = ctypes.c_int()

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.device import Device, Health, LinkState
 from npu_plugin.ascend.vnpu import ChipVnpu, Vnpu
 from npu_plugin.backends.fake.profiles import FakeHost, profile_inventory
 from npu_plugin.errors import BackendError, InventoryFileError
@@ -102,6 +102,10 @@ class FakeBackend:
     def fault_codes(self, physical_ids: Iterable[int]) -> dict[int, tuple[int, ...]]:
         devices = {d.physical_id: d for d in (self._last_good.devices if self._last_good is not None else [])}
         return {i: devices[i].faults for i in physical_ids if i in devices and devices[i].faults}
+
+    def link_states(self, physical_ids: Iterable[int]) -> dict[int, LinkState]:
+        devices = {d.physical_id: d for d in (self._last_good.devices if self._last_good is not None else [])}
+        return {i: devices[i].link for i in physical_ids if i in devices}
 
     # ---- VnpuBackend
 

@@ -14,6 +14,7 @@ from npu_plugin.ascend.device import (
     DEVICE_TYPES,
     Device,
     Health,
+    LinkState,
     device_type_for_chip,
     parse_device_ip,
     parse_fault_code,
@@ -57,6 +58,7 @@ _FIELDS = (
     "superPodId",
     "serverIndex",
     "rackId",
+    "linkStatus",
     "vnpu",
 )
 _VNPU_FIELDS = ("mode", "dynamic", "idRange", "resources", "templates", "existing")
@@ -176,6 +178,13 @@ def _health(value: Any) -> Health:
     return Health.parse(str(value))
 
 
+def _link(value: Any) -> LinkState:
+    word = str(value).strip().upper() if isinstance(value, str) else None
+    if word not in (LinkState.UP, LinkState.DOWN):
+        raise ValueError(f"expected UP or DOWN, got {value!r}")
+    return LinkState(word)
+
+
 def _fault_codes(value: Any) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise ValueError(f"expected a list of fault codes, got {value!r}")
@@ -214,6 +223,7 @@ def _device(entry: _Entry) -> Device:
         super_pod_id=entry.get("superPodId", _non_negative_int),
         server_index=entry.get("serverIndex", _non_negative_int),
         rack_id=entry.get("rackId", _non_negative_int),
+        link=entry.get("linkStatus", _link, default=LinkState.UP),
     )
 
 
@@ -390,6 +400,7 @@ def device_record(device: Device) -> dict[str, Any]:
         "superPodId": device.super_pod_id,
         "serverIndex": device.server_index,
         "rackId": device.rack_id,
+        "linkStatus": device.link.value if device.link is not LinkState.UP else None,
     }
     return {key: value for key, value in record.items() if value is not None and value != ""}
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from npu_plugin.ascend import driver_codes
-from npu_plugin.ascend.device import Device, Health, has_roce, parse_device_node
+from npu_plugin.ascend.device import Device, Health, LinkState, has_roce, parse_device_node
 from npu_plugin.ascend.vnpu import (
     DESTROY_ALL_ID,
     ChipMode,
@@ -24,7 +24,7 @@ from npu_plugin.ascend.vnpu import (
     default_id_range,
     static_only_reason,
 )
-from npu_plugin.backends.npusmi.network_parse import parse_hccn_ip, parse_spod_info
+from npu_plugin.backends.npusmi.network_parse import parse_hccn_ip, parse_net_health, parse_spod_info
 from npu_plugin.backends.npusmi.parse import (
     MappingRow,
     TopologyMatrix,
@@ -96,7 +96,7 @@ class NpuSmiBackend:
         self._templates: dict[int, tuple[VnpuTemplate, ...]] = {}
         self._by_logic_id: dict[int, int] = {}
         self._sampling_fails = False
-        self._reported_missing: set[str] = set()
+        self._reported_missing: set[tuple[str, str]] = set()
 
     def discover(self) -> list[Device]:
         """Every die npu-smi lists; raises BackendError (NpuSmiParseError for unreadable output)."""
@@ -117,7 +117,7 @@ class NpuSmiBackend:
         try:
             ip = parse_hccn_ip(self._run_tool(self.hccn_tool, "-i", str(device.physical_id), "-ip", "-g"))
         except BackendError as error:
-            self._missing("hccn_tool -ip -g", "device IPs are unknown", error, logging.WARNING)
+            self._missing("-ip -g", "device IPs are unknown", error, logging.WARNING, tool="hccn_tool")
             ip = None
         device = replace(device, device_ip=ip)
         if device.device_type != "Ascend910C":
@@ -176,6 +176,22 @@ class NpuSmiBackend:
                 continue
             if codes:
                 found[physical] = codes
+        return found
+
+    def link_states(self, physical_ids: Iterable[int]) -> dict[int, LinkState]:
+        """`hccn_tool -i <physical id> -net_health -g` for each of these devices (one run each); a
+        device whose run fails or says nothing usable is left out. Never raises."""
+        found: dict[int, LinkState] = {}
+        for physical_id in sorted(set(physical_ids) & self._devices.keys()):
+            try:
+                text = self._run_tool(self.hccn_tool, "-i", str(physical_id), "-net_health", "-g")
+            except BackendError as error:
+                self._missing(
+                    "hccn_tool -net_health -g", "the links it fails for are not watched", error, logging.WARNING
+                )
+                continue
+            if (state := parse_net_health(text)) is not LinkState.UNKNOWN:
+                found[physical_id] = state
         return found
 
     def close(self) -> None:
@@ -321,12 +337,12 @@ class NpuSmiBackend:
             )
             return None
 
-    def _missing(self, query: str, consequence: str, error: BackendError, level: int) -> None:
+    def _missing(self, query: str, consequence: str, error: BackendError, level: int, tool: str = "npu-smi") -> None:
         """Log an auxiliary query's failure once per backend, not on every discovery."""
-        if query not in self._reported_missing:
-            self._reported_missing.add(query)
-            message = "`npu-smi %s` gave nothing usable, so %s: %s"
-            log.log(level, message, query, consequence, error, extra={"error": str(error)})
+        if (tool, query) not in self._reported_missing:
+            self._reported_missing.add((tool, query))
+            message = "`%s %s` gave nothing usable, so %s: %s"
+            log.log(level, message, tool, query, consequence, error, extra={"error": str(error)})
 
     def _device_nodes(self) -> list[int] | None:
         if self.dev_root is None:

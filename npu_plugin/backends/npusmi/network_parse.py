@@ -1,9 +1,8 @@
 """Pure parsers for the network facts hccn_tool and npu-smi print about a die: its RoCE address,
-link state and network health, and its super-pod identity.
+its network health, and its super-pod identity.
 
 Formats (mind-cluster devmanager/hccn/hccn_tool.go, npu-smi's print_npu_spod_info):
 - `hccn_tool -i <phy> -ip -g`: `ipaddr:192.168.100.101` and `netmask:255.255.255.0`, on one line or two;
-- `hccn_tool -i <phy> -link -g`: `link status: UP` (or `DOWN`);
 - `hccn_tool -i <phy> -net_health -g`: `net health status: Success` (`Init`, `Fault`, `Unreachable`...);
 - `npu-smi info -t spod-info -i <card> -c <chip>` (Atlas A3): `Super Pod ID : 7`, `Server Index : 3`
   lines among others.
@@ -12,23 +11,12 @@ Formats (mind-cluster devmanager/hccn/hccn_tool.go, npu-smi's print_npu_spod_inf
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 
-from npu_plugin.ascend.device import parse_device_ip
+from npu_plugin.ascend.device import LinkState, parse_device_ip
 
 _IPADDR = re.compile(r"ipaddr\s*:\s*(\S+)", re.IGNORECASE)
-_LINK = re.compile(r"link status\s*:\s*(\S+)", re.IGNORECASE)
-_NET_HEALTH = re.compile(r"net health status\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_NET_HEALTH_LINE = re.compile(r"net health status\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _SPOD_FIELD = re.compile(r"^\s*(Super Pod ID|Server Index|Chassis ID)\s*:\s*([0-9]+)\s*$", re.MULTILINE)
-
-
-class LinkState(StrEnum):
-    """What a die's RoCE link reads: UP, DOWN, or UNKNOWN when the query fails or says nothing
-    usable."""
-
-    UP = "UP"
-    DOWN = "DOWN"
-    UNKNOWN = "UNKNOWN"
 
 
 def parse_hccn_ip(text: str) -> str | None:
@@ -42,25 +30,26 @@ def parse_hccn_ip(text: str) -> str | None:
         return None
 
 
-def parse_link_state(text: str) -> LinkState:
-    """`link status: UP|DOWN`; anything else is UNKNOWN."""
-    match = _LINK.search(text)
-    word = match.group(1).upper() if match else ""
-    return LinkState(word) if word in (LinkState.UP, LinkState.DOWN) else LinkState.UNKNOWN
-
-
-# hccn_tool's words for dcmi_rdfx_detect_result; Success and Init count as up, as mind-cluster reads
-# them (a link that is still being detected is no fault yet).
-_NET_HEALTH_UP = frozenset({"success", "init"})
+# hccn_tool's words for dcmi_rdfx_detect_result, the check DCMI's dcmi_get_device_network_health
+# answers (abi.link_from_network_health reads the numbers the same way).
+_NET_HEALTH = {
+    "success": LinkState.UP,
+    "init": LinkState.UP,
+    "socket fail": LinkState.DOWN,
+    "receive timeout": LinkState.DOWN,
+    "unreachable": LinkState.DOWN,
+    "time exceeded": LinkState.DOWN,
+    "fault": LinkState.DOWN,
+}
 
 
 def parse_net_health(text: str) -> LinkState:
-    """`net health status: <word>` as a link state: Success/Init UP, any other word DOWN, no such
-    line UNKNOWN."""
-    match = _NET_HEALTH.search(text)
+    """`net health status: <word>` as a link state; a word that says nothing about the link (no
+    detection address set, a detection thread error) or no such line is UNKNOWN."""
+    match = _NET_HEALTH_LINE.search(text)
     if match is None:
         return LinkState.UNKNOWN
-    return LinkState.UP if match.group(1).strip().lower() in _NET_HEALTH_UP else LinkState.DOWN
+    return _NET_HEALTH.get(match.group(1).strip().lower(), LinkState.UNKNOWN)
 
 
 def parse_spod_info(text: str) -> tuple[int | None, int | None, int | None]:

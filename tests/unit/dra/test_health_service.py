@@ -11,7 +11,7 @@ from npu_plugin._proto import dra_health_v1_pb2, dra_health_v1alpha1_pb2
 from npu_plugin.ascend.device import Health
 from npu_plugin.dra.service import HealthFeed, ResourceHealthV1, health_message
 from npu_plugin.inventory.ownership import Owner
-from npu_plugin.inventory.state import DeviceView, Inventory
+from npu_plugin.inventory.state import DeviceView, Inventory, Reason
 from tests.support.fake_devices import profile_devices
 
 DEVICE = profile_devices("atlas-800t-a2")[0]
@@ -30,6 +30,11 @@ DEVICE = profile_devices("atlas-800t-a2")[0]
 def test_the_message_says_the_level_and_why_the_verdict_differs(level: Health, healthy: bool, message: str) -> None:
     view = DeviceView(replace(DEVICE, health=level), healthy, Owner.DRA)
     assert health_message(view) == message
+
+
+def test_the_message_names_a_link_down() -> None:
+    view = DeviceView(DEVICE, False, Owner.DRA, reason=Reason.LINK_DOWN)
+    assert health_message(view) == "910B3 health OK, RoCE link down past --link-down-timeout"
 
 
 def test_reports_repeat_only_while_samples_are_fresh() -> None:

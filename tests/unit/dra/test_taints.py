@@ -44,6 +44,21 @@ def test_the_health_taint_follows_the_level(
 
 
 @pytest.mark.parametrize(
+    ("level", "healthy", "expected"),
+    [
+        (Health.OK, False, [("health", "LinkDown", "NoSchedule")]),
+        (Health.WARNING, False, [("health", "LinkDown", "NoSchedule")]),  # the reason it is unhealthy
+        (Health.CRITICAL, False, [("health", "Critical", "NoSchedule")]),  # the level says more
+        (Health.OK, True, []),  # a record that only read a link down is no verdict
+    ],
+)
+def test_a_link_down_device_says_linkdown(level: Health, healthy: bool, expected: list[tuple[str, str, str]]) -> None:
+    taints = device_taints(DRIVER, level, healthy, (), TaintRules(none_effect=False), link_down=True)
+    assert [(t["key"].split("/")[1], t.get("value"), t["effect"]) for t in taints] == expected
+    assert all(LABEL_VALUE.fullmatch(t.get("value", "")) for t in taints)
+
+
+@pytest.mark.parametrize(
     ("codes", "policy", "rules", "expected"),
     [
         ((), FaultPolicy(), TaintRules(), None),

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npu_plugin.ascend.device import Health
+from npu_plugin.ascend.device import Health, LinkState
 from npu_plugin.backends.dcmi import abi
 
 
@@ -273,3 +273,18 @@ def test_ip_from(ip_type: int, raw: bytes, expected: str | None) -> None:
 def test_spod_identity(fields: tuple[int, int, int], expected: tuple[int | None, ...]) -> None:
     info = abi.SpodInfo(super_pod_id=fields[0], server_index=fields[1], chassis_id=fields[2])
     assert abi.spod_identity(info) == expected
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (0, LinkState.UP),
+        (6, LinkState.UP),
+        *((r, LinkState.DOWN) for r in (1, 2, 3, 4, 5)),
+        (7, LinkState.UNKNOWN),
+        (8, LinkState.UNKNOWN),
+        (0xFF, LinkState.UNKNOWN),
+    ],
+)
+def test_link_from_network_health(result: int, expected: LinkState) -> None:
+    assert abi.link_from_network_health(result) == expected

@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from npu_plugin.ascend.device import Device, Health
+from npu_plugin.ascend.device import Device, Health, LinkState
 from npu_plugin.ascend.vnpu import ChipMode, ChipVnpu, Vnpu, VnpuTemplate
 from npu_plugin.backends.fake.inventory_file import inventory_document, parse_inventory_file
 from npu_plugin.backends.fake.profiles import PROFILES, profile_inventory
@@ -66,6 +66,8 @@ MALFORMED = [
     (entry(superPodId=-1), 4, "superPodId", "integer >= 0"),
     (entry(serverIndex="two"), 4, "serverIndex", "integer >= 0"),
     (entry(rackId="true"), 4, "rackId", "integer >= 0"),
+    (entry(linkStatus="flapping"), 4, "linkStatus", "expected UP or DOWN"),
+    (entry(linkStatus=1), 4, "linkStatus", "expected UP or DOWN"),
     ("devices:\n  - physicalId: 0\n    chipName: 910B3\n    physicalId: 1\n", 4, "physicalId", "given twice"),
     ("devices:\n" + GOOD + "  - physicalId: 0\n    chipName: 910B3\n", 4, "physicalId", "0 already used by devices[0]"),
     # What PyYAML raises outside its own error marks: control characters, tags, values its resolvers
@@ -122,6 +124,7 @@ def test_every_field_is_read() -> None:
         superPodId=7,
         serverIndex=0,
         rackId=2,
+        linkStatus="down",
     )
     [device] = parse_inventory(text, SOURCE)
     assert device == Device(
@@ -143,6 +146,7 @@ def test_every_field_is_read() -> None:
         super_pod_id=7,
         server_index=0,
         rack_id=2,
+        link=LinkState.DOWN,
     )
 
 

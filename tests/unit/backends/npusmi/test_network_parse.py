@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from npu_plugin.ascend.device import LinkState
 from npu_plugin.backends.npusmi.network_parse import (
-    LinkState,
     parse_hccn_ip,
-    parse_link_state,
     parse_net_health,
     parse_spod_info,
 )
@@ -33,25 +32,13 @@ def test_parse_hccn_ip(text: str, expected: str | None) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("link status: UP\n", LinkState.UP),
-        ("link status: DOWN\n", LinkState.DOWN),
-        ("link status: down", LinkState.DOWN),
-        ("link status: Unknown!\n", LinkState.UNKNOWN),
-        ("", LinkState.UNKNOWN),
-    ],
-)
-def test_parse_link_state(text: str, expected: LinkState) -> None:
-    assert parse_link_state(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
         ("net health status: Success\n", LinkState.UP),
         ("net health status: Init\n", LinkState.UP),
         ("net health status: Fault\n", LinkState.DOWN),
         ("net health status: Receive timeout\n", LinkState.DOWN),
-        ("net health status: Detect ip set\n", LinkState.DOWN),
+        ("net health status: Unreachable\n", LinkState.DOWN),
+        ("net health status: Detect ip set\n", LinkState.UNKNOWN),  # no detection address: no evidence
+        ("net health status: Thread error\n", LinkState.UNKNOWN),
         ("something else\n", LinkState.UNKNOWN),
     ],
 )
