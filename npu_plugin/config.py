@@ -103,8 +103,6 @@ class Config:
             )
         if self.mode.serves_dra and not self.node_name:
             raise ConfigError(f"--node-name (or NODE_NAME) is required with --mode {self.mode}")
-        if self.mode is Mode.BOTH and not self.dra_devices:
-            raise ConfigError("--dra-devices is required with --mode both (e.g. 4-7 or ring-1)")
         if (self.volcano or self.pod_annotations) and not self.node_name:
             flag = "--volcano" if self.volcano else "--pod-annotations"
             raise ConfigError(

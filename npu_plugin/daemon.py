@@ -19,9 +19,9 @@ from npu_plugin.ascend.vnpu import Vnpu, VnpuMode
 from npu_plugin.backends.auto import discover, open_backend
 from npu_plugin.backends.base import Backend, VnpuBackend
 from npu_plugin.config import Config, Mode, check_paths
-from npu_plugin.errors import CdiError, ConfigError
+from npu_plugin.errors import CdiError, ConfigError, KubeApiError, NpuPluginError
 from npu_plugin.inventory.health_feed import HealthMonitor
-from npu_plugin.inventory.ownership import Owner, Partition
+from npu_plugin.inventory.ownership import SPLIT_KEY_SUFFIX, Owner, Partition, node_split
 from npu_plugin.inventory.sharing import Sharing, check_not_split
 from npu_plugin.inventory.state import FRESHNESS_INTERVALS, Inventory, samples_fresh
 from npu_plugin.observability.telemetry import Telemetry
@@ -136,7 +136,8 @@ class Daemon:
         self.resource_name = resolve_resource_name(config, devices)
         if config.dra_devices and config.mode is not Mode.BOTH:
             log.warning("--dra-devices applies to --mode both only; ignored in --mode %s", config.mode)
-        partition = Partition.of(config.mode, config.dra_devices, devices)
+        self._kube: KubeApi | None = None
+        partition = self._partition()
         desired = partition.owners(devices)
         self.inventory = Inventory(
             devices,
@@ -150,7 +151,7 @@ class Daemon:
         self.layout: HostLayout = probe_host(config.dev_root, config.device_injection, config.mount_driver)
         self.stop = asyncio.Event()
         self.telemetry = Telemetry(config.metrics_port, config.healthcheck_port, config.bind_address)
-        self._kube: KubeApi | None = None
+        self.telemetry.split_ignored(len(partition.ignored))
         self.class_check: ExtendedClassCheck | None = None
         self.volcano: VolcanoChoice | None = None
         self.annotator = self._pod_annotator()
@@ -209,6 +210,53 @@ class Daemon:
                 await self.annotator.close()
         log.info("npu-plugin stopped")
         return 0
+
+    def _partition(self) -> Partition:
+        """Both mode: the split the Node carries (it wins), else --dra-devices; neither is refused.
+        Items naming devices or groups this node lacks are ignored, said in one warning."""
+        config = self.config
+        text, source = config.dra_devices, "--dra-devices"
+        if config.mode is Mode.BOTH:
+            if (found := self._node_split()) is not None:
+                if text is not None and found[0] != text:
+                    log.info("DRA split from %s: %r (instead of --dra-devices %r)", found[1], found[0], text)
+                text, source = found
+            if text is None:
+                raise ConfigError(
+                    f"--mode both needs a split: --dra-devices LIST, or the annotation (or label) "
+                    f"{config.driver_name}/{SPLIT_KEY_SUFFIX} on Node {config.node_name}, which has neither"
+                )
+        partition = Partition.of(config.mode, text, self.devices, source)
+        if partition.ignored:
+            left = [d.dra_name for d in self.devices if partition.owner_of(d) is Owner.DRA]
+            log.warning(
+                "%s: %s name no device on this node and are ignored; %s",
+                source,
+                ", ".join(partition.ignored),
+                f"DRA serves {', '.join(left)}" if left else "every device is served by the device plugin",
+            )
+        return partition
+
+    def _node_split(self) -> tuple[str, str] | None:
+        """The Node's own split; without --dra-devices to fall back on, a Node that cannot be read
+        stops the start."""
+        assert self.config.node_name is not None
+        try:
+            node = self._client().get_node(self.config.node_name)
+        except KubeApiError as error:
+            if self.config.dra_devices is None:
+                name = self.config.node_name
+                why = f"cannot read Node {name} for its split: {error}"
+                raise NpuPluginError(f"--mode both without --dra-devices: {why}") from None
+            log.warning(
+                "cannot read Node %s for its DRA split, using --dra-devices: %s",
+                self.config.node_name,
+                error,
+                extra={"error": str(error)},
+            )
+            return None
+        meta = node["metadata"]
+        return node_split(self.config.driver_name, meta.get("labels") or {}, meta.get("annotations") or {})
 
     def _log_start(self) -> None:
         facts = {

@@ -173,7 +173,8 @@ def _add_serve_flags(serve: FlagParser) -> None:
         "--dra-devices",
         type=non_empty,
         metavar="LIST",
-        help="--mode both: devices DRA serves, ids, ranges or topology groups (4-7,9 or ring-1)",
+        help="--mode both: devices DRA serves, ids, ranges, topology groups, all or none (4-7,9 or ring-1); the "
+        "Node's npu.huawei.com/dra-devices annotation or label wins",
     )
     _add_share_flags(what)
     what.add_argument(

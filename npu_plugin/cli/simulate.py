@@ -43,8 +43,8 @@ from npu_plugin.cdi.files import claim_spec_path
 from npu_plugin.cli.inventory import render_table, vnpu_facts
 from npu_plugin.config import Config, Mode, check_vnpu_mode
 from npu_plugin.daemon import Daemon
-from npu_plugin.errors import NpuPluginError
-from npu_plugin.inventory.ownership import Owner, parse_device_list
+from npu_plugin.errors import ConfigError, NpuPluginError
+from npu_plugin.inventory.ownership import Owner, parse_split
 from npu_plugin.inventory.vnpu_plans import ChipPlan, Serving, VnpuReader
 from npu_plugin.kubeapi.quantity import format_bytes
 from npu_plugin.sim.dra_kubelet import Claim, DraKubeletSimulator
@@ -166,6 +166,18 @@ def default_dra_devices(devices: list[Device]) -> str:
     ids = sorted(d.physical_id for d in devices)
     upper = ids[len(ids) // 2 :] or ids
     return ",".join(str(i) for i in upper)
+
+
+def simulated_split(dra_devices: str, devices: list[Device]) -> frozenset[int]:
+    """The DRA share of the walkthrough; a list that does not parse, or names what the simulated node
+    lacks (the daemon would ignore it; the walkthrough needs what it names), is a usage error (exit
+    2), not a failed step."""
+    split = parse_split(dra_devices, devices)
+    if split.ignored or not split.ids:
+        ids = sorted(d.physical_id for d in devices)
+        named = ", ".join(split.ignored) or dra_devices
+        raise ConfigError(f"--dra-devices: {named} names no device of the simulated node (devices: {ids})")
+    return split.ids
 
 
 def shared_demo(devices: list[Device], mode: Mode, dra_owned: Collection[int]) -> str:
@@ -635,7 +647,7 @@ def run_simulation(
     dra_owned: Collection[int] = {d.physical_id for d in devices}
     if mode is Mode.BOTH:
         dra_devices = dra_devices or default_dra_devices(devices)
-        dra_owned = parse_device_list(dra_devices, devices)  # a bad list is a usage error (exit 2), not a failed step
+        dra_owned = simulated_split(dra_devices, devices)
     demo = vnpu_demo(plans, dra_owned)
     shared = shared_demo(devices, mode, dra_owned) if share else None
     started = time.monotonic()

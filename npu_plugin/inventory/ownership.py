@@ -1,6 +1,7 @@
 """The ownership ledger of both mode: which API serves each device, and safe handover (pure).
 
-Every device has one owner. A device whose owner differs from the partition (`--dra-devices`) is
+Every device has one owner. A device whose owner differs from the partition (`--dra-devices`, or
+the Node's own split, which wins) is
 *draining*: still served to the claims or containers holding it, never offered to new ones, and it
 moves once nothing holds it. "Held" is unknown (None) when the kubelet's PodResources API cannot be
 read; then a device is assumed held (the safe side).
@@ -27,43 +28,108 @@ class Owner(StrEnum):
     DRA = "dra"
 
 
-def parse_device_list(text: str, devices: Sequence[Device], flag: str = "--dra-devices") -> frozenset[int]:
-    """`4-7,9` or `ring-1` (or a mix) → physical ids; ConfigError naming `flag` for anything unknown
-    or repeated."""
+SPLIT_ALL, SPLIT_NONE = "all", "none"  # the relative forms: every device, or none, to DRA
+# What an item that is no id, range, `all` or `none` must look like to be taken as a topology group
+# name (one this node may lack); anything else does not parse.
+_GROUP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
+SPLIT_KEY_SUFFIX = "dra-devices"
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A parsed DRA split: the ids (of this node's devices) and topology groups it gives DRA, and
+    the items that name nothing on this node (ignored, never an error: one DaemonSet serves a mixed
+    fleet)."""
+
+    ids: frozenset[int]
+    groups: frozenset[str] = frozenset()
+    ignored: tuple[str, ...] = ()
+
+
+def parse_split(text: str, devices: Sequence[Device], source: str = "--dra-devices") -> Split:
+    """`4-7,9`, `ring-1` (or a mix), `all` or `none` → the split; ConfigError naming `source` for a
+    value that does not parse or repeats a device. Ids and groups this node lacks are ignored."""
     known = {d.physical_id for d in devices}
     groups: dict[str, set[int]] = {}
     for device in devices:
         groups.setdefault(device.topology_group, set()).add(device.physical_id)
-    chosen: set[int] = set()
     items = [item.strip() for item in text.split(",")]
     if not any(items):
-        raise ConfigError(f"{flag} is empty; give physical ids (4-7,9) or topology groups (ring-1)")
+        raise ConfigError(f"{source} is empty; give physical ids (4-7,9), topology groups (ring-1), all or none")
+    if SPLIT_NONE in items:
+        if len(items) > 1:
+            raise ConfigError(f"{source}: {SPLIT_NONE!r} cannot be combined with other items ({text!r})")
+        return Split(frozenset())
+    chosen: set[int] = set()
+    named_groups: set[str] = set()
+    ignored: list[str] = []
     for item in items:
-        ids = _item_ids(item, known, groups, flag)
+        ids, missing = _item_ids(item, known, groups, source)
         if overlap := chosen & ids:
-            raise ConfigError(f"{flag}: {item!r} repeats device(s) {sorted(overlap)}")
+            raise ConfigError(f"{source}: {item!r} repeats device(s) {sorted(overlap)}")
         chosen |= ids
-    return frozenset(chosen)
+        if item in groups or (missing and not item[0].isdigit()):
+            named_groups.add(item)
+        if missing:
+            ignored.append(item)
+    return Split(frozenset(chosen), frozenset(named_groups - {SPLIT_ALL}), tuple(ignored))
 
 
-def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]], flag: str) -> set[int]:
-    if item in groups:
-        return set(groups[item])
+def parse_device_list(text: str, devices: Sequence[Device], flag: str = "--dra-devices") -> frozenset[int]:
+    """A strict split (`--share-devices`): every item must name devices of this node; ConfigError
+    naming `flag` otherwise."""
+    split = parse_split(text, devices, flag)
+    known = sorted(d.physical_id for d in devices)
+    for item in split.ignored:
+        if (ids := _named_ids(item, flag)) is None:
+            here = ", ".join(sorted({d.topology_group for d in devices})) or "none"
+            raise ConfigError(
+                f"{flag}: {item!r} is neither an id, a range like 4-7, nor a topology group (groups here: {here})"
+            )
+        unknown = sorted(ids - set(known))
+        raise ConfigError(f"{flag}: no device with physical id {unknown} on this node (devices: {known})")
+    return split.ids
+
+
+def _named_ids(item: str, source: str) -> set[int] | None:
+    """The ids an id or range item names; None for any other item."""
     if item.isdigit():
-        ids = {int(item)}
-    elif match := _RANGE.match(item):
+        return {int(item)}
+    if match := _RANGE.match(item):
         low, high = int(match.group(1)), int(match.group(2))
         if low > high:
-            raise ConfigError(f"{flag}: range {item!r} runs backwards")
-        ids = set(range(low, high + 1))
-    else:
-        allowed = ", ".join(sorted(groups)) or "none"
+            raise ConfigError(f"{source}: range {item!r} runs backwards")
+        return set(range(low, high + 1))
+    return None
+
+
+def _item_ids(item: str, known: Collection[int], groups: Mapping[str, set[int]], source: str) -> tuple[set[int], bool]:
+    """The ids of this node an item names, and whether it names something this node lacks."""
+    if item == SPLIT_ALL:
+        return set(known), False
+    if item in groups:
+        return set(groups[item]), False
+    if (ids := _named_ids(item, source)) is None:
+        if _GROUP_NAME.match(item):
+            return set(), True  # a topology group this node does not have
+        here = ", ".join(sorted(groups)) or "none"
         raise ConfigError(
-            f"{flag}: {item!r} is neither an id, a range like 4-7, nor a topology group (groups here: {allowed})"
+            f"{source}: {item!r} is neither an id, a range like 4-7, a topology group (groups here: {here}), "
+            f"{SPLIT_ALL} nor {SPLIT_NONE}"
         )
-    if unknown := sorted(ids - set(known)):
-        raise ConfigError(f"{flag}: no device with physical id {unknown} on this node (devices: {sorted(known)})")
-    return ids
+    return ids & set(known), bool(ids - set(known))
+
+
+def node_split(driver: str, labels: Mapping[str, str], annotations: Mapping[str, str]) -> tuple[str, str] | None:
+    """The split a Node carries for this driver, and where it was read: the annotation
+    `<driver>/dra-devices` (the same syntax as --dra-devices), else the label of that key, whose
+    values cannot hold commas, so `_` separates its items (`0-3_ring-1`). None when it has neither."""
+    key = f"{driver}/{SPLIT_KEY_SUFFIX}"
+    if (value := annotations.get(key)) is not None:
+        return value, f"the Node's annotation {key}"
+    if (value := labels.get(key)) is not None:
+        return value.replace("_", ","), f"the Node's label {key}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +142,16 @@ class Partition:
     mode: Mode
     dra_ids: frozenset[int] = frozenset()
     dra_groups: frozenset[str] = frozenset()
+    ignored: tuple[str, ...] = ()  # items of the split that name nothing on this node
 
     @classmethod
-    def of(cls, mode: Mode, dra_devices: str | None, devices: Sequence[Device]) -> Partition:
+    def of(
+        cls, mode: Mode, dra_devices: str | None, devices: Sequence[Device], source: str = "--dra-devices"
+    ) -> Partition:
         if mode is not Mode.BOTH or dra_devices is None:
             return cls(mode)
-        groups = {d.topology_group for d in devices if d.topology_group}
-        named = frozenset(item.strip() for item in dra_devices.split(",") if item.strip() in groups)
-        return cls(mode, parse_device_list(dra_devices, devices), named)
+        split = parse_split(dra_devices, devices, source)
+        return cls(mode, split.ids, split.groups, split.ignored)
 
     def owner_of(self, device: Device) -> Owner:
         if self.mode is Mode.DEVICE_PLUGIN:

@@ -147,6 +147,11 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.split_ignored = Gauge(
+            "npu_plugin_dra_devices_ignored",
+            "Items of the both-mode DRA split (--dra-devices or the Node's) naming ids or groups this node lacks",
+            registry=r,
+        )
         self.devices_without_ip = Gauge(
             "npu_plugin_devices_without_ip",
             "NPUs with a RoCE port but no device IP (no deviceIP attribute, no device_ip for rank tables)",

@@ -65,6 +65,11 @@ class Telemetry:
         if self.metrics is not None:
             self.metrics.record_devices(snapshot)
 
+    def split_ignored(self, items: int) -> None:
+        """How many items of the both-mode split name nothing on this node."""
+        if self.metrics is not None:
+            self.metrics.split_ignored.set(items)
+
     def allocated(self, seconds: float, containers: int) -> None:
         if self.metrics is not None:
             self.metrics.record_allocate(seconds, containers)

@@ -8,7 +8,9 @@ the PodResources simulator and the fake API server, all on Unix sockets in a tem
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
+import urllib.request
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -16,8 +18,9 @@ import pytest
 
 from npu_plugin.sim.dra_kubelet import Claim
 from tests.support.both import RESOURCE, both_args, node, registered
-from tests.support.daemon import Launcher
+from tests.support.daemon import DaemonProcess, Launcher
 from tests.support.dra import (
+    NODE,
     Workspace,
     async_wait_until,
     plant_claim,
@@ -105,18 +108,28 @@ def test_without_pod_resources_every_device_stays_with_the_device_plugin(
     run(scenario)
 
 
+@pytest.mark.parametrize("via", ["--dra-devices", "the Node's annotation"])
 def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
-    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, via: str
 ) -> None:
+    """The node's split is read at start too: an operator changes it, then restarts the pod (a
+    rollout); what is in use stays with its side until released."""
+
+    def launch(split: str) -> DaemonProcess:
+        if via == "--dra-devices":
+            return launch_daemon(*both_args(workspace, split))
+        annotate(fake_api, split)
+        return launch_daemon(*both_args(workspace, None))
+
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
-            first = launch_daemon(*both_args(workspace, "0-7"))
+            first = launch("0-7")
             await sim.dra.wait_for_plugin("npu.huawei.com", timeout=10)
             claim = plant_claim(fake_api, "holder", None, [result("npu-2")])
             assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
             assert first.signal(signal.SIGTERM, timeout=10)[0] == 0
 
-            second = launch_daemon(*both_args(workspace, "4-7"))
+            second = launch("4-7")
             await registered(sim, second)
             second.wait_for_log("device npu-2 stays with dra until released")
             await async_wait_until(
@@ -138,11 +151,106 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
 
 def test_a_bad_partition_exits_2_before_serving(workspace: Workspace, launch_daemon: Launcher) -> None:
     for bad, message in [
-        ("4-9", "no device with physical id [8, 9]"),
+        ("7-4", "range '7-4' runs backwards"),
         ("4-7,5", "repeats device(s) [5]"),
-        ("ring-7", "nor a topology group"),
+        ("4-x", "is neither an id, a range like 4-7, a topology group"),
     ]:
         daemon = launch_daemon(*both_args(workspace, bad))
         assert daemon.process.wait(20) == 2
         assert message in daemon.log()
         assert not (workspace.root / "dp").exists() or not any((workspace.root / "dp").glob("*.sock"))
+
+
+def annotate(api: FakeKubeAPI, value: str | None, *, label: str | None = None) -> None:
+    """Give this node's Node the split annotation (and label) of the driver, or none."""
+    node = api.get_object("Node", NODE)
+    assert node is not None
+    node["metadata"]["annotations"] = {SPLIT_KEY: value} if value is not None else {}
+    node["metadata"]["labels"] = {SPLIT_KEY: label} if label is not None else {}
+    api.put_object("Node", node)
+
+
+SPLIT_KEY = "npu.huawei.com/dra-devices"
+
+
+def test_the_nodes_split_wins_over_the_flag(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    annotate(fake_api, "0-1,ring-0x", label="6_7")  # the annotation wins over the label too
+
+    async def scenario() -> None:
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*both_args(workspace, "4-7"))
+            await registered(sim, daemon)
+            await async_wait_until(lambda: published_names(fake_api) == ["npu-0", "npu-1"], what="the Node's share")
+            assert sim.listed() == {f"Ascend910-{i}": "Healthy" for i in range(2, 8)}
+            log = daemon.log()
+            assert (
+                f"DRA split from the Node's annotation {SPLIT_KEY}: '0-1,ring-0x' (instead of --dra-devices '4-7')"
+                in log
+            )
+            # A group this node lacks: one warning, never an exit.
+            assert log.count("name no device on this node") == 1
+            assert f"the Node's annotation {SPLIT_KEY}: ring-0x name no device on this node and are ignored" in log
+
+    run(scenario)
+
+
+def test_a_split_naming_nothing_here_leaves_every_device_to_the_device_plugin(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    annotate(fake_api, None, label="8-15")  # the label alone, on a node with eight NPUs
+
+    async def scenario() -> None:
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*both_args(workspace, None, "--metrics-port", "0", "--bind-address", "127.0.0.1"))
+            await registered(sim, daemon)
+            await async_wait_until(lambda: len(sim.listed()) == 8, what="every device with the device plugin")
+            await async_wait_until(lambda: published_names(fake_api) == [], what="an empty DRA pool")
+            daemon.wait_for_log(
+                "8-15 name no device on this node and are ignored; every device is served by the device plugin"
+            )
+            port = int(re.search(r"metrics listening on http://127\.0\.0\.1:(\d+)/", daemon.log()).group(1))  # type: ignore[union-attr]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                assert "npu_plugin_dra_devices_ignored 1.0" in response.read().decode()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "message"),
+    [
+        (
+            None,
+            "--mode both needs a split: --dra-devices LIST, or the annotation (or label) npu.huawei.com/dra-devices",
+        ),
+        ("4-x", f"the Node's annotation {SPLIT_KEY}: '4-x' is neither an id"),
+        ("", f"the Node's annotation {SPLIT_KEY} is empty"),
+    ],
+)
+def test_both_mode_without_a_usable_split_exits_2(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, annotation: str | None, message: str
+) -> None:
+    annotate(fake_api, annotation)
+    daemon = launch_daemon(*both_args(workspace, None))
+    assert daemon.process.wait(20) == 2
+    assert message in daemon.log()
+    assert not (workspace.root / "dp").exists() or not any((workspace.root / "dp").glob("*.sock"))
+
+
+def test_an_unreadable_node_falls_back_on_the_flag_else_stops_the_start(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    fake_api.forbid("get", "nodes")
+    stopped = launch_daemon(*both_args(workspace, None))
+    assert stopped.process.wait(20) == 1
+    assert f"--mode both without --dra-devices: cannot read Node {NODE} for its split" in stopped.log()
+
+    async def scenario() -> None:
+        async with node(workspace, fake_api) as sim:
+            daemon = launch_daemon(*both_args(workspace, "4-7"))
+            daemon.wait_for_log(f"cannot read Node {NODE} for its DRA split, using --dra-devices")
+            await async_wait_until(lambda: len(sim.listed()) == 4, what="the device plugin's share")
+            assert set(sim.listed()) == {f"Ascend910-{i}" for i in range(4)}
+
+    run(scenario)

@@ -114,7 +114,7 @@ def test_a_bad_partition_is_a_usage_error() -> None:
     run = simulate("--mode", "both", "--dra-devices", "9")
     assert run.returncode == 2
     assert run.stderr.strip() == (
-        "npu-plugin simulate: error: --dra-devices: no device with physical id [9] on this node "
+        "npu-plugin simulate: error: --dra-devices: 9 names no device of the simulated node "
         "(devices: [0, 1, 2, 3, 4, 5, 6, 7])"
     )
 

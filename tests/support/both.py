@@ -30,13 +30,13 @@ class Node:
         return {} if plugin is None else {i: d.health for i, d in plugin.devices.items()}
 
 
-def both_args(workspace: Workspace, dra_devices: str = "4-7") -> list[str]:
+def both_args(workspace: Workspace, dra_devices: str | None = "4-7", *extra: str) -> list[str]:
+    """A both-mode daemon's arguments; `dra_devices` None leaves --dra-devices out."""
     return [
-        *dra_args(workspace),
+        *dra_args(workspace, *extra),
         "--mode",
         "both",
-        "--dra-devices",
-        dra_devices,
+        *(("--dra-devices", dra_devices) if dra_devices is not None else ()),
         "--device-plugin-path",
         str(workspace.root / "dp"),
     ]

@@ -271,10 +271,6 @@ def test_bad_switch_environment_value(capsys: pytest.CaptureFixture[str]) -> Non
     ("argv", "flag"),
     [
         (["serve", "--mode", "dra", "--backend", "fake", "--fake-profile", "atlas-800t-a2"], "--node-name"),
-        (
-            ["serve", "--mode", "both", "--node-name", "n", "--backend", "fake", "--fake-profile", "atlas-800t-a2"],
-            "--dra-devices",
-        ),
         (["serve", "--backend", "fake"], "--fake-inventory"),
         (["serve", "--backend", "dcmi", "--fake-profile", "atlas-800t-a2"], "--fake-inventory"),
         (["serve", "--backend", "npu-smi", "--fake-vnpu-state", "/tmp/hw.json"], "--fake-vnpu-state"),
