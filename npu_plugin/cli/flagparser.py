@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -34,6 +35,7 @@ ENV_ALIASES: dict[str, tuple[str, ...]] = {
     "healthcheck-port": ("HEALTHCHECK_PORT",),
     "kubeconfig": ("KUBECONFIG",),
 }
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")  # a value, as argparse reads it
 _COMMAND_LINE = "the command line"
 
 
@@ -53,6 +55,19 @@ class BadEnvironment:
 
     def __str__(self) -> str:
         return f"{self.variable}={self.value!r}: {self.problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """An argument that looks like a flag and is none of the parser's: `-hotReset=-1` is given as
+    `-hotReset` and named `hotReset`."""
+
+    given: str
+    name: str
+
+    @property
+    def one_dash(self) -> bool:
+        return not self.given.startswith("--")
 
 
 class _Given(argparse.Action):
@@ -90,6 +105,11 @@ class _Append(argparse.Action):
         _record(namespace, self.option_strings)
 
 
+def _looks_like_flag(argument: str) -> bool:
+    """`-x`, `--x`, `-hotReset=-1`; not `-` (stdin), `--` or a negative number, which are values."""
+    return argument.startswith("-") and argument not in ("-", "--") and not _NEGATIVE_NUMBER.fullmatch(argument)
+
+
 def _flag_of(option_strings: Sequence[str]) -> str:
     return next(s for s in option_strings if s.startswith("--"))
 
@@ -112,6 +132,7 @@ class FlagParser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args: Any, environ: Mapping[str, str] = os.environ, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # --log is no flag, not --log-level
         super().__init__(*args, **kwargs)
         self.environ = environ
         self.flags: list[str] = []
@@ -123,6 +144,38 @@ class FlagParser(argparse.ArgumentParser):
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
         return self.declare(super().add_argument, names, kwargs)
+
+    def unknown_flags(self, argv: Sequence[str], takes_value: Callable[[str], bool]) -> list[Unknown]:
+        """Every argument of `argv` that looks like a flag and is none of this parser's, found before
+        argparse reads them: it would take `-hotReset=-1` for `-h` with an argument.
+
+        The value of a flag of ours is skipped (an optional one only when it does not look like a
+        flag), and so is the next argument of an unknown flag without `=` whose name `takes_value`,
+        as Go's flag package reads `-logLevel -1`. A short flag of ours that takes a value may hold
+        it (`-ojson`); nothing combines short flags.
+        """
+        found: list[Unknown] = []
+        index = 0
+        while index < len(argv) and argv[index] != "--":
+            argument, index = argv[index], index + 1
+            if not _looks_like_flag(argument):
+                continue
+            given, equals, _ = argument.partition("=")
+            action = self._option_string_actions.get(given)
+            attached = None if argument.startswith("--") else self._option_string_actions.get(argument[:2])
+            if action is None and attached is not None and attached.nargs != 0:
+                continue  # -ojson
+            if action is None:
+                found.append(Unknown(given, given.lstrip("-")))
+            if equals or index == len(argv):
+                continue
+            if action is None:
+                index += takes_value(given.lstrip("-"))
+            elif action.nargs == "?":
+                index += not _looks_like_flag(argv[index])
+            else:
+                index += action.nargs != 0
+        return found
 
     def add_flag_group(self, title: str, description: str | None = None) -> FlagGroup:
         return FlagGroup(self, self.add_argument_group(title, description))

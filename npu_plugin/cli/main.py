@@ -15,8 +15,9 @@ from pathlib import Path
 from npu_plugin import __version__
 from npu_plugin.ascend.vnpu import VnpuMode
 from npu_plugin.backends.options import BackendKind, BackendOptions
-from npu_plugin.cli.flagparser import EXIT_USAGE, BadEnvironment
+from npu_plugin.cli.flagparser import EXIT_USAGE, BadEnvironment, Unknown
 from npu_plugin.cli.flags import build_parser
+from npu_plugin.cli.mindcluster import BY_NAME as MINDCLUSTER_FLAGS
 from npu_plugin.config import (
     Config,
 )
@@ -32,32 +33,6 @@ _REMEDIES = {
     errno.EROFS: "mount it read-write or choose another path",
     errno.ENOSPC: "free some space",
 }
-# Flags of Ascend's own device plugin (mind-cluster), as a DaemonSet written for it passes them.
-_ASCEND_FLAGS = {
-    "useAscendDocker": "use --device-injection runtime when Ascend Docker Runtime injects the device nodes, "
-    "else the default --device-injection nodes",
-    "volcanoType": "not needed: with --mode dra the Kubernetes scheduler picks devices by their attributes, "
-    "and the device plugin prefers one topology group on its own",
-    "presetVirtualDevice": "use --vnpu static to serve the vNPUs that exist (or --vnpu dynamic with DRA)",
-    "listWatchPeriod": "use --health-interval SECONDS",
-    "mode": "use --mode device-plugin|dra|both to choose the API; the chip family is discovered",
-    "version": "use --version",
-    "logLevel": "use --log-level debug|info|warning|error",
-    "logFile": "not needed: logs go to stderr (--log-format json for collectors)",
-    "edgeLogFile": "not needed: logs go to stderr (--log-format json for collectors)",
-    "logDir": "not needed: logs go to stderr (--log-format json for collectors)",
-    "maxAge": "not needed: logs go to stderr and the container runtime rotates them",
-    "maxBackups": "not needed: logs go to stderr and the container runtime rotates them",
-    "fdFlag": "not supported: FusionDirector management is not offered",
-    "autoStowing": "not needed: a recovered device returns after --health-recovery-threshold good samples",
-    "hotReset": "not supported: the daemon never resets devices",
-    "use310PMixedInsert": "not needed: each card's model is discovered",
-    "useLargeModel": "not supported: the daemon never resets devices",
-    "shareDevCount": "use --share-devices all --share-count N (or name the chips to share)",
-    "cacheExpirePeriod": "not needed: the daemon reads no Pod cache",
-}
-
-
 # ---- parsing
 
 
@@ -69,28 +44,48 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         # The image's CMD is `serve`; a DaemonSet that sets only `args:` (as the seed does) replaces
         # it.
         argv.insert(0, "serve")
-    args, unknown = parser.parse_known_args(argv)
+    command = parser.subcommands.get(argv[0])
+    if command is not None and (unknown := command.unknown_flags(argv[1:], _takes_value)):
+        command.error(_unrecognized(unknown, command.flags))
+    args, rest = parser.parse_known_args(argv)
     sub = parser.subcommands[args.command]
-    if unknown:
-        sub.error(_unrecognized(unknown, sub.flags))
+    if rest:
+        sub.error(f"unrecognized argument {rest[0]}")
     if bad := [value for value in vars(args).values() if isinstance(value, BadEnvironment)]:
         sub.error(str(bad[0]))
     args.given = {**sub.from_environment, **getattr(args, "given", {})}
     return args
 
 
-def _unrecognized(unknown: Sequence[str], flags: Sequence[str]) -> str:
-    """The first unknown argument, with the closest flag or what replaces an Ascend device-plugin
-    flag."""
-    first = next((arg for arg in unknown if arg.startswith("-")), unknown[0])
-    name = first.split("=", 1)[0]
-    if name.startswith("-") and (advice := _ASCEND_FLAGS.get(name.lstrip("-"))):
-        return f"unrecognized argument {name}: a flag of Ascend's device plugin; {advice}"
+def _takes_value(name: str) -> bool:
+    """Whether an unknown flag without `=` takes the next argument: a MindCluster flag that is no
+    bool does."""
+    flag = MINDCLUSTER_FLAGS.get(name)
+    return flag is not None and flag.takes_value
+
+
+def _unrecognized(unknown: Sequence[Unknown], flags: Sequence[str]) -> str:
+    """Every unknown flag in one line: each with the closest flag of ours, and MindCluster's with
+    what npu-plugin does instead."""
+    foreign = [item for item in unknown if item.name in MINDCLUSTER_FLAGS]
+    listed = ", ".join(item.given if item in foreign else item.given + _hint(item, flags) for item in unknown)
+    line = f"unrecognized argument{'s' if len(unknown) > 1 else ''} {listed}"
+    if not foreign:
+        return line
+    instead = "; ".join(f"{item.given}: {MINDCLUSTER_FLAGS[item.name].advice}" for item in foreign)
+    flag = "a flag" if len(foreign) == 1 else "flags"
+    return (
+        f"{line}: {flag} of MindCluster's device plugin (docs/mindcluster.md), what npu-plugin does instead: {instead}"
+    )
+
+
+def _hint(item: Unknown, flags: Sequence[str]) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name if name.startswith("--") else "-" + name, flags, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unrecognized argument {name}{hint}"
+    close = difflib.get_close_matches("--" + item.name, flags, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return " (npu-plugin's flags start with --)" if item.one_dash else ""
 
 
 # ---- the commands

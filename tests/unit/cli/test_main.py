@@ -91,29 +91,6 @@ def test_a_mistyped_flag_names_the_command_and_the_closest_flag(
     assert capsys.readouterr().err == expected + "\n"
 
 
-@pytest.mark.parametrize(
-    ("argument", "advice"),
-    [
-        ("-useAscendDocker=true", "--device-injection runtime"),
-        ("-volcanoType=false", "scheduler"),
-        ("-presetVirtualDevice=true", "use --vnpu static"),
-        ("-listWatchPeriod=5", "--health-interval"),
-        ("-mode=ascend910", "--mode device-plugin|dra|both"),
-        ("-logFile=/var/log/x.log", "stderr"),
-    ],
-)
-def test_ascend_device_plugin_flags_say_what_to_use_instead(
-    argument: str, advice: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        parse_args([argument], {})  # a DaemonSet's args: replace the image's `serve`
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
-    name = argument.split("=", 1)[0]
-    assert err.startswith(f"npu-plugin serve: error: unrecognized argument {name}: a flag of Ascend's device plugin; ")
-    assert advice in err and err.count("\n") == 1
-
-
 def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
