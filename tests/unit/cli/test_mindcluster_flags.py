@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,6 +131,16 @@ def test_one_dash_flags_are_never_read_as_short_options(
 )
 def test_our_own_flags_parse_as_before(argv: list[str], attribute: str, value: object) -> None:
     assert getattr(parse_args(argv, {}), attribute) == value
+
+
+def test_the_command_exits_2_with_one_line(tmp_path: Path) -> None:
+    """As a MindCluster DaemonSet's args run it: the image's entrypoint, no `serve`."""
+    argv = [sys.executable, "-m", "npu_plugin", "-useAscendDocker=true", "-hotReset=-1", "-logFile", "/x.log"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)
+    assert done.stderr.startswith(
+        "npu-plugin serve: error: unrecognized arguments -useAscendDocker, -hotReset, -logFile: "
+    )
 
 
 def test_help_is_still_help(capsys: pytest.CaptureFixture[str]) -> None:
