@@ -34,8 +34,8 @@ WHAT_KEEPS_WORKING = (
 )
 WHAT_TO_CHECK = (
     "check that npu-plugin runs with --pod-annotations (on by default when it has API credentials), that Ascend "
-    "Operator or hccl-controller still runs, and that every NPU has a device IP (npu-plugin inventory); "
-    "else the rank table never completes and the job waits"
+    "Operator or hccl-controller still runs, and that every NPU has a device IP (deviceIP in npu-plugin "
+    "inventory -o json); else the rank table never completes and the job waits"
 )
 
 
