@@ -88,7 +88,8 @@ FLAGS = (
         "linkdownTimeout",
         "int64",
         "30",
-        "`--link-down-timeout SECONDS` (default 30): how long a RoCE link may stay down before its NPU turns Unhealthy",
+        "not offered yet: npu-plugin does not read RoCE link health, so a link that stays down does not mark "
+        "its NPU Unhealthy",
     ),
     MindClusterFlag(
         "listWatchPeriod", "int", "5", "`--health-interval SECONDS` (default 5): the time between health samples"
@@ -168,8 +169,9 @@ FLAGS = (
         "volcanoType",
         "bool",
         "false",
-        "`--volcano` (device-plugin mode): Allocate serves the NPUs Volcano's Ascend plugin chose, while with "
-        "`--mode dra` the scheduler itself picks devices by their attributes",
+        "not offered yet: in device-plugin mode Allocate serves the kubelet's ids, which can differ from the NPUs "
+        "Volcano's Ascend plugin chose, while with `--mode dra` the scheduler itself picks devices by their "
+        "attributes",
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
