@@ -122,8 +122,8 @@ FLAGS = (
         "shareDevCount",
         "uint",
         "1",
-        "not offered: an NPU goes to one container at a time (MindCluster's default, 1), so share one with "
-        "vNPUs (`--vnpu`)",
+        "`--share-devices all --share-count N`: each chip listed N times, so N containers use it at once "
+        "(MindCluster's default, 1, shares nothing, as npu-plugin does by default)",
     ),
     MindClusterFlag(
         "softShareDevConfigDir",
@@ -169,9 +169,8 @@ FLAGS = (
         "volcanoType",
         "bool",
         "false",
-        "not offered yet: in device-plugin mode Allocate serves the kubelet's ids, which can differ from the NPUs "
-        "Volcano's Ascend plugin chose, while with `--mode dra` the scheduler itself picks devices by their "
-        "attributes",
+        "`--volcano` (device-plugin mode): Allocate serves the NPUs Volcano's Ascend plugin chose, while with "
+        "`--mode dra` the scheduler itself picks devices by their attributes",
     ),
 )
 BY_NAME = {flag.name: flag for flag in FLAGS}
