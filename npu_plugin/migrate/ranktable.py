@@ -18,16 +18,10 @@ from ruamel.yaml.comments import CommentedMap
 
 from npu_plugin.migrate.findings import Finding, annotation_read, get
 from npu_plugin.migrate.workloads import Workload, containers, key_line
+from npu_plugin.podannotations.mindcluster import ANNOTATION_KEYS as POD_ANNOTATIONS
 
 RING_LABEL = "ring-controller.atlas"
 RINGS_CONFIG_PREFIX = "rings-config-"
-# What Ascend's device plugin writes on a pod after Allocate, and npu-plugin too: the real devices,
-# the kubelet's ids, and the JSON Ascend Operator and hccl-controller read the device IPs from.
-POD_ANNOTATIONS = (
-    "huawei.com/AscendReal",
-    "huawei.com/kltDev",
-    "ascend.kubectl.kubernetes.io/ascend-910-configuration",
-)
 WHAT_KEEPS_WORKING = (
     f"npu-plugin writes the pod annotations {', '.join(POD_ANNOTATIONS[:-1])} and {POD_ANNOTATIONS[-1]} in both "
     "modes, as Ascend's device plugin did, so Ascend Operator or hccl-controller keep building the rank table"

@@ -476,7 +476,7 @@ def test_check_reports_a_job_that_takes_part_in_the_rank_table(
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(
         f"npu-plugin migrate: warning: {source}:3: document 1: Pod p: takes part in MindCluster's HCCL rank table "
-        "(label ring-controller.atlas=ascend-910): npu-plugin writes the pod annotations huawei.com/AscendReal, "
+        "(label ring-controller.atlas=ascend-910): npu-plugin writes the pod annotations huawei.com/kltDev, "
     )
     assert err[1:] == ["npu-plugin migrate: would migrate 1 container in 1 workload"]
     assert run(parse("-f", str(source), "--in-place")) == 0
