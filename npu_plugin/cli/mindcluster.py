@@ -88,8 +88,7 @@ FLAGS = (
         "linkdownTimeout",
         "int64",
         "30",
-        "not offered yet: npu-plugin does not read RoCE link health, so a link that stays down does not mark "
-        "its NPU Unhealthy",
+        "`--link-down-timeout SECONDS` (default 30): how long a RoCE link may stay down before its NPU turns Unhealthy",
     ),
     MindClusterFlag(
         "listWatchPeriod", "int", "5", "`--health-interval SECONDS` (default 5): the time between health samples"
