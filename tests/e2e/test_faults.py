@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import SCRIPT, Cluster, wait
+from tests.e2e.cluster import SCRIPT, Cluster, KubectlError, wait
 from tests.e2e.conftest import cluster_in
 from tests.e2e.workloads import (
     as_list,
@@ -56,7 +56,22 @@ def assert_untouched(cluster: Cluster, steady: dict[str, Any]) -> None:
     assert pod["status"]["phase"] == "Running"
     assert container_id(cluster, "steady") == steady["container"]
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
-    assert visible_ids(cluster, "steady") == steady["npus"]
+    assert visible_ids_once_served(cluster, "steady") == steady["npus"]
+
+
+def visible_ids_once_served(cluster: Cluster, pod: str) -> set[int]:
+    """The pod's NPUs as its container reports them. A restarted kubelet refuses `exec` ("pod does not
+    exist") until it has read its pods from the API server again, which takes a moment after it is up."""
+
+    def probe() -> set[int] | None:
+        try:
+            return visible_ids(cluster, pod)
+        except KubectlError as error:
+            if "pod does not exist" in str(error):
+                return None
+            raise
+
+    return wait(probe, 60, f"the kubelet to serve exec into {pod}")
 
 
 def slices_complete(cluster: Cluster) -> None:
