@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,15 +58,22 @@ def podman(cdi_dir: Path, rootfs: Path, *options: str, command: str) -> subproce
 
 
 @pytest.fixture(scope="module")
-def podman_works(tmp_path_factory: pytest.TempPathFactory) -> None:
+def podman_works(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     missing = [tool for tool in ("podman", "runc", "unshare") if shutil.which(tool) is None]
     if missing or not BUSYBOX.exists() or os.geteuid() != 0:
         pytest.skip(f"podman test needs root, podman, runc, unshare and {BUSYBOX}; missing: {missing or 'root'}")
-    root = tmp_path_factory.mktemp("probe")
-    (root / "cdi").mkdir()
-    probe = podman(root / "cdi", make_rootfs(root / "rootfs"), command="true")
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot run a container here: {probe.stderr.strip()[-400:]}")
+    # The mount point podman() binds over is made on the host; a host that had none gets none back.
+    made_mount_point = not Path("/etc/cdi").exists()
+    try:
+        root = tmp_path_factory.mktemp("probe")
+        (root / "cdi").mkdir()
+        probe = podman(root / "cdi", make_rootfs(root / "rootfs"), command="true")
+        if probe.returncode != 0:
+            pytest.skip(f"podman cannot run a container here: {probe.stderr.strip()[-400:]}")
+        yield
+    finally:
+        if made_mount_point:
+            Path("/etc/cdi").rmdir()
 
 
 def test_podman_injects_the_prepared_claim(
