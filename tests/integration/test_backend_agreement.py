@@ -23,7 +23,15 @@ from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.options import BackendOptions
 from npu_plugin.cli.main import main
 from npu_plugin.errors import BackendError
-from tests.support.fake_hardware import FakeDie, FakeHost, FakeResources, FakeTemplate, npu_smi_for, script
+from tests.support.fake_hardware import (
+    NO_HCCN_TOOL,
+    FakeDie,
+    FakeHost,
+    FakeResources,
+    FakeTemplate,
+    npu_smi_for,
+    script,
+)
 
 NOT_SUPPORTED = "This command is not supported on this device\n"
 
@@ -73,7 +81,7 @@ def test_both_backends_see_the_same_a3_host(
         (npu_smi.parent / "mapping.txt").write_text(NOT_SUPPORTED)
         (npu_smi.parent / "mapping.status").write_text("1")
     dcmi = DcmiBackend(_library(fake_builds, tmp_path / "lib"), driver_version_file=tmp_path / "absent")
-    smi = NpuSmiBackend(str(npu_smi))
+    smi = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL)
     sys_root = tmp_path / "sys"  # no sysfs entries: NUMA node and PCIe root unknown to both alike
 
     by_dcmi, by_npu_smi = discover(dcmi, sys_root), discover(smi, sys_root)
@@ -96,7 +104,7 @@ def _discovered(
     host.write(config_path)
     npu_smi = npu_smi_for(tmp_path / "npu-smi", host)
     dcmi = DcmiBackend(_library(fake_builds, tmp_path / "lib"), driver_version_file=tmp_path / "absent")
-    smi = NpuSmiBackend(str(npu_smi))
+    smi = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL)
     dcmi.discover()
     smi.discover()
     return dcmi, smi
@@ -155,7 +163,7 @@ def test_both_backends_see_the_same_vnpus(fake_builds: dict[str, Path], config_p
     dcmi = DcmiBackend(
         _library(fake_builds, tmp_path / "lib"), driver_version_file=tmp_path / "absent", npu_smi=str(npu_smi)
     )
-    smi = NpuSmiBackend(str(npu_smi))
+    smi = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL)
     dcmi.discover()
     smi.discover()
 

@@ -19,7 +19,7 @@ from npu_plugin.inventory.health_feed import HealthMonitor
 from npu_plugin.inventory.state import Inventory
 from tests.support.daemon import populate_dev_root, write_inventory
 from tests.support.fake_devices import profile_devices
-from tests.support.fake_hardware import fake_hccn_tool, fake_npu_smi, script
+from tests.support.fake_hardware import NO_HCCN_TOOL, fake_hccn_tool, fake_npu_smi, script
 
 DEVICES = profile_devices("atlas-800t-a2")
 PASSES = 20
@@ -91,7 +91,7 @@ def test_health_passes_over_an_unchanged_node_notify_no_server(tmp_path: Path) -
 
 def test_one_npu_smi_health_pass_is_one_run_for_every_device(tmp_path: Path) -> None:
     fake_npu_smi(tmp_path / "fixture", "910b3-x8.info.txt", "910b3-x8.mapping.txt", "910b3-x8.topo.txt")
-    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", COUNTING_NPU_SMI)))
+    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", COUNTING_NPU_SMI)), hccn_tool=NO_HCCN_TOOL)
     devices = backend.discover()
     runs = tmp_path / "runs"
     before = runs.read_text().splitlines()

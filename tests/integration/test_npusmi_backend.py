@@ -13,8 +13,8 @@ import pytest
 from npu_plugin.ascend.device import Health, LinkState
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.errors import BackendError, NpuSmiParseError
+from tests.support.fake_hardware import NO_HCCN_TOOL, fake_hccn_tool, fake_npu_smi, script
 from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
-from tests.support.fake_hardware import fake_hccn_tool, fake_npu_smi, script
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def b3(tmp_path: Path) -> Path:
 
 
 def test_discover_reads_all_three_commands(b3: Path) -> None:
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     devices = backend.discover()
     assert [d.physical_id for d in devices] == list(range(8))
     assert {(d.device_type, d.chip_name, d.memory) for d in devices} == {("Ascend910B", "910B3", 64 * 1024**3)}
@@ -35,7 +35,7 @@ def test_discover_reads_all_three_commands(b3: Path) -> None:
 
 def test_discover_of_a_910c_host_takes_physical_ids_from_phy_id(tmp_path: Path) -> None:
     npu_smi = fake_npu_smi(tmp_path, "910c-container.info.txt", "910c-container.mapping.txt", "310p3.topo.txt")
-    devices = NpuSmiBackend(str(npu_smi)).discover()
+    devices = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL).discover()
     assert [(d.physical_id, d.logic_id, d.card_id, d.chip_id) for d in devices] == [(4, 0, 2, 0), (5, 1, 2, 1)]
     assert {d.device_type for d in devices} == {"Ascend910C"}
 
@@ -43,7 +43,7 @@ def test_discover_of_a_910c_host_takes_physical_ids_from_phy_id(tmp_path: Path) 
 def test_a_host_without_topology_still_discovers(tmp_path: Path) -> None:
     npu_smi = fake_npu_smi(tmp_path, "310p3-duo-x2.info.txt", "310p3-duo-x2.mapping.txt", "310p3.topo.txt")
     (tmp_path / "topo.status").write_text("1")
-    backend = NpuSmiBackend(str(npu_smi))
+    backend = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL)
     assert [d.physical_id for d in backend.discover()] == [0, 1, 2, 3]
     assert backend.topology is None
 
@@ -70,11 +70,11 @@ def unsupported(npu_smi: Path, name: str) -> None:
 def test_discovery_without_info_m_or_topology_uses_info_alone(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, info: str, mapping: str, ids: list[tuple[int, int, int, int]]
 ) -> None:
-    with_mapping = NpuSmiBackend(str(fake_npu_smi(tmp_path / "full", info, mapping))).discover()
+    with_mapping = NpuSmiBackend(str(fake_npu_smi(tmp_path / "full", info, mapping)), hccn_tool=NO_HCCN_TOOL).discover()
     npu_smi = fake_npu_smi(tmp_path / "bare", info, mapping, "910b3-x8.topo.txt")
     unsupported(npu_smi, "mapping")
     unsupported(npu_smi, "topo")
-    backend = NpuSmiBackend(str(npu_smi))
+    backend = NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL)
 
     with caplog.at_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend"):
         first, second = backend.discover(), backend.discover()
@@ -91,20 +91,20 @@ def test_discovery_without_info_m_or_topology_uses_info_alone(
 
 def test_topology_without_info_m_is_read_by_logic_ids_in_info_order(b3: Path) -> None:
     unsupported(b3, "mapping")
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     backend.discover()
     assert backend.hccs_peers() == {n: frozenset(set(range(8)) - {n}) for n in range(8)}
 
 
 def test_unreadable_info_m_output_is_no_reason_to_fail(b3: Path) -> None:
     (b3.parent / "mapping.txt").write_text("Usage: npu-smi info [-m]\n")
-    assert [d.physical_id for d in NpuSmiBackend(str(b3)).discover()] == list(range(8))
+    assert [d.physical_id for d in NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL).discover()] == list(range(8))
 
 
 def test_info_itself_failing_still_fails_discovery(b3: Path) -> None:
     unsupported(b3, "info")
     with pytest.raises(BackendError, match="This command is not supported on this device"):
-        NpuSmiBackend(str(b3)).discover()
+        NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL).discover()
 
 
 def test_dev_root_nodes_give_physical_ids_when_npu_smi_prints_none(b3: Path, tmp_path: Path) -> None:
@@ -112,12 +112,12 @@ def test_dev_root_nodes_give_physical_ids_when_npu_smi_prints_none(b3: Path, tmp
     dev.mkdir()
     for name in ("davinci_manager", "devmm_svm", *(f"davinci{n}" for n in range(3, 11))):
         (dev / name).touch()
-    devices = NpuSmiBackend(str(b3), dev_root=dev).discover()
+    devices = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL, dev_root=dev).discover()
     assert [(d.logic_id, d.physical_id) for d in devices] == [(n, n + 3) for n in range(8)]
 
 
 def test_sample_reads_health_afresh(b3: Path) -> None:
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     backend.discover()
     assert set(backend.sample().values()) == {Health.OK}
     (b3.parent / "info.txt").write_text((FIXTURES / "910b3-x8-faults.info.txt").read_text())
@@ -126,7 +126,7 @@ def test_sample_reads_health_afresh(b3: Path) -> None:
 
 
 def test_a_device_missing_from_a_sample_reads_unknown(b3: Path) -> None:
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     backend.discover()
     lines = (b3.parent / "info.txt").read_text().splitlines()
     (b3.parent / "info.txt").write_text("\n".join(lines[:-3]) + "\n")  # card 7's rows gone
@@ -137,7 +137,7 @@ def test_a_device_missing_from_a_sample_reads_unknown(b3: Path) -> None:
 
 @pytest.mark.parametrize("breakage", ["exit status", "garbage", "executable gone"])
 def test_sample_never_raises_and_reads_unknown_when_npu_smi_fails(b3: Path, breakage: str) -> None:
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     backend.discover()
     if breakage == "exit status":
         (b3.parent / "info.status").write_text("1")
@@ -150,7 +150,7 @@ def test_sample_never_raises_and_reads_unknown_when_npu_smi_fails(b3: Path, brea
 
 def test_a_failing_sample_is_logged_once_per_outage(b3: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="npu_plugin.backends.npusmi.backend")
-    backend = NpuSmiBackend(str(b3))
+    backend = NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL)
     backend.discover()
     (b3.parent / "info.status").write_text("1")
     backend.sample()
@@ -163,13 +163,13 @@ def test_a_failing_sample_is_logged_once_per_outage(b3: Path, caplog: pytest.Log
 
 
 def test_sample_before_discover_knows_no_device(b3: Path) -> None:
-    assert NpuSmiBackend(str(b3)).sample() == {}
+    assert NpuSmiBackend(str(b3), hccn_tool=NO_HCCN_TOOL).sample() == {}
 
 
 def test_a_failing_exit_code_is_reported_with_its_output_and_a_hint(tmp_path: Path) -> None:
     npu_smi = script(tmp_path / "npu-smi", "#!/bin/sh\necho 'dcmi module initialize failed. ret is -8005'\nexit 255\n")
     with pytest.raises(BackendError) as raised:
-        NpuSmiBackend(str(npu_smi)).discover()
+        NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL).discover()
     message = str(raised.value)
     assert f"`{npu_smi} info` exited with status 255: dcmi module initialize failed. ret is -8005" in message
     assert "hint: run as root" in message
@@ -178,11 +178,11 @@ def test_a_failing_exit_code_is_reported_with_its_output_and_a_hint(tmp_path: Pa
 def test_unreadable_output_is_a_parse_error(tmp_path: Path) -> None:
     npu_smi = script(tmp_path / "npu-smi", "#!/bin/sh\necho 'Usage: npu-smi info ...'\n")
     with pytest.raises(NpuSmiParseError, match="npu-smi info: no device table header"):
-        NpuSmiBackend(str(npu_smi)).discover()
+        NpuSmiBackend(str(npu_smi), hccn_tool=NO_HCCN_TOOL).discover()
 
 
 def test_a_missing_executable_says_how_to_point_at_one(tmp_path: Path) -> None:
-    backend = NpuSmiBackend(str(tmp_path / "no-such-npu-smi"))
+    backend = NpuSmiBackend(str(tmp_path / "no-such-npu-smi"), hccn_tool=NO_HCCN_TOOL)
     with pytest.raises(BackendError, match=r"not found; install the Ascend driver package or pass --npu-smi PATH"):
         backend.discover()
     assert backend.sample() == {}
@@ -192,12 +192,12 @@ def test_a_missing_executable_says_how_to_point_at_one(tmp_path: Path) -> None:
 def test_a_file_that_is_not_executable_is_named(tmp_path: Path) -> None:
     (tmp_path / "npu-smi").write_text("#!/bin/sh\n")
     with pytest.raises(BackendError, match="is not executable"):
-        NpuSmiBackend(str(tmp_path / "npu-smi")).discover()
+        NpuSmiBackend(str(tmp_path / "npu-smi"), hccn_tool=NO_HCCN_TOOL).discover()
 
 
 def test_a_hang_times_out_and_kills_the_whole_process_group(tmp_path: Path) -> None:
     hang = '#!/bin/sh\nsleep 300 &\necho $! > "$(dirname "$0")/child.pid"\nwait\n'
-    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", hang)), timeout=1.0)
+    backend = NpuSmiBackend(str(script(tmp_path / "npu-smi", hang)), hccn_tool=NO_HCCN_TOOL, timeout=1.0)
     with pytest.raises(BackendError, match=r"info` did not finish within 1 s and was killed"):
         backend.discover()
     assert _gone(int((tmp_path / "child.pid").read_text()))

@@ -15,8 +15,8 @@ from npu_plugin.backends.base import VnpuBackend
 from npu_plugin.backends.npusmi.backend import NpuSmiBackend
 from npu_plugin.backends.npusmi.vnpu_parse import GIB
 from npu_plugin.errors import BackendError, NpuSmiParseError, VnpuError, VnpuNotFoundError
+from tests.support.fake_hardware import NO_HCCN_TOOL, fake_npu_smi, script
 from tests.support.fake_hardware import NPU_SMI_FIXTURES as FIXTURES
-from tests.support.fake_hardware import fake_npu_smi, script
 
 D = Decimal
 
@@ -45,7 +45,7 @@ def host(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def backend(host: Path) -> NpuSmiBackend:
-    backend = NpuSmiBackend(str(host), timeout=5)
+    backend = NpuSmiBackend(str(host), hccn_tool=NO_HCCN_TOOL, timeout=5)
     backend.discover()
     return backend
 
@@ -159,7 +159,7 @@ def test_malformed_vnpu_output_is_a_parse_error(host: Path, backend: NpuSmiBacke
 
 def test_an_undiscovered_chip_is_a_backend_error(host: Path) -> None:
     with pytest.raises(BackendError, match="no NPU with physical id 4 was discovered"):
-        NpuSmiBackend(str(host)).chip_vnpu(4)
+        NpuSmiBackend(str(host), hccn_tool=NO_HCCN_TOOL).chip_vnpu(4)
 
 
 # ---- create and destroy
@@ -256,7 +256,7 @@ def test_destroy_all_id_is_refused_before_npu_smi_runs(host: Path, backend: NpuS
 
 
 def test_a_hung_create_is_killed_at_the_timeout(host: Path, tmp_path: Path) -> None:
-    backend = NpuSmiBackend(str(host), timeout=0.5)
+    backend = NpuSmiBackend(str(host), hccn_tool=NO_HCCN_TOOL, timeout=0.5)
     backend.discover()
     hung = tmp_path / "hung"
     hung.mkdir()

@@ -12,6 +12,9 @@ from pathlib import Path
 SOURCE = Path(__file__).parents[1] / "fakedcmi" / "fake_dcmi.c"
 CONFIG_ENV = "FAKE_DCMI_CONFIG"
 NPU_SMI_FIXTURES = Path(__file__).parents[1] / "fixtures" / "npu-smi"
+# The hccn_tool of a backend whose test gives it none: not the host's (on PATH or in the driver's
+# tools), which would answer device IPs of its own; so the IPs are unknown, on every host.
+NO_HCCN_TOOL = "/nonexistent/npu-plugin-tests/hccn_tool"
 
 # Answers `info`, `info -m`, `info -t topo` and the vNPU commands from files beside it, so tests can
 # rewrite them: `template-info-<card>.txt`, `info-vnpu-<card>-<chip>.txt`, `vnpu-mode.txt`,
