@@ -58,13 +58,15 @@ class HostLayout:
     driver_mounts: tuple[str, ...]
 
 
-def probe_host(dev_root: Path, injection: Injection, mount_driver: bool) -> HostLayout:
-    """Which common device nodes and driver paths exist (the only I/O in this module)."""
+def probe_host(dev_root: Path, injection: Injection, mount_driver: bool, host_root: Path = Path("/")) -> HostLayout:
+    """Which common device nodes and driver paths exist (the only I/O in this module). The driver
+    paths are looked for under `host_root` (a test's stand-in for the host) and keep their own
+    names."""
     return HostLayout(
         dev_root=str(dev_root),
         injection=injection,
         common_nodes=tuple(name for name in COMMON_NODES if (dev_root / name).exists()),
-        driver_mounts=tuple(p for p in DRIVER_MOUNTS if mount_driver and Path(p).exists()),
+        driver_mounts=tuple(p for p in DRIVER_MOUNTS if mount_driver and (host_root / p.lstrip("/")).exists()),
     )
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from npu_plugin._proto import deviceplugin_v1beta1_pb2 as pb
 from npu_plugin._proto import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from npu_plugin.ascend.container_edits import DRIVER_MOUNTS
 from npu_plugin.ascend.device import Device, Health
 from npu_plugin.sim.kubelet import KubeletSimulator, PluginConnection
 from tests.support.cdi_validation import assert_valid_cdi
@@ -385,7 +386,12 @@ def test_allocate_answers_env_and_device_nodes(node: Node, launch_daemon: Launch
             response = await kubelet.allocate(RESOURCE, ["Ascend910-3", "Ascend910-1"])
             assert dict(response.envs) == {"ASCEND_VISIBLE_DEVICES": "1,3"}
             assert specs(response) == expected_nodes(node.dev_root, [1, 3])
-            assert list(response.mounts) == [], "no driver paths exist on this host"
+            # --mount-driver probes the real host (the daemon's own view of it): whichever driver
+            # paths this machine has, read-only at the same path.
+            existing = [p for p in DRIVER_MOUNTS if Path(p).exists()]
+            assert [(m.container_path, m.host_path, m.read_only) for m in response.mounts] == [
+                (p, p, True) for p in existing
+            ]
             assert list(response.cdi_devices) == []
             two = pb.AllocateRequest(
                 container_requests=[

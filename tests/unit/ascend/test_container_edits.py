@@ -78,9 +78,19 @@ def test_probe_host_finds_common_nodes_under_dev_root(tmp_path: Path) -> None:
 
 
 def test_probe_host_mounts_only_existing_driver_paths_and_only_when_asked(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    (host / "usr/local/Ascend/driver/lib64").mkdir(parents=True)
+    (host / "usr/local/bin").mkdir(parents=True)
+    (host / "usr/local/bin/npu-smi").touch()
+    found = probe_host(tmp_path, Injection.NODES, mount_driver=True, host_root=host).driver_mounts
+    assert found == ("/usr/local/Ascend/driver/lib64", "/usr/local/bin/npu-smi"), "host paths, not the stand-in's"
+    assert probe_host(tmp_path, Injection.NODES, mount_driver=False, host_root=host).driver_mounts == ()
+    assert probe_host(tmp_path, Injection.NODES, mount_driver=True, host_root=tmp_path / "empty").driver_mounts == ()
+
+
+def test_probe_host_looks_at_the_real_host_by_default(tmp_path: Path) -> None:
     existing = tuple(p for p in DRIVER_MOUNTS if Path(p).exists())
     assert probe_host(tmp_path, Injection.NODES, mount_driver=True).driver_mounts == existing
-    assert probe_host(tmp_path, Injection.NODES, mount_driver=False).driver_mounts == ()
 
 
 @pytest.mark.parametrize(
