@@ -90,8 +90,6 @@ def daemon_argv(work: Path, inventory: Path) -> list[str]:
         str(dev_root(work)),
         "--device-plugin-path",
         str(work / "dp"),
-        "--pod-resources-socket",
-        str(work / "pr" / "kubelet.sock"),
         "--health-interval",
         HEALTH_INTERVAL,
         *dra_dirs(work),

@@ -103,7 +103,7 @@ async def start(stack: contextlib.AsyncExitStack, work: Path, mode: str) -> Subj
         pod_resources = PodResourcesSimulator(work / "pr" / "kubelet.sock", RESOURCE)
         await pod_resources.start()
         stack.push_async_callback(pod_resources.stop)
-        argv += ["--dra-devices", "4-7", "--pod-resources-socket", str(work / "pr" / "kubelet.sock")]
+        argv += ["--dra-devices", "4-7"]  # its PodResources socket is the one of dra_dirs
     daemon = stack.enter_context(process(serve_argv(*argv), work / "daemon.log"))
     subject = Subject(mode, daemon, kubelet, api)
     if kubelet is not None:

@@ -143,7 +143,8 @@ def write_inventory(path: Path, devices: list[Device], vnpu: Mapping[int, ChipVn
 def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> list[str]:
     """The directory flags of a DRA daemon of `node` living in `work` (its kubeconfig too, unless
     given). The kubelet's directories are created here, as the kubelet does: the daemon waits for
-    them."""
+    them. Its PodResources socket is work/pr/kubelet.sock, served only where a benchmark runs a
+    simulator there: never the kubelet of the machine running the benchmark."""
     for kubelet_dir in ("reg", "plugins"):
         (work / kubelet_dir).mkdir(parents=True, exist_ok=True)
     return [
@@ -159,6 +160,8 @@ def dra_dirs(work: Path, node: str = NODE, kubeconfig: Path | None = None) -> li
         str(work / "state"),
         "--kubeconfig",
         str(kubeconfig or work / "kubeconfig"),
+        "--pod-resources-socket",
+        str(work / "pr" / "kubelet.sock"),
     ]
 
 
