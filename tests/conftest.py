@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import cleanup
 from tests.support.daemon import Daemons, Launcher, populate_dev_root
-from tests.support.hermetic import clear_host_environment
+from tests.support.hermetic import clear_host_environment, no_host_hccn_tool
 from tests.support.leaks import LeakWatch
 
 SESSION_CLEANUP = pytest.StashKey[contextlib.ExitStack]()
@@ -26,6 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
     stack.enter_context(cleanup.interruptible(subreaper=False))
     config.stash[SESSION_CLEANUP] = stack
     clear_host_environment()
+    stack.enter_context(no_host_hccn_tool())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
