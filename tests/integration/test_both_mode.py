@@ -76,12 +76,12 @@ def test_a_device_a_container_holds_stays_until_the_pod_ends(
             )
             # Still the device plugin's for the running pod, but offered to no new one.
             assert sim.listed()["Ascend910-5"] == "Unhealthy"
-            daemon.wait_for_log("device npu-5 stays with device-plugin until released")
+            await asyncio.to_thread(daemon.wait_for_log, "device npu-5 stays with device-plugin until released")
 
             sim.pod_resources.release("default", "training")
             await async_wait_until(lambda: "npu-5" in published_names(fake_api), what="handover to DRA")
             await async_wait_until(lambda: "Ascend910-5" not in sim.listed(), what="device plugin letting go")
-            daemon.wait_for_log("device npu-5 released by device-plugin, now served by dra")
+            await asyncio.to_thread(daemon.wait_for_log, "device npu-5 released by device-plugin, now served by dra")
 
     run(scenario)
 
@@ -93,7 +93,7 @@ def test_without_pod_resources_every_device_stays_with_the_device_plugin(
         async with node(workspace, fake_api, pod_resources_up=False) as sim:
             daemon = launch_daemon(*both_args(workspace))
             await registered(sim, daemon)
-            daemon.wait_for_log("cannot read the kubelet PodResources API")
+            await asyncio.to_thread(daemon.wait_for_log, "cannot read the kubelet PodResources API")
             await async_wait_until(lambda: len(sim.listed()) == 8, what="all eight listed")
             assert [sim.listed()[f"Ascend910-{i}"] for i in range(4, 8)] == ["Unhealthy"] * 4
             await asyncio.sleep(0.5)
@@ -127,11 +127,11 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
             await sim.dra.wait_for_plugin("npu.huawei.com", timeout=10)
             claim = plant_claim(fake_api, "holder", None, [result("npu-2")])
             assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
-            assert first.signal(signal.SIGTERM, timeout=10)[0] == 0
+            assert (await asyncio.to_thread(first.signal, signal.SIGTERM, 10))[0] == 0
 
             second = launch("4-7")
             await registered(sim, second)
-            second.wait_for_log("device npu-2 stays with dra until released")
+            await asyncio.to_thread(second.wait_for_log, "device npu-2 stays with dra until released")
             await async_wait_until(
                 lambda: published_names(fake_api) == ["npu-4", "npu-5", "npu-6", "npu-7"],
                 what="slice without the draining device",
@@ -144,7 +144,7 @@ def test_a_prepared_claim_keeps_its_device_across_a_partition_change(
                 timeout=10,
                 what="device 2 handed to the device plugin",
             )
-            second.wait_for_log("device npu-2 released by dra, now served by device-plugin")
+            await asyncio.to_thread(second.wait_for_log, "device npu-2 released by dra, now served by device-plugin")
 
     run(scenario)
 
@@ -207,8 +207,9 @@ def test_a_split_naming_nothing_here_leaves_every_device_to_the_device_plugin(
             await registered(sim, daemon)
             await async_wait_until(lambda: len(sim.listed()) == 8, what="every device with the device plugin")
             await async_wait_until(lambda: published_names(fake_api) == [], what="an empty DRA pool")
-            daemon.wait_for_log(
-                "8-15 name no device on this node and are ignored; every device is served by the device plugin"
+            await asyncio.to_thread(
+                daemon.wait_for_log,
+                "8-15 name no device on this node and are ignored; every device is served by the device plugin",
             )
             port = int(re.search(r"metrics listening on http://127\.0\.0\.1:(\d+)/", daemon.log()).group(1))  # type: ignore[union-attr]
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -249,7 +250,9 @@ def test_an_unreadable_node_falls_back_on_the_flag_else_stops_the_start(
     async def scenario() -> None:
         async with node(workspace, fake_api) as sim:
             daemon = launch_daemon(*both_args(workspace, "4-7"))
-            daemon.wait_for_log(f"cannot read Node {NODE} for its DRA split, using --dra-devices")
+            await asyncio.to_thread(
+                daemon.wait_for_log, f"cannot read Node {NODE} for its DRA split, using --dra-devices"
+            )
             await async_wait_until(lambda: len(sim.listed()) == 4, what="the device plugin's share")
             assert set(sim.listed()) == {f"Ascend910-{i}" for i in range(4)}
 

@@ -89,12 +89,12 @@ def test_a_vnpu_a_container_holds_keeps_its_chip_with_the_device_plugin_until_th
             await async_wait_until(lambda: bool(large.devices), what="vNPU 180 listed")
             # Still the device plugin's for the running pod, but offered to no new one.
             assert large.devices[VNPU_180].health == "Unhealthy"
-            daemon.wait_for_log("device npu-5 stays with device-plugin until released")
+            await asyncio.to_thread(daemon.wait_for_log, "device npu-5 stays with device-plugin until released")
             assert "npu-5" not in published_names(fake_api) and "npu-5-vnpu-180" not in published_names(fake_api)
 
             sim.pod_resources.release("default", "infer")
             await async_wait_until(lambda: not large.devices, what="the device plugin letting vNPU 180 go")
-            daemon.wait_for_log("device npu-5 released by device-plugin, now served by dra")
+            await asyncio.to_thread(daemon.wait_for_log, "device npu-5 released by device-plugin, now served by dra")
 
     asyncio.run(scenario())
 
@@ -177,11 +177,11 @@ def test_a30_a_chip_with_a_prepared_vnpu_stays_dra_until_unprepare_then_moves_wi
             assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
             state = json.loads((workspace.root / "hw.json").read_text())
             assert [v["vnpuId"] for v in state["vnpus"]["0"]] == [100]
-            assert first.signal(signal.SIGTERM, timeout=10)[0] == 0
+            assert (await asyncio.to_thread(first.signal, signal.SIGTERM, 10))[0] == 0
 
             second = launch_daemon(*args(workspace, "4-7"))
             await registered(sim, second)
-            second.wait_for_log("device npu-0 stays with dra until released")
+            await asyncio.to_thread(second.wait_for_log, "device npu-0 stays with dra until released")
             await async_wait_until(lambda: "npu-4-vir05-1c-16g-0" in published_names(fake_api), what="4-7 split")
             assert not [n for n in published_names(fake_api) if dra_chip(n) == 0], "draining: chip 0 offers nothing"
             assert "Ascend910-0" not in sim.listed()

@@ -342,7 +342,7 @@ def test_malformed_inventory_rewrite_keeps_serving_the_last_good_one(node: Node,
             daemon = launch_daemon(*node.args())
             connection = await registered(kubelet, daemon)
             node.inventory.write_text("devices:\n  - physicalId: zero\n")
-            daemon.wait_for_log("inventory file rewrite rejected")
+            await asyncio.to_thread(daemon.wait_for_log, "inventory file rewrite rejected")
             await asyncio.sleep(0.5)
             assert health(connection) == dict.fromkeys(ALL_IDS, "Healthy")
             assert daemon.process.poll() is None

@@ -13,8 +13,8 @@ import yaml
 
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest
-from tests.support.daemon import REPO, DaemonProcess, Launcher, wait_until
-from tests.support.dra import DRIVER, NODE, Workspace, allocate, dra_args, run_with_kubelet
+from tests.support.daemon import REPO, DaemonProcess, Launcher
+from tests.support.dra import DRIVER, NODE, Workspace, allocate, async_wait_until, dra_args, run_with_kubelet
 from tests.support.fakeapi import FakeKubeAPI
 from tests.support.fakeapi.authz import Caller, Rule, rules_of
 
@@ -69,7 +69,7 @@ def test_prepare_applies_the_device_status_and_unprepare_removes_it(
         claim = allocate(fake_api, "pair", DeviceRequest("train", count=2))
         fake_api.clear_requests()
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
-        wait_until(lambda: len(statuses(fake_api, "pair")) == 2, 10, "the device status")
+        await async_wait_until(lambda: len(statuses(fake_api, "pair")) == 2, timeout=10, what="the device status")
         entries = statuses(fake_api, "pair")
         assert [(e["driver"], e["pool"], e["device"]) for e in entries] == [
             (DRIVER, NODE, "npu-0"),
@@ -86,7 +86,7 @@ def test_prepare_applies_the_device_status_and_unprepare_removes_it(
         calls = [(r.verb, r.path.rsplit("/", 1)[-1]) for r in fake_api.requests if "resourceclaims" in r.path]
         assert calls == [("get", "pair"), ("patch", "status")]
         assert (await kubelet.unprepare([claim]))[claim.uid] == ""
-        wait_until(lambda: not statuses(fake_api, "pair"), 10, "the device status removed")
+        await async_wait_until(lambda: not statuses(fake_api, "pair"), timeout=10, what="the device status removed")
 
     run_with_kubelet(workspace, fake_api, scenario)
 
@@ -112,7 +112,7 @@ def test_a_refused_status_write_is_logged_once_counted_and_prepare_still_succeed
         for name in ("first", "second"):
             claim = allocate(fake_api, name, DeviceRequest("npu"))
             assert (await kubelet.prepare([claim]))[claim.uid].error == ""
-        wait_until(lambda: refused(daemon) == 2, 10, "two refusals counted")
+        await async_wait_until(lambda: refused(daemon) == 2, timeout=10, what="two refusals counted")
         assert not statuses(fake_api, "first") and not statuses(fake_api, "second")
 
     run_with_kubelet(workspace, fake_api, scenario)
@@ -132,7 +132,7 @@ def test_a_token_of_another_node_is_refused_from_1_36(
         await kubelet.wait_for_plugin(DRIVER)
         claim = allocate(fake_api, "elsewhere", DeviceRequest("npu"))
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
-        wait_until(lambda: refused(daemon) == 1, 10, "the refusal counted")
+        await async_wait_until(lambda: refused(daemon) == 1, timeout=10, what="the refusal counted")
 
     run_with_kubelet(workspace, fake_api, scenario)
     assert 'lacks resource="resourceclaims/driver", verb="[arbitrary-node:patch]"' in daemon.log()

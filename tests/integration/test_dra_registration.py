@@ -107,7 +107,7 @@ def test_a_rejected_registration_leaves_the_daemon_serving(
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for(lambda: any(not a.registered for a in kubelet.attempts))
         assert "none of services supported by the plugin" in kubelet.attempts[0].error
-        daemon.wait_for_log("the kubelet rejected the registration")
+        await asyncio.to_thread(daemon.wait_for_log, "the kubelet rejected the registration")
         assert daemon.process.poll() is None
         kubelet.services = KUBELET_SERVICES  # an upgraded kubelet retries and succeeds
         await kubelet.wait_for_plugin(DRIVER)

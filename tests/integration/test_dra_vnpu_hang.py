@@ -6,6 +6,7 @@ returns while serving, the claim is released."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Sequence
@@ -115,7 +116,7 @@ def test_a_create_returning_after_its_claim_was_answered_releases_the_claim_whil
         write_hardware(workspace, vnpus=hardware(workspace)["vnpus"])  # the driver answers at last
         await async_wait_until(lambda: hung.uid not in claims_in_checkpoint(workspace), what="the claim released")
         assert live(workspace) == {} and not (workspace.dev / "vdavinci100").exists()
-        daemon.wait_for_log("its vNPUs are destroyed and the claim released")
+        await asyncio.to_thread(daemon.wait_for_log, "its vNPUs are destroyed and the claim released")
         answer = (await kubelet.prepare([hung], timeout=DEADLINE_SECONDS))[hung.uid]
         assert answer.error == ""
         assert live(workspace) == {"0": [{"vnpuId": 100, "template": V05}]}

@@ -277,7 +277,7 @@ def test_a_foreign_vnpu_survives_start_up_and_is_served_by_its_id(
         node = Node(workspace, launch_daemon, kubelet)
         await node.start()
         assert node.daemon is not None
-        node.daemon.wait_for_log("npu-0 holds vNPUs not created by npu-plugin (102)")
+        await asyncio.to_thread(node.daemon.wait_for_log, "npu-0 holds vNPUs not created by npu-plugin (102)")
         # Chip 0 is served statically: its vNPU by id, neither whole nor split on demand; chip 1 is
         # split.
         await async_wait_until(lambda: "npu-1-vir05-1c-16g-0" in published_names(fake_api), what="the pool")
