@@ -96,12 +96,18 @@ class Daemons:
         python_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         wrapper: Sequence[str] = (),
+        constants: Mapping[str, float] | None = None,
     ) -> DaemonProcess:
-        """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid). The
-        daemon reads no kubelet of the host: its PodResources socket is one no kubelet serves unless
-        the test names another (a real cluster on this machine would say its pods hold devices)."""
+        """`wrapper` is a command that ends by exec'ing its arguments (the daemon keeps the pid).
+        `constants` sets module constants of the daemon first (tests.support.tuned), such as a period
+        no flag sets. The daemon reads no kubelet of the host: its PodResources socket is one no
+        kubelet serves unless the test names another (a real cluster on this machine would say its
+        pods hold devices)."""
         log_path = self.log_dir / f"daemon-{len(self.started)}.log"
-        argv = [*wrapper, sys.executable, *python_args, "-m", "npu_plugin", "serve", *args]
+        runner = (
+            ["tests.support.tuned", *(f"{k}={v}" for k, v in constants.items()), "--"] if constants else ["npu_plugin"]
+        )
+        argv = [*wrapper, sys.executable, *python_args, "-m", *runner, "serve", *args]
         isolated = {"NPU_PLUGIN_POD_RESOURCES_SOCKET": NO_KUBELET}
         process = cleanup.spawn(argv, log_path, cwd=REPO, env={**os.environ, **isolated, **(env or {})})
         self.started.append(DaemonProcess(process, log_path))
