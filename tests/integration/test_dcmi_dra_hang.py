@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from npu_plugin.backends.dcmi import backend as dcmi_backend
 from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from tests.integration.test_dcmi_vnpu import B3_TOTALS, VIR05, VIR10
 from tests.integration.test_dra_vnpu_prepare import vnpu_claim
@@ -63,12 +64,13 @@ def test_a_whole_npu_claim_is_answered_while_a_dcmi_create_hangs_and_prepares_on
     whole = plant_claim(fake_api, "whole", None, [result("npu-1")])
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
-        daemon = launch_daemon(*dcmi_args)
+        daemon = launch_daemon(*dcmi_args, constants={f"{dcmi_backend.__name__}.DEFAULT_LOCK_TIMEOUT_SECONDS": 3.0})
         await kubelet.wait_for(lambda: any(a.registered for a in kubelet.attempts), timeout=20)
         await async_wait_until(lambda: "npu-1" in published_names(fake_api), what="npu-1 published")
         # The hung claim's own error, within its call.
         assert HUNG in (await kubelet.prepare([hung], timeout=DEADLINE_SECONDS))[hung.uid].error
-        # Health sampling finds the create overdue after the DCMI lock timeout and says so once ...
+        # Health sampling finds the create overdue after the DCMI lock timeout (15 s; 3 s here, no flag
+        # sets it) and says so once ...
         await async_wait_until(lambda: BUSY in daemon.log(), timeout=30, what="the hung create reported")
         # ... and from then on a claim on the other chip is told at once, within its call, instead
         # of waiting.

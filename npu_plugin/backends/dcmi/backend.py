@@ -109,7 +109,7 @@ class DcmiBackend:
         *,
         driver_version_file: Path = DRIVER_VERSION_FILE,
         npu_smi: str = "npu-smi",
-        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+        lock_timeout: float | None = None,
     ) -> None:
         self._library = library or DEFAULT_LIBRARY
         self._npu_smi = NpuSmiBackend(npu_smi)
@@ -119,7 +119,8 @@ class DcmiBackend:
         self._funcs = _bind(_load(self._library), self._library)
         self._card_list_call = next(call for call in abi.CARD_LIST_CALLS if call in self._funcs)
         self._lock = threading.Lock()
-        self._lock_timeout = lock_timeout
+        # Read here, not as the parameter's default, so that a test can set the module's value.
+        self._lock_timeout = DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout
         self._running: _Running | None = None
         # The overdue call already logged, so each hang is reported once when noticed and once when
         # it ends.
