@@ -76,13 +76,14 @@ class Holder:
 
 def holders_of(response: pb.ListPodResourcesResponse, resource_name: str, device_ids: Collection[str]) -> list[Holder]:
     """The containers holding exactly these device-plugin ids of `resource_name` (pure): after an
-    Allocate, the one container the kubelet gave them to."""
+    Allocate, the one container the kubelet gave them to. The kubelet lists a container's devices of
+    one resource as one entry per device (per NUMA node), so the entries are joined first."""
     wanted = set(device_ids)
     return [
         Holder(pod.namespace, pod.name, container.name)
         for pod in response.pod_resources
         for container in pod.containers
-        if any(d.resource_name == resource_name and set(d.device_ids) == wanted for d in container.devices)
+        if {i for d in container.devices if d.resource_name == resource_name for i in d.device_ids} == wanted
     ]
 
 

@@ -60,7 +60,9 @@ class PodResourcesSimulator(pb_grpc.PodResourcesListerServicer):
                 entry = resources.containers.add(name=container)
                 if container in pod.devices:
                     resource, ids = pod.devices[container]
-                    entry.devices.add(resource_name=resource or self.resource_name, device_ids=ids)
+                    # As the kubelet lists them: one entry per device (its devices are per NUMA node).
+                    for device_id in ids:
+                        entry.devices.add(resource_name=resource or self.resource_name, device_ids=[device_id])
                 for driver, pool, device in pod.claims.get(container, []):
                     dynamic = entry.dynamic_resources.add(claim_name=f"{name}-{container}", claim_namespace=namespace)
                     dynamic.claim_resources.add(driver_name=driver, pool_name=pool, device_name=device)

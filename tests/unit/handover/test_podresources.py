@@ -66,11 +66,13 @@ def test_dra_chip_reads_every_device_name_form(name: str, chip: int | None) -> N
 
 
 def pods(*held: tuple[str, str, str, list[str]]) -> pb.ListPodResourcesResponse:
-    """(pod, container, resource, ids) per container."""
+    """(pod, container, resource, ids) per container, each id an entry of its own as the kubelet
+    lists them."""
     response = pb.ListPodResourcesResponse()
     for pod, container, resource, ids in held:
         entry = response.pod_resources.add(name=pod, namespace="ns").containers.add(name=container)
-        entry.devices.add(resource_name=resource, device_ids=ids)
+        for device_id in ids:
+            entry.devices.add(resource_name=resource, device_ids=[device_id])
     return response
 
 
@@ -79,6 +81,7 @@ def pods(*held: tuple[str, str, str, list[str]]) -> pb.ListPodResourcesResponse:
     [
         (pods(("a", "c", RESOURCE, ["Ascend910-1", "Ascend910-0"])), ["Ascend910-0", "Ascend910-1"], [("a", "c")]),
         (pods(("a", "c", RESOURCE, ["Ascend910-0", "Ascend910-1"])), ["Ascend910-0"], []),  # not the same set
+        (pods(("a", "c", RESOURCE, ["Ascend910-0"])), ["Ascend910-0", "Ascend910-1"], []),
         (pods(("a", "c", "huawei.com/Ascend310P", ["Ascend910-0"])), ["Ascend910-0"], []),  # another resource
         (
             pods(("a", "c", RESOURCE, ["Ascend910-2"]), ("b", "d", RESOURCE, ["Ascend910-2"])),
