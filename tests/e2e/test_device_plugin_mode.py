@@ -1,5 +1,7 @@
 """(a) device-plugin mode on a real kubelet: the node's capacity, a pod with two NPUs that sees exactly
-those two, both from one HCCS ring, and a pod asking for more than the node has."""
+those two, both from one HCCS ring, and a pod asking for more than the node has. (g) An NPU the fake
+backend turns unhealthy leaves the node's allocatable, a new pod gets the other seven, and once it
+recovers it is allocatable again."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import pytest
 from tests.e2e.cluster import NODE, RINGS, Cluster, wait
 from tests.e2e.conftest import cluster_in
 from tests.e2e.simulated import allocate, simulate
-from tests.e2e.workloads import RESOURCE, allocatable, dev_nodes, visible_ids, workload
+from tests.e2e.workloads import RESOURCE, allocatable, dev_nodes, set_health, visible_ids, workload
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
+
+SICK = 5
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +40,28 @@ def test_pod_with_two_npus_sees_exactly_them(cluster: Cluster) -> None:
         modes = cluster.exec("two-npus", "ls -l /dev/davinci*").splitlines()
         assert all(line.startswith("c") for line in modes), modes
         assert any(ids <= ring for ring in RINGS), f"{ids} span two HCCS rings"
+
+
+def test_unhealthy_npu_leaves_allocatable_new_pods_avoid_it_and_recovery_restores_it(cluster: Cluster) -> None:
+    wait(lambda: allocatable(cluster) == "8", 60, lambda: f"allocatable {RESOURCE}=8, not {allocatable(cluster)}")
+    try:
+        set_health(SICK, "Alarm", ["0x80E01801"])
+        wait(lambda: allocatable(cluster) == "7", 60, lambda: f"allocatable {RESOURCE}=7, not {allocatable(cluster)}")
+        assert cluster.get("node", NODE)["status"]["capacity"][RESOURCE] == "8"
+        with cluster.applied(json.dumps(workload("all-healthy", limits={RESOURCE: "7"}))):
+            cluster.wait_running("all-healthy")
+            ids = visible_ids(cluster, "all-healthy")
+            assert ids == set(range(8)) - {SICK}
+            assert dev_nodes(cluster, "all-healthy") == ids
+            set_health(SICK, "OK")
+            wait(lambda: allocatable(cluster) == "8", 60, lambda: f"allocatable back to 8, not {allocatable(cluster)}")
+            # The only free NPU is the recovered one: a new pod runs on it.
+            with cluster.applied(json.dumps(workload("recovered", limits={RESOURCE: "1"}))):
+                cluster.wait_running("recovered")
+                assert visible_ids(cluster, "recovered") == {SICK}
+                assert dev_nodes(cluster, "recovered") == {SICK}
+    finally:
+        set_health(SICK, "OK")
 
 
 def test_pod_asking_for_nine_stays_pending_with_the_schedulers_reason(cluster: Cluster) -> None:

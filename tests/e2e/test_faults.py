@@ -2,7 +2,7 @@
 (`scripts/cluster restart`, by their recorded pids, as a service manager would), and the plugin's pod
 deleted while claims are being prepared. Each time: the slices are back, a running pod is untouched (same
 container, same NPUs), new pods start, and no NPU is given twice. (An NPU turned unhealthy and recovered
-is in test_health_and_status.py.)"""
+is in test_health_and_status.py for DRA and in test_device_plugin_mode.py for the device plugin.)"""
 
 from __future__ import annotations
 
