@@ -44,10 +44,13 @@ class Budget:
     # every node's watch ends once and its lifetime is measured; 0 measures only `idle_window`,
     # where no watch ends.
     watch_cycle: float
+    e2e_pods: int  # pods of each kind that --e2e starts on the real cluster
 
 
-FULL = Budget(calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5, idle_window=120.0, watch_cycle=630.0)
-QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2, idle_window=30.0, watch_cycle=0.0)
+FULL = Budget(
+    calls=2000, prepares=500, warmup=200, settle=2.0, rounds=5, idle_window=120.0, watch_cycle=630.0, e2e_pods=20
+)
+QUICK = Budget(calls=300, prepares=100, warmup=30, settle=1.0, rounds=2, idle_window=30.0, watch_cycle=0.0, e2e_pods=5)
 
 
 def serve_argv(*args: str) -> list[str]:

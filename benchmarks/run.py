@@ -21,6 +21,7 @@ from benchmarks import (
     bench_api_cost,
     bench_both,
     bench_dra,
+    bench_e2e,
     bench_fleet,
     bench_health_pass,
     bench_idle,
@@ -109,6 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         help="only the fleet benchmark: N DRA daemons (default 50) sharing one fake API server",
     )
     parser.add_argument(
+        "--e2e",
+        choices=bench_e2e.RELEASES,
+        nargs="?",
+        const=bench_e2e.RELEASES[0],
+        metavar="RELEASE",
+        help="only pod start on a real cluster of scripts/cluster (Kubernetes 1.37 by default, or 1.34); needs root",
+    )
+    parser.add_argument(
         "--section",
         action="append",
         choices=[key for _title, _module, key in SECTIONS],
@@ -117,22 +126,41 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fleet is not None and args.section:
         parser.error("--fleet runs only the fleet: it takes no --section")
+    if args.e2e is not None and (args.section or args.fleet is not None):
+        parser.error("--e2e runs only pod start on a real cluster: it takes no --section or --fleet")
     try:
-        with interruptible():
+        # The cluster's daemons are scripts/cluster's, stopped by its down: not orphans for this process to reap.
+        with interruptible(subreaper=args.e2e is None):
             return benchmark(args)
     except Interrupted as interrupted:
         say(f"bench: stopped by {interrupted}; every process it started is stopped and its directories removed")
         interrupted.exit()
+    except bench_e2e.UnavailableError as unavailable:
+        say(f"bench: {unavailable}")
+        return 1
 
 
 def benchmark(args: argparse.Namespace) -> int:
     budget = QUICK if args.quick else FULL
-    compile_package()
-    if args.fleet is None:
+    results: dict[str, Any]
+    if args.e2e is not None:
+        bench_e2e.preflight(args.e2e)
+        results = {"environment": environment(budget)}
+        say(f"bench: pod start on a real cluster (Kubernetes {args.e2e}) ...")
+        bench_e2e.run(results, budget, args.e2e)
+        sections = [
+            (
+                f"pod start on a real node: Kubernetes {args.e2e}, --mode both, --vnpu dynamic",
+                bench_e2e.rows(results["e2e"]),
+            )
+        ]
+    elif args.fleet is None:
+        compile_package()
         chosen = [section for section in SECTIONS if not args.section or section[2] in args.section]
         results = measure_all(budget, say, chosen)
         sections = [(title, module.rows(results[key])) for title, module, key in chosen]
     else:
+        compile_package()
         results = {"environment": environment(budget)}
         say(f"bench: fleet of {args.fleet} ...")
         bench_fleet.run(results, budget, args.fleet)
