@@ -4,15 +4,24 @@ chips x 100 shares.
 DRA on Kubernetes 1.36 (DRAConsumableCapacity on by default): one daemon, one claim for a whole NPU
 and one for a share of a shared NPU, their Prepare/Unprepare cycles interleaved in the same run. A
 16-chip node with every chip shared 100 times: from start to the device plugin's ListAndWatch
-holding all 1,600 shares, and to DRA's pool with the 16 shared chips published; the size of that
-ListAndWatch message. Nothing here asserts on time. Targets: share Prepare p50 <= 1.2x the whole-NPU
-Prepare p50; each node published <= 1 s after start; the ListAndWatch message < 256 KiB.
+holding all 1,600 shares, and to DRA's pool with 15 of its chips shared and published; the size of
+that ListAndWatch message. Nothing here asserts on time.
+
+Start to published is mostly the interpreter starting and importing the daemon, which sharing does
+not change and a loaded machine slows: so DRA's is measured against a floor, the same daemon on the
+same 16 chips with none shared, each a fresh process, the two alternating in the same run, and the
+target is on the ratio of their medians.
+
+Targets: share Prepare p50 <= 1.2x the whole-NPU Prepare p50; the device plugin's shares listed <=
+1 s after start; DRA's shared chips published <= 1.2x the unshared floor; the ListAndWatch message
+< 256 KiB.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,8 +54,9 @@ from tests.support.cleanup import process, temporary_directory
 from tests.support.fake_devices import many_devices
 
 CHIPS, SHARES = 16, 100
-TARGETS = {"prepare_p50_ratio": 1.2, "published_s": 1.0, "list_kib": 256.0}
+TARGETS = {"prepare_p50_ratio": 1.2, "published_s": 1.0, "published_ratio": 1.2, "list_kib": 256.0}
 WHOLE, SHARE = "whole", "share"
+SHARED_CHIPS = f"1-{CHIPS - 1}"
 
 
 @contextmanager
@@ -56,10 +66,41 @@ def fake_api_136(work: Path) -> Iterator[str]:
         yield first_line(work / "fakeapi.log")
 
 
-def shared_published(rest: RestClient, count: int) -> bool:
+def node_published(rest: RestClient, shared: int) -> bool:
+    """Whether the node's slices hold all CHIPS chips, `shared` of them with consumable capacity."""
     items = rest.request("GET", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})["items"]
     devices = [d for s in items for d in s["spec"].get("devices") or []]
-    return sum(bool(d.get("allowMultipleAllocations")) for d in devices) == count
+    return len(devices) == CHIPS and sum(bool(d.get("allowMultipleAllocations")) for d in devices) == shared
+
+
+def dra_argv(work: Path, kubeconfig: Path, inventory: Path, *, shared: bool) -> list[str]:
+    """A DRA daemon of the node living in `work`, with chips 1 to CHIPS-1 shared or none."""
+    argv = serve_argv(
+        "--mode",
+        "dra",
+        "--fake-inventory",
+        str(inventory),
+        "--dev-root",
+        str(dev_root(work, CHIPS)),
+        *dra_dirs(work, kubeconfig=kubeconfig),
+    )
+    return [*argv, "--share-devices", SHARED_CHIPS, "--share-count", str(SHARES)] if shared else argv
+
+
+async def start_to_published(work: Path, url: str, inventory: Path, *, shared: bool) -> float:
+    """Seconds from a fresh daemon's spawn (living in a new directory of `work`) to the node published;
+    its slices deleted after."""
+    rest = RestClient(url)
+    run = work / f"start-{len(list(work.glob('start-*')))}"
+    run.mkdir()
+    argv = dra_argv(run, work / "kubeconfig", inventory, shared=shared)
+    async with DraKubeletSimulator(run / "reg", node_name=NODE, api_url=url, scan_interval=0.002):
+        with process(argv, run / "dra.log"):
+            started = time.monotonic()
+            await wait_for(lambda: node_published(rest, CHIPS - 1 if shared else 0), 30, "the node", interval=0.005)
+            seconds = time.monotonic() - started
+    rest.request("DELETE", SLICES_PATH, query={"fieldSelector": f"spec.nodeName={NODE}"})
+    return seconds
 
 
 def claim(rest: RestClient, name: str, request: DeviceRequest) -> Claim:
@@ -83,18 +124,31 @@ async def cycles(kubelet: DraKubeletSimulator, claims: dict[str, Claim], count: 
     return samples
 
 
+async def publishes(work: Path, url: str, budget: Budget) -> dict[str, Any]:
+    """Start to published, shared and unshared, `2 x budget.rounds` fresh daemons each, alternating
+    which goes first."""
+    inventory = write_inventory(work / "dra.yaml", many_devices(CHIPS))
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    starts = 2 * budget.rounds
+    for i in range(starts):
+        for shared in (True, False) if i % 2 else (False, True):
+            samples[shared].append(await start_to_published(work, url, inventory, shared=shared))
+    median = {shared: statistics.median(values) for shared, values in samples.items()}
+    return {
+        "starts": starts,
+        "dra_published_s": round(median[True], 3),
+        "dra_unshared_published_s": round(median[False], 3),
+        "dra_published_ratio": round(median[True] / median[False], 2),
+    }
+
+
 async def dra(work: Path, url: str, budget: Budget) -> dict[str, Any]:
     rest = RestClient(url)
     inventory = write_inventory(work / "dra.yaml", many_devices(CHIPS))
-    argv = serve_argv(
-        "--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev_root(work, CHIPS)), *dra_dirs(work)
-    )
-    argv += ["--share-devices", f"1-{CHIPS - 1}", "--share-count", str(SHARES)]
+    argv = dra_argv(work, work / "kubeconfig", inventory, shared=True)
     async with DraKubeletSimulator(work / "reg", node_name=NODE, api_url=url, scan_interval=0.002) as kubelet:
         with process(argv, work / "dra.log"):
-            started = time.monotonic()
-            await wait_for(lambda: shared_published(rest, CHIPS - 1), 30, "the shared chips", interval=0.005)
-            published = time.monotonic() - started
+            await wait_for(lambda: node_published(rest, CHIPS - 1), 30, "the shared chips", interval=0.005)
             await wait_for(lambda: kubelet.plugins.get(DRIVER), 30, "registration")
             whole = claim(rest, WHOLE, DeviceRequest("npu"))
             share = claim(rest, SHARE, DeviceRequest("npu", capacity={"memory": "1Gi"}))
@@ -109,7 +163,6 @@ async def dra(work: Path, url: str, budget: Budget) -> dict[str, Any]:
         "share_prepare_p50_ms": round(p50[SHARE], 2),
         "share_prepare_p99_ms": round(p99[SHARE], 2),
         "prepare_p50_ratio": round(p50[SHARE] / p50[WHOLE], 2),
-        "dra_published_s": round(published, 3),
     }
 
 
@@ -127,7 +180,13 @@ async def device_plugin(work: Path) -> dict[str, Any]:
 
 
 async def measure(work: Path, url: str, budget: Budget) -> dict[str, Any]:
-    return {"chips": CHIPS, "shares": SHARES, **await dra(work, url, budget), **await device_plugin(work)}
+    return {
+        "chips": CHIPS,
+        "shares": SHARES,
+        **await publishes(work, url, budget),
+        **await dra(work, url, budget),
+        **await device_plugin(work),
+    }
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
@@ -155,9 +214,10 @@ def rows(section: dict[str, Any]) -> list[Row]:
         Row(
             "start -> 15 shared chips published",
             f"{r['dra_published_s']:.3f} s",
-            "DRA, Kubernetes 1.36, consumable capacity",
-            f"<= {t['published_s']:g} s",
-            at_most(r["dra_published_s"], t["published_s"]),
+            f"DRA, 1.36; none shared {r['dra_unshared_published_s']:.3f} s, {r['dra_published_ratio']:.2f}x; "
+            f"medians of {r['starts']} fresh daemons each, alternating",
+            f"<= {t['published_ratio']:g}x none shared",
+            at_most(r["dra_published_ratio"], t["published_ratio"]),
         ),
         Row(
             "ListAndWatch message, 1,600 shares",
