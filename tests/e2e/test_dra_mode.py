@@ -19,6 +19,7 @@ from tests.e2e.workloads import (
     DRIVER,
     RESOURCE,
     cel,
+    claim_name,
     claim_workload,
     dev_nodes,
     npu_request,
@@ -35,10 +36,6 @@ CDI_ROOT = Path("/etc/cdi")
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     yield from cluster_in("dra")
-
-
-def claim_name(cluster: Cluster, pod: str) -> str:
-    return str(next(s["resourceClaimName"] for s in cluster.pod(pod)["status"]["resourceClaimStatuses"]))
 
 
 def test_slices_are_accepted_by_the_api_server(cluster: Cluster) -> None:

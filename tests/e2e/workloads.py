@@ -74,6 +74,11 @@ def claim_workload(name: str, requests: Sequence[dict[str, Any]], constraints: S
     return as_list(claim_template(name, requests, constraints), claim_pod(name, name))
 
 
+def claim_name(cluster: Cluster, pod: str) -> str:
+    """The name of the pod's (first) ResourceClaim, made from its template."""
+    return str(next(s["resourceClaimName"] for s in cluster.pod(pod)["status"]["resourceClaimStatuses"]))
+
+
 def visible_ids(cluster: Cluster, pod: str) -> set[int]:
     """The NPU ids in the container's ASCEND_VISIBLE_DEVICES."""
     text = cluster.exec(pod, "echo $ASCEND_VISIBLE_DEVICES").strip()
