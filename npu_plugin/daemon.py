@@ -480,6 +480,7 @@ class Daemon:
             on_foreign_slices=self.telemetry.foreign_slices,
             sharing=self.sharing,
             on_prepared=self._claims_prepared,
+            instance=config.pod_uid,
         )
         self.telemetry.count_prepared(lambda: plugin.preparer.prepared_claims)
         if self.sharing.enabled:

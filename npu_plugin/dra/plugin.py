@@ -96,10 +96,11 @@ class DraPlugin:
         on_foreign_slices: Callable[[tuple[str, ...]], None] = lambda _names: None,
         sharing: Sharing = NO_SHARING,
         on_prepared: Callable[[Sequence[tuple[ClaimRef, PrepareResult]]], None] = lambda _prepared: None,
+        instance: str | None = None,
     ) -> None:
         """`fault_policy` is read here (ConfigError when it is bad) and followed while `run` runs;
         `claim_status` writes prepared claims' device status (`on_claim_status` hears each
-        result)."""
+        result); `instance` (the pod's UID) names this daemon in the slices it writes."""
         self.paths, self.driver, self.node_name = paths, driver, node_name
         self.claim_status = (
             ClaimStatusReporter(client, driver, on_result=on_claim_status, device_of=self._device_of)
@@ -122,6 +123,7 @@ class DraPlugin:
             fault_policy=lambda: self.faults.policy,
             on_foreign=on_foreign_slices,
             sharing=sharing,
+            instance=instance,
         )
         self.sharing = sharing
         self.faults = FaultPolicyFile(fault_policy, on_change=self.publisher.trigger)

@@ -5,7 +5,15 @@ no request.
 With vNPUs split on demand the layout follows the API server (`partitionable.py`): its version at
 start and at each resync, and whether it keeps counters (neither is asked while no chip of ours is
 split on demand). A write whose answer lost its counters switches to the layout without counters at
-once, so a cluster with DRAPartitionableDevices off sees one rewrite, never a loop of them."""
+once, so a cluster with DRAPartitionableDevices off sees one rewrite, never a loop of them.
+
+During a rolling update (the dra DaemonSet surges) the old and the new pod both publish the pool, and
+where their settings differ each would take the other's write for drift and rewrite it, every burst,
+until the old pod is gone. So a publisher that has published once and finds the pool last written by
+another instance (`slice_owners.PUBLISHER`) leaves it as it is for PEER_HOLD_SECONDS before writing
+again, as the resourceslice controller of k8s.io/dynamic-resource-allocation delays its sync after
+an informer event: the new pod's first write goes out at once, the old pod holds until it is
+stopped. Slices deleted, or edited by anyone but another instance, are restored at once."""
 
 from __future__ import annotations
 
@@ -14,6 +22,8 @@ import contextlib
 import json
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,7 +38,7 @@ from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.partitionable import PartitionableGate, lost_counters
 from npu_plugin.dra.probes import probe_pool
 from npu_plugin.dra.sharing_gate import lost_sharing, sharing_gate
-from npu_plugin.dra.slice_owners import describe, foreign_slices
+from npu_plugin.dra.slice_owners import describe, foreign_slices, publisher_of
 from npu_plugin.dra.slices import SliceContent, SliceSettings, slice_object, slice_specs
 from npu_plugin.dra.taint_gate import TaintGate, lost_taints
 from npu_plugin.dra.taints import FaultPolicy, TaintRules
@@ -44,6 +54,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 COALESCE_SECONDS = 0.5
 RESYNC_SECONDS = 30.0
+PEER_HOLD_SECONDS = 30.0
 NO_SHARING = Sharing()
 CONFLICT_RETRIES = 5
 NODE_BACKOFF = BackoffPolicy(initial=0.1, maximum=5.0)
@@ -113,8 +124,10 @@ class SlicePublisher:
         fault_policy: Callable[[], FaultPolicy] = FaultPolicy,
         on_foreign: Callable[[tuple[str, ...]], None] = lambda _names: None,
         sharing: Sharing = NO_SHARING,
+        instance: str | None = None,
     ) -> None:
-        """`sharing` names the shared chips (published with consumable capacity where the API server
+        """`instance` names this publisher in the slices it writes (the pod's UID; a random one when
+        None). `sharing` names the shared chips (published with consumable capacity where the API server
         keeps it, `sharing_gate.py`); `vnpu` (None with --vnpu off) reads every chip's vNPU facts
         (blocking) each time slices are built; `on_dynamic_available` hears whether vNPUs on demand
         are published (counters kept, a chip split); `fault_policy` is the --fault-policy in force
@@ -131,7 +144,12 @@ class SlicePublisher:
         self._sharing = sharing_gate(api) if sharing.enabled else None
         self._sharing_interruptions_seen = 0
         self._fault_policy = fault_policy
-        self._settings = SliceSettings(driver, node_name, None, unhealthy_policy, sharing=sharing)
+        self._settings = SliceSettings(
+            driver, node_name, None, unhealthy_policy, sharing=sharing, publisher=instance or uuid.uuid4().hex
+        )
+        self._settled = False  # a reconcile has made (or found) the pool as this publisher wants it
+        self._hold_until: float | None = None  # another instance wrote the pool: no write before then
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._on_publish, self._on_foreign = on_publish, on_foreign
         self.foreign: tuple[str, ...] = ()
         self._trigger = asyncio.Event()
@@ -219,6 +237,7 @@ class SlicePublisher:
                 policy=WRITE_BACKOFF,
             )
             self.published.set()
+            self._wake_after_hold()
             if wrote:
                 # Coalescing: changes during this pause are written together in the next burst. Only
                 # after a write: a reconcile that found nothing to do (our own write coming back
@@ -229,10 +248,45 @@ class SlicePublisher:
         """Make the slices say what the inventory says, from the informer's cache (blocking); True
         when it wrote."""
         try:
-            return self._write_until_no_conflict()
+            wrote = self._write_until_no_conflict()
         except KubeApiError:
             self._on_publish("error")
             raise
+        self._settled = self._settled or self._hold_until is None
+        return wrote
+
+    def _wake_after_hold(self) -> None:
+        """A reconcile when the hold ends (one timer, however many reconciles the hold saw)."""
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        if self._hold_until is not None:
+            delay = max(0.0, self._hold_until - time.monotonic())
+            self._hold_timer = asyncio.get_running_loop().call_later(delay, self.trigger)
+
+    def _holding(self, existing: Sequence[StoredSlice]) -> bool:
+        """Whether to leave the pool as another instance of npu-plugin last wrote it: once this one
+        has published, for PEER_HOLD_SECONDS after it first saw that instance's write."""
+        newest = max((s["spec"]["pool"]["generation"] for s in existing), default=None)
+        writers = {publisher_of(s) for s in existing if s["spec"]["pool"]["generation"] == newest}
+        peers = sorted(w for w in writers if w and w != self._settings.publisher)
+        if not peers or not self._settled:
+            self._hold_until = None
+            return False
+        now = time.monotonic()
+        if self._hold_until is None:
+            self._hold_until = now + PEER_HOLD_SECONDS
+            log.info(
+                "another npu-plugin instance (%s) rewrote the ResourceSlices of node %s (a rolling update): "
+                "leaving them as they are for %.0fs before writing again",
+                ", ".join(peers),
+                self._settings.node_name,
+                PEER_HOLD_SECONDS,
+            )
+        if now < self._hold_until:
+            return True
+        self._hold_until = None
+        return False
 
     def _write_until_no_conflict(self) -> bool:
         """A conflict only means the cache was behind: look again at once (the watch may have caught
@@ -324,6 +378,9 @@ class SlicePublisher:
         settings = self._resolved(devices)
         desired = self._desired(settings, devices)
         if slices_match(existing, desired, settings):
+            self._hold_until = None
+            return False
+        if self._holding(existing):
             return False
         stored = [s["spec"]["pool"]["generation"] for s in existing]
         generation = max([self._generation, *stored]) + 1

@@ -6,6 +6,9 @@ Ours carry the label `app.kubernetes.io/managed-by: npu-plugin`; slices written 
 existed are recognised by the API server's record of their writer, field manager `npu-plugin` (the
 User-Agent `npu-plugin/<version>` up to the `/`). Anything else of our driver on our node is
 another publisher's.
+
+Which npu-plugin instance wrote a slice last is in the annotation `npu.huawei.com/publisher` (the
+pod's UID): during a rolling update the old and the new pod of the DaemonSet both publish the pool.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from npu_plugin.kubeapi.protocol import StoredSlice
 MANAGER = "npu-plugin"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 LABELS = {MANAGED_BY: MANAGER}
+PUBLISHER = "npu.huawei.com/publisher"
 
 
 def written_by_us(stored: StoredSlice) -> bool:
@@ -29,6 +33,11 @@ def written_by_us(stored: StoredSlice) -> bool:
 def foreign_slices(slices: Iterable[StoredSlice]) -> list[StoredSlice]:
     """The slices another publisher wrote, by name."""
     return sorted((s for s in slices if not written_by_us(s)), key=lambda s: s["metadata"]["name"])
+
+
+def publisher_of(stored: StoredSlice) -> str | None:
+    """The npu-plugin instance that wrote the slice, when it said so."""
+    return (stored["metadata"].get("annotations") or {}).get(PUBLISHER)
 
 
 def describe(foreign: Iterable[StoredSlice]) -> str:

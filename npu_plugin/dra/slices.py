@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from npu_plugin.ascend.device import Device, LinkState
 from npu_plugin.config import UnhealthyPolicy
 from npu_plugin.dra.shared_devices import SHARE_COUNT_ATTRIBUTE, shared_capacity
-from npu_plugin.dra.slice_owners import LABELS
+from npu_plugin.dra.slice_owners import LABELS, PUBLISHER
 from npu_plugin.dra.taints import TaintRules, device_taints
 from npu_plugin.inventory.sharing import Sharing
 from npu_plugin.kubeapi.protocol import (
@@ -40,6 +40,7 @@ class SliceSettings:
     taint_rules: TaintRules = field(default_factory=TaintRules)
     sharing: Sharing = field(default_factory=Sharing)  # the shared chips
     share_capacity: bool = False  # the API server keeps consumable capacity: shared chips are published as such
+    publisher: str | None = None  # the instance that writes (slice_owners.PUBLISHER); None: not said
 
     def shares(self, device: Device) -> int:
         """How many shares the chip is published with: 0 for an exclusive device."""
@@ -163,6 +164,8 @@ def slice_object(
             "controller": True,
         }
         metadata["ownerReferences"] = [owner]
+    if settings.publisher:
+        metadata["annotations"] = {PUBLISHER: settings.publisher}
     spec: ResourceSliceSpec = {
         "driver": settings.driver,
         "nodeName": settings.node_name,

@@ -47,11 +47,12 @@ def generation(slices: list[dict[str, Any]]) -> int:
 
 
 def test_a_slice_has_the_contracted_shape(workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher) -> None:
-    launch_daemon(*dra_args(workspace))
+    launch_daemon(*dra_args(workspace, pod_uid="pod-uid-1"))
     [published] = settled(fake_api, [f"npu-{i}" for i in range(8)])
     node_uid = fake_api.get_object("Node", NODE)["metadata"]["uid"]  # type: ignore[index]
     metadata, spec = published["metadata"], published["spec"]
     assert metadata["generateName"] == f"{NODE}-{DRIVER}-" and metadata["name"].startswith(f"{NODE}-{DRIVER}-")
+    assert metadata["annotations"] == {"npu.huawei.com/publisher": "pod-uid-1"}  # who wrote it last
     assert metadata["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}
     ]
