@@ -157,7 +157,9 @@ class Daemon:
         self.annotator = self._pod_annotator()
         self.vnpu_relist = self._vnpu_relist()
         self.dra: DraPlugin | None = self._dra_plugin() if config.serves_dra else None
-        self.handover = self._handover(self.dra) if self.dra is not None else None
+        self.handover = (
+            self._handover(self.dra) if self.dra is not None or config.pod_resources_socket.is_socket() else None
+        )
         if self.vnpu_relist is not None and self.dra is not None:
             # Only the relist hears of vNPUs an administrator makes or destroys; the slices are
             # rebuilt from a read of their own then, so only a change costs a second read.
@@ -554,7 +556,10 @@ class Daemon:
             on_operation=self.telemetry.vnpu_operation,
         )
 
-    def _handover(self, dra: DraPlugin) -> Handover:
+    def _handover(self, dra: DraPlugin | None) -> Handover:
+        """Who holds what at start, in every mode: a node switched between modes may still run pods
+        holding NPUs through the other API. Device-plugin mode has no claims of its own and asks only
+        where the kubelet serves PodResources (not loading the handover otherwise)."""
         from npu_plugin.handover.workflow import Handover
 
         return Handover(
@@ -562,8 +567,8 @@ class Daemon:
             pod_resources_socket=self.config.pod_resources_socket,
             resource_name=self.resource_name,
             driver=self.config.driver_name,
-            dra_held=dra.preparer.held_devices,
-            keeps_device_plugin_side=self.config.mode is Mode.BOTH,
+            dra_held=dra.preparer.held_devices if dra is not None else set,
+            mode=self.config.mode,
             on_handed_over=self.telemetry.handed_over,
         )
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from npu_plugin.ascend.device import device_key
+from npu_plugin.config import Mode
 from npu_plugin.errors import NpuPluginError
 from npu_plugin.handover.podresources import list_held
 from npu_plugin.inventory.ownership import Holders, Owner, initial_owners, next_owners
@@ -27,8 +28,11 @@ POLL_SECONDS = 2.0
 class Handover:
     """Decides owners at start (`take_ownership`) and moves draining devices while `run` runs.
 
-    `keeps_device_plugin_side` is true in both mode: there, a device whose holders cannot be read
-    stays with the device plugin. In dra mode there is no device-plugin side to keep it on.
+    `mode` is the daemon's. In both mode a device whose holders cannot be read stays with the
+    device plugin. In dra mode only a device-plugin pod from before the node was switched can hold
+    a device, and in device-plugin mode only a container of a DRA claim prepared before it was: the
+    device waits until that container ends (a node switched from dra while claims are prepared must
+    not hand their NPUs to a second pod).
     """
 
     def __init__(
@@ -39,13 +43,14 @@ class Handover:
         resource_name: str,
         driver: str,
         dra_held: Callable[[], set[int]],
-        keeps_device_plugin_side: bool,
+        mode: Mode,
         on_handed_over: Callable[[Owner], None] = lambda _owner: None,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
         self._inventory = inventory
         self._socket, self._resource_name, self._driver = pod_resources_socket, resource_name, driver
-        self._dra_held, self._keeps_device_plugin_side = dra_held, keeps_device_plugin_side
+        self._dra_held, self._mode = dra_held, mode
+        self._keeps_device_plugin_side = mode is Mode.BOTH
         self._on_handed_over, self._poll_seconds = on_handed_over, poll_seconds
         self._warned = False
 
@@ -60,9 +65,11 @@ class Handover:
             log.warning(
                 "cannot read the kubelet PodResources API at %s: %s",
                 self._socket,
-                "devices stay with the device plugin until it can be read"
-                if self._keeps_device_plugin_side
-                else "devices that device-plugin pods still hold cannot be detected",
+                {
+                    Mode.BOTH: "devices stay with the device plugin until it can be read",
+                    Mode.DRA: "devices that device-plugin pods still hold cannot be detected",
+                    Mode.DEVICE_PLUGIN: "devices that containers of DRA claims still hold cannot be detected",
+                }[self._mode],
             )
         # Both mode cannot tell which devices containers hold, so it assumes all of them (the safe
         # side); dra mode has no device-plugin side to keep them on, and the seed manifests do not
@@ -83,10 +90,17 @@ class Handover:
                         desired[physical_id].value,
                         extra={"device": key},
                     )
-                else:  # dra mode: only a device-plugin pod from before the switch can hold it
+                elif self._mode is Mode.DRA:  # only a device-plugin pod from before the switch can hold it
                     log.info(
                         "device %s is still held by a container the device plugin gave it to: DRA publishes it "
                         "once released",
+                        key,
+                        extra={"device": key},
+                    )
+                else:  # device-plugin mode: only a container of a claim prepared before the switch
+                    log.warning(
+                        "device %s is still held by a container of a DRA claim (the node was switched from dra "
+                        "with claims prepared): the device plugin offers it once that container ends",
                         key,
                         extra={"device": key},
                     )
