@@ -269,7 +269,9 @@ class SlicePublisher:
         has published, for PEER_HOLD_SECONDS after it first saw that instance's write."""
         newest = max((s["spec"]["pool"]["generation"] for s in existing), default=None)
         writers = {publisher_of(s) for s in existing if s["spec"]["pool"]["generation"] == newest}
-        peers = sorted(w for w in writers if w and w != self._settings.publisher)
+        # A slice of ours that names no writer is an older npu-plugin's, the old pod when this update
+        # is the one that brings the annotation.
+        peers = sorted(w or "a release without the publisher annotation" for w in writers - {self._settings.publisher})
         if not peers or not self._settled:
             self._hold_until = None
             return False

@@ -138,3 +138,36 @@ def test_a_holding_pod_takes_the_pool_back_when_the_hold_ends_and_the_other_is_g
 
         asyncio.run(rollout())
     assert [w.split()[0] for w in slice_writes(fake_api)] == ["create", "update", "create", "update", "delete"]
+
+
+def test_the_update_that_brings_the_annotation_holds_against_the_old_release_too(
+    fake_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    """The old pod runs a release whose slices name no writer and which rewrites what differs at once:
+    the new pod writes its layout once, the old pod puts its own back (as it would), and the new pod
+    leaves that alone while they overlap instead of answering it."""
+    with api_at_1_37(fake_api, tmp_path) as kubeconfig:
+
+        async def rollout() -> None:
+            old = Pod(fake_api, kubeconfig, "old-pod", None)
+            await until(lambda: layout(fake_api) == WHOLE, 10, "the old pod's slice")
+            await old.stop()
+            [old_slice] = node_slices(fake_api)
+            del old_slice["metadata"]["annotations"]  # as the release before the annotation wrote it
+            fake_api.put_object("ResourceSlice", old_slice)
+            new = Pod(fake_api, kubeconfig, "new-pod", dynamic_chips)
+            await until(lambda: layout(fake_api) == SPLIT, 10, "the new layout")
+            # The old release's answer: its whole-NPU slice back in place of the new pool.
+            for item in node_slices(fake_api):
+                fake_api.delete_object("ResourceSlice", item["metadata"]["name"])
+            old_slice["spec"]["pool"]["generation"] = 99
+            for server_field in ("resourceVersion", "uid"):
+                old_slice["metadata"].pop(server_field, None)
+            fake_api.put_object("ResourceSlice", old_slice)
+            await until(lambda: layout(fake_api) == WHOLE, 5, "the old release's slice stored")
+            written = len(slice_writes(fake_api))
+            await asyncio.sleep(2)
+            assert len(slice_writes(fake_api)) == written and layout(fake_api) == WHOLE
+            await new.stop()
+
+        asyncio.run(rollout())
