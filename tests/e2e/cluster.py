@@ -3,6 +3,7 @@ against it, wait for what the real components do, take it down."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "cluster"
@@ -25,6 +28,11 @@ NODE = "127.0.0.1"
 # backend's inventory file there, which the plugin re-reads whenever it changes.
 DEV_ROOT = "/dev/npu-plugin-cluster"
 FAKE_INVENTORY = Path(DEV_ROOT) / "fake-inventory.yaml"
+PLUGIN_NAMESPACE = "npu-plugin"
+MODE_LABEL = "npu.huawei.com/plugin-mode"
+# What tests create, in any namespace but the plugin's (whose pods each deploy replaces); owners before
+# what they own, so that a clean-up deletes an owner before its pods.
+WORKLOADS = "deployments,daemonsets,statefulsets,jobs,replicasets,pods,resourceclaimtemplates,resourceclaims"
 # The fake profile scripts/cluster deploys (atlas-800-9000): eight Ascend910 in two HCCS rings of four,
 # ring 0 on NUMA node 0 and ring 1 on NUMA node 1.
 RINGS = (frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}))
@@ -67,6 +75,43 @@ class Cluster:
 
     def down(self) -> None:
         self._script("down")
+
+    def footprint(self) -> dict[str, str]:
+        """What a test module may change on the shared cluster and must put back, by what it is: the
+        workload objects outside the plugin's namespace, the DeviceClasses and namespaces, the node's
+        labels (but the mode label, which each deploy sets), taints and schedulability, and the fake
+        backend's inventory (parsed: a test rewrites it in its own YAML style)."""
+        found = {
+            f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}": "exists"
+            for o in [*self.get(WORKLOADS, "--all-namespaces")["items"], *self.get("deviceclasses,namespaces")["items"]]
+            if o["metadata"].get("namespace") != PLUGIN_NAMESPACE
+        }
+        node = self.get("node", NODE)
+        labels = {k: v for k, v in node["metadata"].get("labels", {}).items() if k != MODE_LABEL}
+        found["node labels"] = json.dumps(labels, sort_keys=True)
+        found["node taints"] = json.dumps(node["spec"].get("taints", []), sort_keys=True)
+        found["node unschedulable"] = str(node["spec"].get("unschedulable", False))
+        inventory = yaml.safe_load(FAKE_INVENTORY.read_text(encoding="utf-8"))
+        found["fake inventory"] = hashlib.sha256(json.dumps(inventory, sort_keys=True).encode()).hexdigest()
+        return found
+
+    def restore(self, before: Mapping[str, str]) -> list[str]:
+        """Put back what a module left (see `footprint`) and say what it was: objects it added are deleted,
+        the node uncordoned; the inventory and the mode label are the next deploy's to reset."""
+        after = self.footprint()
+        left = [
+            f"{key}: {before.get(key, 'absent')} -> {after.get(key, 'absent')}"
+            for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)
+        ]
+        for key in [key for key in after if key not in before]:
+            kind, _, name = key.partition(" ")
+            namespace, _, name = name.partition("/")
+            where = ["-n", namespace] if namespace else []
+            self.kubectl("delete", kind, name, *where, "--ignore-not-found", timeout=120)
+        if after["node unschedulable"] != before["node unschedulable"]:
+            self.kubectl("uncordon", NODE)
+        return left
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
         run = subprocess.run(
