@@ -95,10 +95,14 @@ class Cluster:
         found["fake inventory"] = hashlib.sha256(json.dumps(inventory, sort_keys=True).encode()).hexdigest()
         return found
 
-    def restore(self, before: Mapping[str, str]) -> list[str]:
+    def restore(self, before: Mapping[str, str], settle: float = 60) -> list[str]:
         """Put back what a module left (see `footprint`) and say what it was: objects it added are deleted,
-        the node uncordoned; the inventory and the mode label are the next deploy's to reset."""
-        after = self.footprint()
+        the node uncordoned; the inventory and the mode label are the next deploy's to reset. What goes
+        after a test has ended (a deleted pod's claim, which the garbage collector removes) is waited for
+        up to `settle` seconds first."""
+        deadline = time.monotonic() + settle
+        while (after := self.footprint()) != before and time.monotonic() < deadline:
+            time.sleep(1)
         left = [
             f"{key}: {before.get(key, 'absent')} -> {after.get(key, 'absent')}"
             for key in sorted(before.keys() | after.keys())
