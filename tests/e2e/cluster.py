@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -63,8 +64,9 @@ class Cluster:
         self._script("up", "--kubernetes", self.release, "--mode", self.mode, *self.options)
 
     def deploy(self, mode: str, options: Sequence[str] = ()) -> None:
-        """The plugin redeployed on the running cluster (`scripts/cluster deploy`): the node relabelled for
-        `mode`, the overlay applied, and the rollout waited for."""
+        """The plugin redeployed on the running cluster (`scripts/cluster deploy`): the fake inventory written
+        afresh, the node relabelled for `mode`, the overlay applied, and the rollout waited for (there is
+        none when mode and options are the ones deployed)."""
         self._script("deploy", "--mode", mode, *options)
         self.mode, self.options = mode, tuple(options)
 
@@ -72,6 +74,7 @@ class Cluster:
         run = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=False)
         if run.returncode != 0:
             raise RuntimeError(f"scripts/cluster {args[0]} failed ({run.returncode}):\n{run.stderr[-4000:]}")
+        sys.stderr.write(run.stderr)  # its steps and their times, shown with -s or in a failing test's report
 
     def down(self) -> None:
         self._script("down")
