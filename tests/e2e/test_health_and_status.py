@@ -71,7 +71,12 @@ def test_unhealthy_npu_is_tainted_avoided_and_taken_only_by_a_claim_that_tolerat
         set_health(SICK, "Alarm", ["0x80E01801"])
         health = wait(lambda: taints(cluster, SICK).get(HEALTH_TAINT), 60, f"{HEALTH_TAINT} on NPU {SICK}")
         assert (health["value"], health["effect"]) == ("Alarm", "NoSchedule")
-        assert taints(cluster, SICK)["npu.huawei.com/fault"]["value"] == "80E01801"
+        fault = taints(cluster, SICK).get("npu.huawei.com/fault")
+        if release() == "1.34":
+            # The fault taint's effect is None, which 1.34 does not know: left out (docs/reference.md).
+            assert fault is None, fault
+        else:
+            assert fault is not None and fault["value"] == "80E01801", taints(cluster, SICK)
         with cluster.applied(claim_workload("avoid", [npu_request(selectors=only(SICK))])):
             message = cluster.unschedulable("avoid").lower()
             assert "resourceclaim" in message or "cannot allocate" in message, message
