@@ -62,6 +62,14 @@ def claim_health(cluster: Cluster, pod: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.xfail(
+    release() == "1.34",
+    strict=True,
+    raises=AssertionError,
+    reason="finding, first run on 1.34 (2026-12-07): with ResourceHealthStatus on, the real 1.34 kubelet left the "
+    "tolerating pod's allocatedResourcesStatus empty for 60 s (docs/reference.md says it streams dra-health v1alpha1 "
+    "there); the taints and scheduling before it passed",
+)
 def test_unhealthy_npu_is_tainted_avoided_and_taken_only_by_a_claim_that_tolerates_it(cluster: Cluster) -> None:
     wait(lambda: device_named(cluster, SICK), 60, f"NPU {SICK} in the slice")
     tolerate = npu_request(
