@@ -29,13 +29,12 @@ from tests.e2e.workloads import (
     as_list,
     cel,
     claim_name,
-    claim_pod,
-    claim_template,
+    claim_pods,
     dev_nodes,
     device_named,
-    npu_request,
     published,
     visible_ids,
+    whole_npu,
     workload,
 )
 
@@ -96,18 +95,6 @@ def share(chip: int, memory: str) -> dict[str, Any]:
     }
 
 
-def whole(chip: int) -> dict[str, Any]:
-    return npu_request(selectors=cel(f'device.attributes["{DRIVER}"].physicalId == {chip}'))
-
-
-def pods(*specs: tuple[str, dict[str, Any]]) -> str:
-    """A claim template and a pod per (name, request), both called name."""
-    objects: list[dict[str, Any]] = []
-    for name, request in specs:
-        objects += [claim_template(name, [request]), claim_pod(name, name)]
-    return as_list(*objects)
-
-
 def allocation(cluster: Cluster, pod: str) -> dict[str, Any]:
     """The one allocation result of the pod's claim."""
     (result,) = cluster.get("resourceclaim", claim_name(cluster, pod))["status"]["allocation"]["devices"]["results"]
@@ -145,7 +132,7 @@ def test_shared_chips_are_published_with_consumable_capacity(cluster: Cluster) -
 
 
 def test_two_claims_of_16gi_run_on_one_npu_and_a_third_beyond_what_is_left_waits(cluster: Cluster) -> None:
-    with cluster.applied(pods(("share-a", share(0, "16Gi")), ("share-b", share(0, "16Gi")))):
+    with cluster.applied(claim_pods(("share-a", share(0, "16Gi")), ("share-b", share(0, "16Gi")))):
         for name in ("share-a", "share-b"):
             cluster.wait_running(name, timeout=180)
             sees_only(cluster, name, 0)
@@ -157,7 +144,7 @@ def test_two_claims_of_16gi_run_on_one_npu_and_a_third_beyond_what_is_left_waits
         for result in (a, b):
             assert result.get("consumedCapacity") == {"memory": "16Gi", "aiCore": "1"}, result
         # 32Gi of chip 0 left: 48Gi does not fit until one share goes.
-        with cluster.applied(pods(("share-c", share(0, "48Gi")))):
+        with cluster.applied(claim_pods(("share-c", share(0, "48Gi")))):
             message = cluster.unschedulable("share-c").lower()
             assert "cannot allocate all claims" in message, message
             cluster.kubectl("delete", "pod", "share-a", "--wait=true", timeout=120)
@@ -168,11 +155,11 @@ def test_two_claims_of_16gi_run_on_one_npu_and_a_third_beyond_what_is_left_waits
 
 
 def test_an_exclusive_claim_cannot_take_a_chip_that_holds_shares(cluster: Cluster) -> None:
-    with cluster.applied(pods(("holder", share(1, "16Gi")))):
+    with cluster.applied(claim_pods(("holder", share(1, "16Gi")))):
         cluster.wait_running("holder", timeout=180)
         # A whole-NPU claim never gets a shared chip (npu.huawei.com leaves them out); a claim for all
         # of the chip's memory waits while a share of it is held, and runs once none is.
-        with cluster.applied(pods(("whole-1", whole(1)), ("all-of-1", share(1, "64Gi")))):
+        with cluster.applied(claim_pods(("whole-1", whole_npu(1)), ("all-of-1", share(1, "64Gi")))):
             for name in ("whole-1", "all-of-1"):
                 message = cluster.unschedulable(name).lower()
                 assert "cannot allocate all claims" in message, message
@@ -180,7 +167,7 @@ def test_an_exclusive_claim_cannot_take_a_chip_that_holds_shares(cluster: Cluste
             cluster.wait_running("all-of-1", timeout=180)
             sees_only(cluster, "all-of-1", 1)
             assert cluster.pod("whole-1")["status"].get("phase") == "Pending"
-            with cluster.applied(pods(("late", share(1, "16Gi")))):
+            with cluster.applied(claim_pods(("late", share(1, "16Gi")))):
                 cluster.unschedulable("late")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.cluster import DEV_ROOT, Cluster, release, wait
 from tests.e2e.conftest import cluster_in
-from tests.e2e.workloads import DRIVER, as_list, cel, claim_pod, claim_template, dev_nodes, npu_request, visible_ids
+from tests.e2e.workloads import DRIVER, cel, claim_pods, dev_nodes, visible_ids, whole_npu
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 
@@ -34,18 +34,6 @@ def vnpu(chip: int, template: str) -> dict[str, Any]:
         f'device.attributes["{DRIVER}"].vnpuTemplate == "{template}"'
     )
     return {"name": "npu", "exactly": {"deviceClassName": VNPU_CLASS, "selectors": cel(expression)}}
-
-
-def whole(chip: int) -> dict[str, Any]:
-    return npu_request(selectors=cel(f'device.attributes["{DRIVER}"].physicalId == {chip}'))
-
-
-def pods(*specs: tuple[str, dict[str, Any]]) -> str:
-    """A claim template and a pod per (name, request), both called name."""
-    objects: list[dict[str, Any]] = []
-    for name, request in specs:
-        objects += [claim_template(name, [request]), claim_pod(name, name)]
-    return as_list(*objects)
 
 
 def test_slices_follow_the_release_layout(cluster: Cluster) -> None:
@@ -66,7 +54,7 @@ def test_slices_follow_the_release_layout(cluster: Cluster) -> None:
 
 
 def test_vnpu_claim_runs_with_the_vnpu_prepare_created(cluster: Cluster) -> None:
-    with cluster.applied(pods(("small", vnpu(2, "vir05_1c_16g")))):
+    with cluster.applied(claim_pods(("small", vnpu(2, "vir05_1c_16g")))):
         cluster.wait_running("small", timeout=180)
         ids = visible_ids(cluster, "small")
         assert len(ids) == 1
@@ -82,19 +70,19 @@ def test_vnpu_claim_runs_with_the_vnpu_prepare_created(cluster: Cluster) -> None
 
 def test_spent_counters_keep_the_next_claim_pending_and_whole_and_vnpu_exclude_each_other(cluster: Cluster) -> None:
     # Two vir10_3c_32g fill chip 0's 20 AI cores.
-    with cluster.applied(pods(("big-a", vnpu(0, "vir10_3c_32g")), ("big-b", vnpu(0, "vir10_3c_32g")))):
+    with cluster.applied(claim_pods(("big-a", vnpu(0, "vir10_3c_32g")), ("big-b", vnpu(0, "vir10_3c_32g")))):
         cluster.wait_running("big-a", timeout=180)
         cluster.wait_running("big-b", timeout=180)
         assert visible_ids(cluster, "big-a").isdisjoint(visible_ids(cluster, "big-b"))
-        with cluster.applied(pods(("one-more", vnpu(0, "vir05_1c_16g")), ("whole-0", whole(0)))):
+        with cluster.applied(claim_pods(("one-more", vnpu(0, "vir05_1c_16g")), ("whole-0", whole_npu(0)))):
             cluster.unschedulable("one-more")
             cluster.unschedulable("whole-0")
             cluster.kubectl("delete", "pod", "big-a", "--wait=true", timeout=120)
             cluster.wait_running("one-more", timeout=180)
             assert cluster.pod("whole-0")["status"].get("phase") == "Pending"
     # A whole NPU in use keeps its chip's vNPUs off.
-    with cluster.applied(pods(("whole-1", whole(1)))):
+    with cluster.applied(claim_pods(("whole-1", whole_npu(1)))):
         cluster.wait_running("whole-1")
         assert visible_ids(cluster, "whole-1") == {1}
-        with cluster.applied(pods(("vnpu-1", vnpu(1, "vir05_1c_16g")))):
+        with cluster.applied(claim_pods(("vnpu-1", vnpu(1, "vir05_1c_16g")))):
             cluster.unschedulable("vnpu-1")

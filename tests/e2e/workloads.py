@@ -74,6 +74,19 @@ def claim_workload(name: str, requests: Sequence[dict[str, Any]], constraints: S
     return as_list(claim_template(name, requests, constraints), claim_pod(name, name))
 
 
+def whole_npu(chip: int) -> dict[str, Any]:
+    """A request for the whole NPU with physicalId `chip`."""
+    return npu_request(selectors=cel(f'device.attributes["{DRIVER}"].physicalId == {chip}'))
+
+
+def claim_pods(*specs: tuple[str, dict[str, Any]]) -> str:
+    """A claim template and a pod per (name, request), both called name."""
+    objects: list[dict[str, Any]] = []
+    for name, request in specs:
+        objects += [claim_template(name, [request]), claim_pod(name, name)]
+    return as_list(*objects)
+
+
 def claim_name(cluster: Cluster, pod: str) -> str:
     """The name of the pod's (first) ResourceClaim, made from its template."""
     return str(next(s["resourceClaimName"] for s in cluster.pod(pod)["status"]["resourceClaimStatuses"]))
