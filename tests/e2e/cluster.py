@@ -190,6 +190,16 @@ class Cluster:
             return str(error)
 
 
+def operator_env() -> dict[str, str]:
+    """The environment of an operator's shell on this cluster: kubectl on PATH, KUBECONFIG set."""
+    return {
+        **os.environ,
+        "KUBECONFIG": str(KUBECONFIG),
+        "KUBECACHEDIR": str(KUBE_CACHE),
+        "PATH": f"{KUBECTL.parent}:{os.environ['PATH']}",
+    }
+
+
 def wait(probe: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:
     """Poll `probe` every half second until it returns something other than None or False."""
     deadline = time.monotonic() + timeout

@@ -12,14 +12,13 @@ Deployment's new pod runs on the same node through DRA, unchanged."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import KUBE_CACHE, KUBECONFIG, KUBECTL, NODE, REPO, Cluster, release, wait
+from tests.e2e.cluster import KUBECONFIG, NODE, REPO, Cluster, operator_env, release, wait
 from tests.e2e.conftest import cluster_in
 from tests.e2e.workloads import (
     RESOURCE,
@@ -48,15 +47,6 @@ def cluster() -> Iterator[Cluster]:
     for cluster in cluster_in("dra"):
         cluster.deploy("device-plugin")
         yield cluster
-
-
-def operator_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "KUBECONFIG": str(KUBECONFIG),
-        "KUBECACHEDIR": str(KUBE_CACHE),
-        "PATH": f"{KUBECTL.parent}:{os.environ['PATH']}",
-    }
 
 
 def plan() -> tuple[int, dict[str, Any]]:
