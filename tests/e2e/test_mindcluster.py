@@ -72,7 +72,11 @@ MODE_LABEL = "npu.huawei.com/plugin-mode"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    yield from cluster_in("device-plugin")
+    """Device-plugin mode, with dra's DeviceClasses already there (up in dra first, as test_migration.py):
+    the DRA tests' redeploy then leaves the shared cluster as the module found it."""
+    for cluster in cluster_in("dra"):
+        cluster.deploy("device-plugin")
+        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -141,8 +145,8 @@ def test_device_plugin_pod_carries_mindclusters_annotations(cluster: Cluster, de
         ids = visible_ids(cluster, "annotated")
         assert len(ids) == 2
         found = mindcluster_annotations(cluster, "annotated")
-        # Without Volcano the kubelet's ids are the devices served.
-        assert (found[KLT_DEV], found[ASCEND_REAL]) == (dp_ids(ids), dp_ids(ids))
+        # Without Volcano the kubelet's ids (in the kubelet's order) are the devices served.
+        assert (sorted(found[KLT_DEV].split(",")), found[ASCEND_REAL]) == (dp_ids(ids).split(","), dp_ids(ids))
         assert_configuration(cluster, "annotated", found, ids, device_ips)
         assert PREDICATE_TIME not in found
 
