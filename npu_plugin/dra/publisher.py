@@ -268,11 +268,15 @@ class SlicePublisher:
         """Whether to leave the pool as another instance of npu-plugin last wrote it: once this one
         has published, for PEER_HOLD_SECONDS after it first saw that instance's write."""
         newest = max((s["spec"]["pool"]["generation"] for s in existing), default=None)
-        writers = {publisher_of(s) for s in existing if s["spec"]["pool"]["generation"] == newest}
+        current = [s for s in existing if s["spec"]["pool"]["generation"] == newest]
+        writers = {publisher_of(s) for s in current}
+        # Two first writes that crossed leave more slices than the pool counts, which a scheduler
+        # takes as an incomplete pool (no device of the node allocatable): never held, repaired now.
+        complete = {s["spec"]["pool"]["resourceSliceCount"] for s in current} == {len(current)}
         # A slice of ours that names no writer is an older npu-plugin's, the old pod when this update
         # is the one that brings the annotation.
         peers = sorted(w or "a release without the publisher annotation" for w in writers - {self._settings.publisher})
-        if not peers or not self._settled:
+        if not peers or not self._settled or not complete:
             self._hold_until = None
             return False
         now = time.monotonic()

@@ -22,7 +22,7 @@ from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import Inventory
 from npu_plugin.kubeapi.client import KubeClient, connect
 from tests.integration.test_dra_vnpu_publishing import dynamic_chips, layout, slice_writes
-from tests.support.dra import DRIVER, NODE, node_slices
+from tests.support.dra import DRIVER, NODE, node_slices, pool_settled
 from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]
@@ -171,3 +171,23 @@ def test_the_update_that_brings_the_annotation_holds_against_the_old_release_too
             await new.stop()
 
         asyncio.run(rollout())
+
+
+def test_two_pods_starting_together_leave_no_half_pool_behind(fake_api: FakeKubeAPI, tmp_path: Path) -> None:
+    """Two pods whose first writes cross (each creates its own slice of a one-slice pool at generation 1):
+    the pool then holds two slices where it says one, which a scheduler takes as incomplete, so no
+    device of the node is allocatable. Neither pod holds on such a pool: it is repaired at once."""
+    with api_at_1_37(fake_api, tmp_path) as kubeconfig:
+
+        async def together() -> None:
+            first = Pod(fake_api, kubeconfig, "pod-a", None)
+            second = Pod(fake_api, kubeconfig, "pod-b", None)
+            await asyncio.wait_for(first.publisher.published.wait(), 10)
+            await asyncio.wait_for(second.publisher.published.wait(), 10)
+            await until(lambda: pool_settled(fake_api) is not None, 5, "a complete pool")
+            await first.stop()
+            await second.stop()
+
+        asyncio.run(together())
+    slices = pool_settled(fake_api)
+    assert slices is not None and len(slices) == 1 and layout(fake_api) == WHOLE
