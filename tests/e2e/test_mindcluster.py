@@ -34,6 +34,7 @@ from tests.e2e.workloads import (
     DRIVER,
     RESOURCE,
     allocatable,
+    claim_name,
     claim_workload,
     dev_nodes,
     npu_request,
@@ -416,10 +417,6 @@ def dra(cluster: Cluster) -> Iterator[Cluster]:
     yield from deployed(cluster, "dra")
 
 
-def claim_of(cluster: Cluster, pod: str) -> str:
-    return str(next(s["resourceClaimName"] for s in cluster.pod(pod)["status"]["resourceClaimStatuses"]))
-
-
 class TestDra:
     def test_claim_pod_carries_mindclusters_annotations(self, dra: Cluster, device_ips: dict[int, str]) -> None:
         cluster = dra
@@ -437,7 +434,7 @@ class TestDra:
             cluster.wait_running("dra-metadata")
             ids = visible_ids(cluster, "dra-metadata")
             assert len(ids) == 2
-            claim = claim_of(cluster, "dra-metadata")
+            claim = claim_name(cluster, "dra-metadata")
             path = f"{METADATA_ROOT}/{claim}/npu/{DRIVER}-metadata.json"
             metadata = json.loads(cluster.exec("dra-metadata", f"cat {path}"))
             assert (metadata["apiVersion"], metadata["kind"]) == ("metadata.resource.k8s.io/v1alpha1", "DeviceMetadata")
