@@ -56,12 +56,15 @@ class KubectlError(RuntimeError):
 
 
 class Cluster:
-    def __init__(self, release: str, mode: str, options: Sequence[str] = ()) -> None:
-        """`options`: scripts/cluster's plugin options (`--env NAME=VALUE`, `--fake-profile NAME`)."""
+    def __init__(self, release: str, mode: str, options: Sequence[str] = (), *, feature_gates: str = "") -> None:
+        """`options`: scripts/cluster's plugin options (`--env NAME=VALUE`, `--fake-profile NAME`);
+        `feature_gates` (NAME=BOOL,...) go over the release's own at `up`."""
         self.release, self.mode, self.options = release, mode, tuple(options)
+        self.feature_gates = feature_gates
 
     def up(self) -> None:
-        self._script("up", "--kubernetes", self.release, "--mode", self.mode, *self.options)
+        gates = ("--feature-gates", self.feature_gates) if self.feature_gates else ()
+        self._script("up", "--kubernetes", self.release, *gates, "--mode", self.mode, *self.options)
 
     def deploy(self, mode: str, options: Sequence[str] = ()) -> None:
         """The plugin redeployed on the running cluster (`scripts/cluster deploy`): the fake inventory written

@@ -26,6 +26,8 @@ ORDER = (
     "test_health_and_status",
     "test_vnpu",
 )
+# Modules whose cluster differs in its feature gates: last, since the session's cluster is replaced for them.
+LAST = ("test_vnpu_gate_off",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,7 +36,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def rank(item: pytest.Item) -> int:
         if item.path.parent != here:
             return -1
-        return ORDER.index(item.path.stem) if item.path.stem in ORDER else len(ORDER)
+        stem = item.path.stem
+        if stem in LAST:
+            return len(ORDER) + 1 + LAST.index(stem)
+        return ORDER.index(stem) if stem in ORDER else len(ORDER)
 
     items.sort(key=rank)  # stable: the tests of a module keep their order
     if enabled():
@@ -56,16 +61,21 @@ class _Session:
     failed: str | None = None
 
 
-def cluster_in(mode: str, options: Sequence[str] = ()) -> Iterator[Cluster]:
+def cluster_in(mode: str, options: Sequence[str] = (), feature_gates: str = "") -> Iterator[Cluster]:
     """The session's cluster for a test module, the plugin deployed in `mode` with scripts/cluster's plugin
     `options`: brought up by the first module, redeployed for each later one (`scripts/cluster deploy`, which
     also writes the fake inventory afresh and relabels the node; a deploy that changes nothing rolls no pod).
+    `feature_gates` (NAME=BOOL,... over the release's) belong to the components, so a module asking for other
+    gates than the running cluster's gets a new cluster in its place (those modules run last, see `LAST`).
     After the module, whatever it left behind (see `Cluster.footprint`) fails it and is cleaned up."""
     if _Session.failed is not None:
         raise RuntimeError(f"the cluster did not come up earlier in this session: {_Session.failed}")
     cluster = _Session.cluster
+    if cluster is not None and cluster.feature_gates != feature_gates:
+        cluster.down()
+        cluster = _Session.cluster = None
     if cluster is None:
-        cluster = _Session.cluster = Cluster(release(), mode, options)
+        cluster = _Session.cluster = Cluster(release(), mode, options, feature_gates=feature_gates)
         try:
             cluster.up()
         except Exception as error:
