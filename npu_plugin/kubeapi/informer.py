@@ -102,12 +102,17 @@ class Informer(Generic[T]):
 
     def record(self, stored: T | None, name: str) -> None:
         """Note our own write (the stored object; None after a delete), so its echo changes
-        nothing."""
+        nothing. A write the stream has already gone past is left out: the cache holds what
+        became of it (a later version, or nothing when a delete crossed our create)."""
         with self._lock:
             if stored is None:
                 self._objects.pop(name, None)
-            elif _newer(stored, self._objects.get(name)):
+            elif _newer(stored, self._objects.get(name)) and not self._passed(stored):
                 self._objects[name] = stored
+
+    def _passed(self, stored: T) -> bool:
+        version = stored["metadata"]["resourceVersion"]
+        return version.isdigit() and self._version.isdigit() and int(version) <= int(self._version)
 
     def run(self, stop: threading.Event) -> None:
         """LIST, then WATCH until `stop` is set; never raises. Each pause after a failure is a wait

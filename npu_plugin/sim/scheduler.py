@@ -349,6 +349,29 @@ def claim_body(
     }
 
 
+def what_was_seen(slices: Sequence[Mapping[str, Any]], claims: Sequence[Mapping[str, Any]], node: str) -> str:
+    """The slices and claims an allocation looked at, for the message of a refusal."""
+
+    def one_slice(item: Mapping[str, Any]) -> str:
+        spec, pool = item["spec"], item["spec"]["pool"]
+        devices = spec.get("devices") or []
+        tainted = sum(1 for d in devices if d.get("taints"))
+        return (
+            f"{item['metadata'].get('name')} (driver {spec['driver']}, pool {pool['name']} generation "
+            f"{pool['generation']} of {pool['resourceSliceCount']} slice(s), {len(devices)} device(s), "
+            f"{tainted} tainted{', shared counters' if spec.get('sharedCounters') else ''})"
+        )
+
+    def one_claim(claim: Mapping[str, Any]) -> str:
+        held = [r["device"] for r in _results([claim])]
+        return f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')} holding {held or 'nothing'}"
+
+    return (
+        f"node {node}'s slices: {'; '.join(map(one_slice, slices)) or 'none'}; "
+        f"claims: {'; '.join(map(one_claim, claims)) or 'none'}"
+    )
+
+
 def allocate_claim(
     client: RestClient,
     *,
@@ -375,7 +398,10 @@ def allocate_claim(
     devices, counters = published(slices, partitionable=partitionable)
     left = remaining_counters(counters, devices, taken)
     free = [d for d in devices if d.driver == driver and d.key not in taken]
-    results = pick(free, requests, class_selectors, left, consumed_capacity(claims))
+    try:
+        results = pick(free, requests, class_selectors, left, consumed_capacity(claims))
+    except UnschedulableError as error:
+        raise UnschedulableError(f"{error}; {what_was_seen(slices, claims, node)}") from None
     body = claim_body(namespace, name, requests, device_class)
     claim = client.request("POST", claims_path(namespace), body=body)
     claim["status"] = {

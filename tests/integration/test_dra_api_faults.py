@@ -90,7 +90,7 @@ def test_a_slow_api_still_serves_and_publishes(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "slow")
+        claim = await allocate(fake_api, "slow")
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
 
     run_with_kubelet(workspace, fake_api, scenario)

@@ -84,7 +84,7 @@ def test_podman_injects_the_prepared_claim(
 
     async def scenario(kubelet: DraKubeletSimulator) -> str:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "podman", DeviceRequest("npus", count=2))
+        claim = await allocate(fake_api, "podman", DeviceRequest("npus", count=2))
         answer = (await kubelet.prepare([claim]))[claim.uid]
         assert answer.error == ""
         assert_valid_cdi(workspace.cdi_spec(claim.uid))

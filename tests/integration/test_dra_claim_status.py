@@ -66,7 +66,7 @@ def test_prepare_applies_the_device_status_and_unprepare_removes_it(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "pair", DeviceRequest("train", count=2))
+        claim = await allocate(fake_api, "pair", DeviceRequest("train", count=2))
         fake_api.clear_requests()
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         await async_wait_until(lambda: len(statuses(fake_api, "pair")) == 2, timeout=10, what="the device status")
@@ -110,7 +110,7 @@ def test_a_refused_status_write_is_logged_once_counted_and_prepare_still_succeed
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
         for name in ("first", "second"):
-            claim = allocate(fake_api, name, DeviceRequest("npu"))
+            claim = await allocate(fake_api, name, DeviceRequest("npu"))
             assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         await async_wait_until(lambda: refused(daemon) == 2, timeout=10, what="two refusals counted")
         assert not statuses(fake_api, "first") and not statuses(fake_api, "second")
@@ -130,7 +130,7 @@ def test_a_token_of_another_node_is_refused_from_1_36(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "elsewhere", DeviceRequest("npu"))
+        claim = await allocate(fake_api, "elsewhere", DeviceRequest("npu"))
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         await async_wait_until(lambda: refused(daemon) == 1, timeout=10, what="the refusal counted")
 

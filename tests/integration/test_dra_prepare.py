@@ -3,6 +3,7 @@ refusals."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,7 +47,7 @@ def test_prepare_writes_one_cdi_device_per_request(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "two-requests", DeviceRequest("train", count=2), DeviceRequest("infer"))
+        claim = await allocate(fake_api, "two-requests", DeviceRequest("train", count=2), DeviceRequest("infer"))
         answer = (await kubelet.prepare([claim]))[claim.uid]
         assert answer.error == ""
         cdi = f"{DRIVER}/npu={claim.uid}"
@@ -99,7 +100,7 @@ def test_checkpoint_records_prepared_claims(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "recorded", namespace="team-a")
+        claim = await allocate(fake_api, "recorded", namespace="team-a")
         await kubelet.prepare([claim])
         document = checkpoint(workspace)
         assert document == {
@@ -133,7 +134,7 @@ def test_subrequest_names_are_stripped(workspace: Workspace, fake_api: FakeKubeA
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "first-available", DeviceRequest("npu", count=2, subrequest="pair"))
+        claim = await allocate(fake_api, "first-available", DeviceRequest("npu", count=2, subrequest="pair"))
         answer = (await kubelet.prepare([claim]))[claim.uid]
         assert [d.request_names for d in answer.devices] == [("npu",), ("npu",)]
         assert answer.devices[0].cdi_device_ids == (f"{DRIVER}/npu={claim.uid}-npu",)
@@ -165,7 +166,7 @@ def test_refusals_are_per_claim_and_write_nothing(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        good = allocate(fake_api, "good")
+        good = await allocate(fake_api, "good")
         before = files_under(workspace.root)
         answers = await kubelet.prepare([good] + [claim for claim, _ in cases.values()])
         assert answers[good.uid].error == "" and answers[good.uid].devices
@@ -229,7 +230,7 @@ def test_prepare_and_unprepare_are_idempotent(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "twice", DeviceRequest("npu", count=2))
+        claim = await allocate(fake_api, "twice", DeviceRequest("npu", count=2))
         first = await kubelet.prepare([claim])
         content = workspace.cdi_file(claim.uid).read_bytes()
         assert await kubelet.prepare([claim]) == first
@@ -260,7 +261,7 @@ def test_prepares_from_several_threads_each_get_their_device_once(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     launch_daemon(*dra_args(workspace))
-    claims = [allocate(fake_api, f"c{i}") for i in range(6)]
+    claims = [asyncio.run(allocate(fake_api, f"c{i}")) for i in range(6)]
     rivals = [plant_claim(fake_api, f"rival{i}", None, [result("npu-7")]) for i in range(4)]
     everyone = claims + rivals
     wait_until(workspace.dra_socket().exists, 10, "the DRA socket")

@@ -111,7 +111,7 @@ def test_a_rejected_registration_leaves_the_daemon_serving(
         assert daemon.process.poll() is None
         kubelet.services = KUBELET_SERVICES  # an upgraded kubelet retries and succeeds
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "after-rejection")
+        claim = await allocate(fake_api, "after-rejection")
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
 
     run_with_kubelet(workspace, fake_api, scenario, services=("v2.DRAPlugin",), retry_interval=0.1)
@@ -126,7 +126,7 @@ def test_both_dra_service_versions_prepare_and_unprepare(
         await kubelet.wait_for_plugin(DRIVER)
         await async_wait_until(lambda: published_names(fake_api), what="published slices")
         for version in ("v1", "v1beta1"):
-            claim = allocate(fake_api, f"claim-{version}")
+            claim = await allocate(fake_api, f"claim-{version}")
             prepared = await kubelet.prepare([claim], version=version)
             assert prepared[claim.uid].error == ""
             assert [d.pool_name for d in prepared[claim.uid].devices] == [NODE]

@@ -5,6 +5,7 @@ shares with a shareID; Prepare answering it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,10 +63,13 @@ def test_two_claims_share_one_npu_and_a_third_that_does_not_fit_waits(
             "step": "16Gi",
         }
         assert "allowMultipleAllocations" not in (device(sharing_api, "npu-1") or {})
-        first, second = allocate(sharing_api, "first", share("16Gi")), allocate(sharing_api, "second", share("12Gi"))
+        first, second = (
+            asyncio.run(allocate(sharing_api, "first", share("16Gi"))),
+            asyncio.run(allocate(sharing_api, "second", share("12Gi"))),
+        )
         with pytest.raises(UnschedulableError):
-            allocate(sharing_api, "third", share("48Gi"), timeout=0.5)
-        third = allocate(sharing_api, "third", share("32Gi"))
+            asyncio.run(allocate(sharing_api, "third", share("48Gi"), timeout=0.5))
+        third = asyncio.run(allocate(sharing_api, "third", share("32Gi")))
         results = {name: allocation(sharing_api, name) for name in ("first", "second", "third")}
         assert {r[0]["device"] for r in results.values()} == {"npu-0"}
         assert results["second"][0]["consumedCapacity"] == {"memory": str(16 * 2**30), "aiCore": "1"}
@@ -108,7 +112,7 @@ def test_without_the_gate_a_shared_chip_is_published_exclusive_and_said_once(
         assert "allowMultipleAllocations" not in published
         assert "shareCount" not in published["attributes"]
         assert "memCapacity" in published["capacity"]
-    claim = allocate(fake_api, "whole", DeviceRequest("npu"))
+    claim = asyncio.run(allocate(fake_api, "whole", DeviceRequest("npu")))
     assert "shareID" not in allocation(fake_api, "whole")[0]
     assert claim.uid
     assert daemon.log().count(GATE_OFF) == 1

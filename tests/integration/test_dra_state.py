@@ -40,7 +40,7 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_the_daemon_starts_empty(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "after-corruption")
+        claim = await allocate(fake_api, "after-corruption")
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         assert set(claims_in_checkpoint(workspace)) == {claim.uid}
 
@@ -63,7 +63,7 @@ def test_kill_9_during_prepare_then_restart_converges(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "interrupted")
+        claim = await allocate(fake_api, "interrupted")
         fake_api.set_latency(2.0)  # the daemon's GET of the claim is in flight when it dies
         pending = asyncio.create_task(kubelet.prepare([claim]))
         await asyncio.sleep(0.5)
@@ -108,7 +108,7 @@ def test_a_crash_between_steps_is_cleaned_up_at_start(
 
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(fake_api, "takes-npu-0")
+        claim = await allocate(fake_api, "takes-npu-0")
         answer = (await kubelet.prepare([claim]))[claim.uid]
         assert answer.error == "" and answer.devices[0].device_name == "npu-0"
 
@@ -134,7 +134,7 @@ def test_two_daemons_sharing_a_state_dir_take_turns_and_lose_nothing(
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         old = await kubelet.wait_for_plugin(DRIVER, endpoint=str(workspace.dra_socket("old").absolute()))
         new = await kubelet.wait_for_plugin(DRIVER, endpoint=str(workspace.dra_socket("new").absolute()))
-        blocked = allocate(fake_api, "blocked")
+        blocked = await allocate(fake_api, "blocked")
         with holding_state_lock(workspace):
             pending = asyncio.create_task(kubelet.prepare([blocked], plugin=old))
             await async_wait_until(lambda: any(r.path.endswith("/resourceclaims/blocked") for r in fake_api.requests))
@@ -142,7 +142,7 @@ def test_two_daemons_sharing_a_state_dir_take_turns_and_lose_nothing(
             assert not pending.done() and not workspace.cdi_file(blocked.uid).exists()
         assert (await pending)[blocked.uid].error == ""
 
-        claims = [allocate(fake_api, f"c{i}") for i in range(7)]
+        claims = [await allocate(fake_api, f"c{i}") for i in range(7)]
         plugins = [old, new] * 4
         answers = await asyncio.gather(*(kubelet.prepare([c], plugin=p) for c, p in zip(claims, plugins, strict=False)))
         assert all(a[c.uid].error == "" for a, c in zip(answers, claims, strict=True))

@@ -305,7 +305,7 @@ def test_vnpus_the_scheduler_allocates_from_the_published_slices_are_created_whe
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         node = Node(workspace, launch_daemon, kubelet)
         await node.start()
-        claims = [allocate(fake_api, f"small-{i}", small) for i in range(5)]
+        claims = [await allocate(fake_api, f"small-{i}", small) for i in range(5)]
         answers = await kubelet.prepare(claims)
         devices = [answers[c.uid].devices[0].device_name for c in claims]
         assert devices == [*(f"npu-0-vir05-1c-16g-{k}" for k in range(4)), "npu-1-vir05-1c-16g-0"]

@@ -463,7 +463,7 @@ def test_dra_health_registration_publishing_and_prepare(
 async def prepare_and_unprepare(
     kubelet: DraKubeletSimulator, api: FakeKubeAPI, port: int, daemon: DaemonProcess
 ) -> None:
-    claim = allocate(api, "observed")
+    claim = await allocate(api, "observed")
     assert (await kubelet.prepare([claim]))[claim.uid].error == ""
     samples = await until_metric(port, "npu_plugin_prepare_seconds_count", 1, daemon)
     assert value(samples, "npu_plugin_prepared_claims") == 1
@@ -579,7 +579,7 @@ def test_prepared_claims_restored_from_the_checkpoint_count_at_once(
     async def prepare_one() -> None:
         async with DraKubeletSimulator(workspace.reg, node_name=NODE, api_url=fake_api.url) as kubelet:
             await kubelet.wait_for_plugin(DRIVER)
-            claim = allocate(fake_api, "kept")
+            claim = await allocate(fake_api, "kept")
             assert (await kubelet.prepare([claim]))[claim.uid].error == ""
 
     run(prepare_one())

@@ -80,7 +80,7 @@ async def started(kubelet: DraKubeletSimulator, api: FakeKubeAPI) -> tuple[Claim
     """A claim prepared before the fault, and one allocated (not yet prepared) before it."""
     await kubelet.wait_for_plugin(DRIVER)
     await async_wait_until(converged(api, EVERYTHING), CONVERGE, "the first slices")
-    held, fresh = allocate(api, "held"), allocate(api, "fresh")
+    held, fresh = await allocate(api, "held"), await allocate(api, "fresh")
     assert (await kubelet.prepare([held]))[held.uid].error == ""
     return held, fresh
 
@@ -190,7 +190,7 @@ def test_a_non_json_claim_fails_that_claim_only(
     async def scenario(kubelet: DraKubeletSimulator) -> None:
         await kubelet.wait_for_plugin(DRIVER)
         await async_wait_until(converged(fake_api, EVERYTHING), CONVERGE, "the first slices")
-        good, bad = allocate(fake_api, "good"), allocate(fake_api, "bad")
+        good, bad = await allocate(fake_api, "good"), await allocate(fake_api, "bad")
         fake_api.answer_next(1, "GET /apis/resource.k8s.io/v1/namespaces/default/resourceclaims/bad")
         answers = await kubelet.prepare([good, bad])
         assert answers[good.uid].error == ""

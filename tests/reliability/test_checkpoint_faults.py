@@ -91,8 +91,8 @@ def test_after_a_reboot_the_kubelet_prepares_again_and_gets_the_same_answers(
     async def before_reboot(kubelet: DraKubeletSimulator) -> tuple[list[Claim], dict[str, PrepareResult]]:
         await kubelet.wait_for_plugin(DRIVER)
         claims = [
-            allocate(fake_api, "train", DeviceRequest("npu", count=2), DeviceRequest("aux")),
-            allocate(fake_api, "infer"),
+            await allocate(fake_api, "train", DeviceRequest("npu", count=2), DeviceRequest("aux")),
+            await allocate(fake_api, "infer"),
         ]
         answers = await kubelet.prepare(claims)
         assert all(a.error == "" for a in answers.values())

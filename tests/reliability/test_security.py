@@ -207,7 +207,7 @@ async def dra_cycle(
     async with DraKubeletSimulator(workspace.reg, node_name=NODE, api_url=api.url) as kubelet:
         daemon = launch()
         await kubelet.wait_for_plugin(DRIVER)
-        claim = allocate(api, name)
+        claim = await allocate(api, name)
         assert (await kubelet.prepare([claim]))[claim.uid].error == ""
         assert await kubelet.unprepare([claim]) == {claim.uid: ""}
     return daemon
@@ -220,7 +220,7 @@ async def both_cycle(
         daemon = launch()
         await registered(sim, daemon)
         assert (await sim.kubelet.allocate(RESOURCE, ["Ascend910-1"])).envs["ASCEND_VISIBLE_DEVICES"] == "1"
-        claim = allocate(api, name)
+        claim = await allocate(api, name)
         assert (await sim.dra.prepare([claim]))[claim.uid].error == ""
         assert await sim.dra.unprepare([claim]) == {claim.uid: ""}
     return daemon

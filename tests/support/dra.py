@@ -235,14 +235,17 @@ def pool_settled(api: FakeKubeAPI) -> list[dict[str, Any]] | None:
     return slices
 
 
-def allocate(
+async def allocate(
     api: FakeKubeAPI, name: str, *requests: DeviceRequest, namespace: str = "default", timeout: float = 10.0
 ) -> Claim:
-    """Allocate like the scheduler, which retries until the node's slices offer the devices."""
+    """Allocate like the scheduler, which retries until the node's slices offer the devices. The API
+    calls run in a thread and the pauses are awaited: the loop this is awaited from (the kubelet
+    simulator's, in a scenario) keeps running meanwhile."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            claim = allocate_claim(
+            claim = await asyncio.to_thread(
+                allocate_claim,
                 RestClient(api.url),
                 namespace=namespace,
                 name=name,
@@ -253,7 +256,7 @@ def allocate(
         except UnschedulableError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
 
 
 def plant_claim(

@@ -124,6 +124,21 @@ def test_a_slice_deleted_by_someone_else_is_republished(running: Running) -> Non
     assert len(running.api.slices()) == 1
 
 
+def test_a_delete_crossing_our_create_is_not_undone_by_the_create_s_late_answer(running: Running) -> None:
+    """The kubelet wipes the node's slices at its start: the watch may deliver our create and that
+    delete before the create's answer comes back, and recording the answer then must not bring the
+    deleted slice back into the cache (nothing would ever publish it again)."""
+    answer = running.api.create_slice(
+        {"metadata": {"generateName": f"{NODE}-"}, "spec": {"nodeName": NODE, "driver": DRIVER}}
+    )
+    running.api.remove_slice(answer["metadata"]["name"])
+    assert running.caught_up()
+    running.informer.record(answer, answer["metadata"]["name"])
+    assert running.informer.snapshot() == []
+    assert running.publisher.reconcile() is True
+    assert len(running.api.slices()) == 1
+
+
 def test_an_expired_resource_version_relists_once(running: Running) -> None:
     running.publisher.reconcile()
     assert running.caught_up()

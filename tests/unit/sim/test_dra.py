@@ -22,6 +22,7 @@ from npu_plugin.sim.scheduler import (
     pick,
     published_devices,
     select,
+    what_was_seen,
 )
 
 SOCKET = Path("/reg/npu.huawei.com-reg.sock")
@@ -189,6 +190,20 @@ def test_claims_hold_their_allocated_devices() -> None:
         }
     }
     assert allocated_keys([allocated, {"status": {}}, {}]) == {("d", "p", "npu-1")}
+
+
+def test_a_refusal_says_what_the_allocator_saw() -> None:
+    tainted = device("npu-1", 1, taints=[{"key": "npu.huawei.com/health", "value": "Critical", "effect": "NoSchedule"}])
+    slices = [{"metadata": {"name": "s1"}} | slice_([device("npu-0", 0), tainted], generation=2, count=2)]
+    claim = {
+        "metadata": {"namespace": "default", "name": "c"},
+        "status": {"allocation": {"devices": {"results": [{"driver": "d", "pool": "p", "device": "npu-0"}]}}},
+    }
+    assert what_was_seen(slices, [claim], "node-a") == (
+        "node node-a's slices: s1 (driver npu.huawei.com, pool node-a generation 2 of 2 slice(s), 2 device(s), "
+        "1 tainted); claims: default/c holding ['npu-0']"
+    )
+    assert what_was_seen([], [], "node-a") == "node node-a's slices: none; claims: none"
 
 
 def test_the_claim_body_asks_exactly_or_first_available() -> None:
