@@ -258,6 +258,11 @@ class Handler(BaseHTTPRequestHandler):
     # ---- watch
     def _watch(self, route: Route) -> None:
         context = self.server.context
+        # The epoch before the limit and before the request log shows the watch: a test ends watches
+        # as soon as it sees this one, and `limit_watches` sets the limit before it bumps the epoch,
+        # so either this watch gets the limit or the bump ends it (read later, it could get neither
+        # and run for all its timeoutSeconds).
+        self._epoch = context.watch_epoch
         matches = self.matcher(route)
         timeout = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
         if (limit := self.watch_limit()) is not None:
@@ -269,7 +274,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._streaming = True
-        epoch, deadline = context.watch_epoch, time.monotonic() + timeout
+        epoch, deadline = self._epoch, time.monotonic() + timeout
         for event_type, obj in initial:
             self.write_event(event_type, obj)
         if self.interrupt_watch(route):

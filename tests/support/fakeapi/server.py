@@ -122,9 +122,9 @@ class FullHandler(Handler):
 
     def record(self, status: int) -> None:
         context = self._context
-        # A watch records as it starts streaming: what its timeout is and counts from, and the
-        # server's epoch.
-        self._streamed, self._epoch = time.monotonic(), context.watch_epoch
+        # A watch records as it starts streaming: what its timeout is and counts from (its epoch
+        # is the one `_watch` read first).
+        self._streamed = time.monotonic()
         self._asked = _float(self._query.get("timeoutSeconds"), context.watch_timeout)
         self._limit = context.faults.watch_limit
         request = RecordedRequest(
