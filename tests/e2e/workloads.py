@@ -12,9 +12,12 @@ from tests.e2e.cluster import FAKE_INVENTORY, NODE, Cluster
 
 DRIVER = "npu.huawei.com"
 RESOURCE = "huawei.com/Ascend910"
+# What a test pod runs until it is deleted. The shell is the container's PID 1, which ignores SIGTERM unless it
+# traps it: without the trap every deletion would wait out the grace period (2 s at least, the kubelet's floor).
+IDLE = "trap 'exit 0' TERM; sleep 3600 & wait"
 
 
-def workload(name: str, command: str = "sleep 3600", **resources: Any) -> dict[str, Any]:
+def workload(name: str, command: str = IDLE, **resources: Any) -> dict[str, Any]:
     """A pod on the busybox image scripts/cluster imports, with `resources` as its container's."""
     return {
         "apiVersion": "v1",
