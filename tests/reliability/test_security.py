@@ -230,6 +230,7 @@ CYCLES = {"dra": (dra_args, dra_cycle), "both": (both_args, both_cycle)}
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_no_file_is_written_outside_the_given_directories(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, tmp_path: Path
 ) -> None:
