@@ -45,11 +45,11 @@ from benchmarks.common import (
     cpu_reading,
     dev_root,
     dra_dirs,
+    dra_serve_argv,
     per_node_hour,
     percentile,
     pool_devices,
     rss_mib,
-    serve_argv,
     watch_lives,
     write_inventory,
 )
@@ -194,15 +194,7 @@ def fleet(work: Path, api: FakeKubeAPI, size: int) -> Iterator[list[Member]]:
             home = work / node
             home.mkdir()
             inventory = write_inventory(home / "inventory.yaml", many_devices(DEVICES))
-            argv = serve_argv(
-                "--mode",
-                "dra",
-                "--fake-inventory",
-                str(inventory),
-                "--dev-root",
-                str(dev_root(home, DEVICES)),
-                *dra_dirs(home, node, kubeconfig),
-            )
+            argv = dra_serve_argv(inventory, dev_root(home, DEVICES), dra_dirs(home, node, kubeconfig))
             started = time.monotonic()
             daemon = spawn(argv, home / "daemon.log")
             members.append(Member(node, inventory, daemon, started))

@@ -26,10 +26,10 @@ from benchmarks.common import (
     Budget,
     dev_root,
     dra_dirs,
+    dra_serve_argv,
     fake_api,
     percentile,
     published,
-    serve_argv,
     slice_count,
     wait_for,
     write_inventory,
@@ -51,9 +51,7 @@ QUIET = ("--health-interval", "60")
 async def publish_time(work: Path, url: str, inventory: Path) -> tuple[float, int]:
     """Seconds from start to the complete pool of 1,024 devices, and its number of slices."""
     rest = RestClient(url)
-    argv = serve_argv(
-        "--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev_root(work)), *dra_dirs(work)
-    )
+    argv = dra_serve_argv(inventory, dev_root(work), dra_dirs(work))
     expected = [f"npu-{i}" for i in range(DEVICES)]
     with process(argv, work / "dra.log"):
         started = time.monotonic()

@@ -37,10 +37,10 @@ from benchmarks.common import (
     Budget,
     dev_root,
     dra_dirs,
+    dra_serve_argv,
     fake_api_argv,
     first_line,
     percentile,
-    serve_argv,
     timed,
     wait_for,
     write_inventory,
@@ -75,15 +75,7 @@ def node_published(rest: RestClient, shared: int) -> bool:
 
 def dra_argv(work: Path, kubeconfig: Path, inventory: Path, *, shared: bool) -> list[str]:
     """A DRA daemon of the node living in `work`, with chips 1 to CHIPS-1 shared or none."""
-    argv = serve_argv(
-        "--mode",
-        "dra",
-        "--fake-inventory",
-        str(inventory),
-        "--dev-root",
-        str(dev_root(work, CHIPS)),
-        *dra_dirs(work, kubeconfig=kubeconfig),
-    )
+    argv = dra_serve_argv(inventory, dev_root(work, CHIPS), dra_dirs(work, kubeconfig=kubeconfig))
     return [*argv, "--share-devices", SHARED_CHIPS, "--share-count", str(SHARES)] if shared else argv
 
 

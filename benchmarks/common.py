@@ -57,6 +57,12 @@ def serve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "npu_plugin", "serve", "--backend", "fake", "--log-level", "warning", *args]
 
 
+def dra_serve_argv(inventory: Path, dev: Path, dirs: Sequence[str]) -> list[str]:
+    """A DRA daemon on the fake backend: NPUs from `inventory`, device nodes under `dev`, the directory flags
+    `dirs` (see `dra_dirs`)."""
+    return serve_argv("--mode", "dra", "--fake-inventory", str(inventory), "--dev-root", str(dev), *dirs)
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
