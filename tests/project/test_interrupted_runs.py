@@ -16,6 +16,10 @@ import pytest
 from tests.support import cleanup
 from tests.support.daemon import REPO, wait_until
 
+# Alone: beside the e2e tier (scripts/test), a pytest session given SIGTERM once took more than EXIT_TIMEOUT to end
+# (2 of 4 runs, not yet understood; never seen with the suite by itself).
+pytestmark = pytest.mark.alone
+
 START_TIMEOUT = 120.0  # a first run compiles the package; a busy host is slow
 EXIT_TIMEOUT = 60.0  # stopping waits up to 10 s per child
 
