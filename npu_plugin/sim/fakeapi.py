@@ -38,6 +38,17 @@ from npu_plugin.sim._fakeapi.store import Store
 __all__ = ["FakeKubeAPI", "main"]
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _serve(server: Server) -> None:
+    """Serve with the stop signals blocked in this thread and in the handler threads it starts (they inherit
+    its mask), so the kernel gives them to the main thread. A signal another thread takes is handled only at
+    the main thread's next bytecode: never, while it waits in a long blocking call."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    server.serve_forever(poll_interval=0.05)
+
+
 class FakeKubeAPI:
     """The fake API server. Objects survive `set_down`/restarts; `stop` ends every watch
     promptly."""
@@ -76,9 +87,7 @@ class FakeKubeAPI:
                 return
             server = self._make_server()
             self._port = server.server_address[1]
-            self._thread = threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"fakeapi-{self._port}"
-            )
+            self._thread = threading.Thread(target=_serve, args=(server,), name=f"fakeapi-{self._port}")
             self._server = server
             self._thread.start()
 
