@@ -16,8 +16,7 @@ import pytest
 from tests.support import cleanup
 from tests.support.daemon import REPO, wait_until
 
-# Alone: beside the e2e tier (scripts/test), a pytest session given SIGTERM once took more than EXIT_TIMEOUT to end
-# (2 of 4 runs, not yet understood; never seen with the suite by itself).
+# Alone (scripts/test runs it before the suite goes beside the e2e tier): it times how soon signalled runs end.
 pytestmark = pytest.mark.alone
 
 START_TIMEOUT = 120.0  # a first run compiles the package; a busy host is slow
