@@ -1031,3 +1031,25 @@ def test_a_client_hanging_up_before_its_error_answer_prints_no_traceback(
     api.stop()  # joins the handler's thread: anything it had to print is printed
     assert [r.status for r in api.requests] == [503]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def blocked_signals(thread: threading.Thread) -> set[int]:
+    """The signals a thread blocks, as the kernel reports them."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text(encoding="ascii")
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigBlk:")), 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def test_the_servers_threads_leave_stop_signals_to_the_main_thread(api: FakeKubeAPI) -> None:
+    """A stop signal one of its threads takes would reach a main thread in a blocking call only at
+    its next bytecode; so the serving thread and the threads of open requests (here a watch) block them."""
+    watch = threading.Thread(
+        target=lambda: urllib.request.urlopen(f"{api.url}{SLICES}?watch=true&timeoutSeconds=2").read(), daemon=True
+    )
+    watch.start()
+    wait_until(lambda: any("process_request_thread" in t.name for t in threading.enumerate()), 10, "a request thread")
+    threads = [t for t in threading.enumerate() if t.name.startswith("fakeapi-") or "process_request_thread" in t.name]
+    stop = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    assert len(threads) >= 2 and all(stop <= blocked_signals(t) for t in threads), threads
+    assert not stop & blocked_signals(threading.main_thread())
+    watch.join(10)
