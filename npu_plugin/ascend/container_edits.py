@@ -75,16 +75,19 @@ def visible_devices(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(set(ids)))
 
 
+def visible_env(ids: Iterable[int], *, virtual: bool = False) -> tuple[tuple[str, str], ...]:
+    """The environment that names these devices to Ascend's runtime and software (pure)."""
+    env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, visible_devices(ids)),)
+    return (*env, (RUNTIME_OPTIONS_ENV, VIRTUAL_OPTION)) if virtual else env
+
+
 def container_edits(layout: HostLayout, ids: Iterable[int], *, virtual: bool = False) -> ContainerEdits:
     """Env, device nodes and mounts for these devices (pure): whole NPUs by physical id or,
     `virtual`, vNPUs by vNPU id. The container sees a vNPU as /dev/davinci<id>, backed by the host's
     /dev/vdavinci<id>."""
     ids = sorted(set(ids))
-    env: tuple[tuple[str, str], ...] = ((VISIBLE_DEVICES_ENV, visible_devices(ids)),)
-    if virtual:
-        env += ((RUNTIME_OPTIONS_ENV, VIRTUAL_OPTION),)
     nodes = _device_nodes(layout, [_own_node(i, virtual) for i in ids] + [(n, n) for n in layout.common_nodes])
-    return ContainerEdits(env=env, device_nodes=nodes, mounts=_driver_mounts(layout))
+    return ContainerEdits(env=visible_env(ids, virtual=virtual), device_nodes=nodes, mounts=_driver_mounts(layout))
 
 
 def split_edits(

@@ -2,8 +2,9 @@
 
 Kind `<driver>/npu`. The static spec names a CDI device per NPU, `npu-<physicalId>`, and per vNPU
 the device plugin serves, `vnpu-<vnpuId>`; a claim's spec names one per request,
-`<claimUID>-<request>`, exposing exactly that request's NPUs. Each spec carries the lowest
-cdiVersion its content needs.
+`<claimUID>-<request>`, exposing exactly that request's NPUs, and for a claim of several requests one
+more, `<claimUID>-_claim`, for a container given the whole claim (see `claim_wide_ids`). Each spec
+carries the lowest cdiVersion its content needs.
 """
 
 from __future__ import annotations
@@ -13,10 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NotRequired, TypedDict
 
-from npu_plugin.ascend.container_edits import ContainerEdits, HostLayout, Mount, container_edits, split_edits
+from npu_plugin.ascend.container_edits import (
+    ContainerEdits,
+    HostLayout,
+    Mount,
+    container_edits,
+    split_edits,
+    visible_env,
+)
 from npu_plugin.ascend.device import Device, dra_name
 
 CDI_CLASS = "npu"
+# The claim-wide device's key in a claim's spec, and the request name the kubelet is told it serves: never a
+# request's name (those are DNS labels, without "_"), so only a container given the whole claim gets it.
+CLAIM_WIDE = "_claim"
 
 
 class DeviceNodeSpec(TypedDict):
@@ -162,7 +173,8 @@ def claim_spec(
 ) -> CdiSpec:
     """A claim's spec with a device per request whose edits expose exactly that request's NPUs: the
     whole NPUs in `requests` (physical ids) or the vNPU in `virtual` (vNPU ids; a vNPU is alone in
-    its request), plus the request's entry of `mounts` (its device metadata file)."""
+    its request), plus the request's entry of `mounts` (its device metadata file); last, the
+    claim-wide device when `claim_wide_ids` asks for one."""
     virtual, mounts = virtual or {}, mounts or {}
     devices = []
     for request in sorted(requests.keys() | virtual.keys()):
@@ -174,7 +186,23 @@ def claim_spec(
         if request in mounts:
             edits = replace(edits, mounts=(*edits.mounts, mounts[request]))
         devices.append(CdiDevice(claim_device_name(claim_uid, request), edits))
+    if ids := claim_wide_ids(requests, virtual):
+        devices.append(CdiDevice(claim_device_name(claim_uid, CLAIM_WIDE), ContainerEdits(visible_env(ids), (), ())))
     return render_spec(driver, devices)
+
+
+def claim_wide_ids(requests: Mapping[str, Sequence[int]], virtual: Mapping[str, Sequence[int]]) -> list[int]:
+    """The NPUs a container given a whole claim of several requests must see in ASCEND_VISIBLE_DEVICES
+    (pure); empty when the claim needs no claim-wide device.
+
+    The kubelet gives such a container every request's CDI device, and each sets the variable to its
+    own request's NPUs: the last applied would win. A claim-wide device setting it to all of them,
+    applied last, corrects that; a container given one request never gets it. A vNPU serves one
+    container alone and cannot share the variable with other devices, so a claim holding one gets none.
+    """
+    if virtual or len(requests) < 2:
+        return []
+    return sorted({i for ids in requests.values() for i in ids})
 
 
 def spec_bytes(spec: CdiSpec) -> bytes:

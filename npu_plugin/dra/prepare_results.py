@@ -1,14 +1,14 @@
 """What a Prepare answers and records, computed without I/O: claim references and their checks, the
-response devices with their CDI ids, each request's devices for the claim's CDI spec, and the ids of
-a claim's new vNPUs."""
+claim's devices with their CDI ids and what the kubelet is told of them, each request's devices for
+the claim's CDI spec, and the ids of a claim's new vNPUs."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from npu_plugin.cdi.spec import claim_cdi_id
+from npu_plugin.cdi.spec import CLAIM_WIDE, claim_cdi_id, claim_wide_ids
 from npu_plugin.dra.checkpoint import PreparedDevice, VnpuRecord
 from npu_plugin.dra.claims import ClaimDevice
 from npu_plugin.dra.vnpus import lowest_free_id
@@ -74,6 +74,19 @@ def prepared_devices(
             )
         )
     return tuple(result)
+
+
+def kubelet_devices(driver: str, uid: str, devices: Sequence[PreparedDevice]) -> tuple[PreparedDevice, ...]:
+    """The devices a Prepare answers the kubelet with: the claim's and, when its CDI spec has a
+    claim-wide device, one more entry last, the claim's last device again, that carries only the
+    claim-wide CDI id under a request name no container can name. The kubelet gives a container every
+    CDI id of the requests it names, or of all entries when it names the whole claim, in this order:
+    so the claim-wide id reaches exactly the containers given the whole claim, and is applied last."""
+    whole, virtual = requests_of(devices)
+    if not devices or not claim_wide_ids(whole, virtual):
+        return tuple(devices)
+    wide = replace(devices[-1], request_names=(CLAIM_WIDE,), cdi_device_ids=(claim_cdi_id(driver, uid, CLAIM_WIDE),))
+    return (*devices, wide)
 
 
 def cdi_key(request: str, device: str, share_id: str | None) -> str:

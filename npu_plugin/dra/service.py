@@ -30,7 +30,7 @@ from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
 from npu_plugin.aio.tasks import repeating, until_closed
 from npu_plugin.dra.claim_status import ClaimStatusReporter
 from npu_plugin.dra.deadline import answer_by
-from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult
+from npu_plugin.dra.prepare_results import ClaimRef, PrepareResult, kubelet_devices
 from npu_plugin.dra.preparer import Preparer
 from npu_plugin.inventory.ownership import Owner
 from npu_plugin.inventory.state import DeviceView, Inventory, Reason, Snapshot
@@ -77,7 +77,7 @@ class _DraPluginLogic:
         for uid, result in results.items():
             entry = response.claims[uid]
             entry.error = printable(result.error)
-            for device in result.devices:
+            for device in kubelet_devices(self._preparer.driver, uid, result.devices):
                 added = entry.devices.add(
                     request_names=list(device.request_names),
                     pool_name=device.pool_name,

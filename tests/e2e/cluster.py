@@ -158,8 +158,8 @@ class Cluster:
         finally:
             self.delete(manifest)
 
-    def exec(self, pod: str, command: str) -> str:
-        return self.kubectl("exec", pod, "--", "sh", "-c", command)
+    def exec(self, pod: str, command: str, container: str = "app") -> str:
+        return self.kubectl("exec", pod, "-c", container, "--", "sh", "-c", command)
 
     def pod(self, name: str) -> Mapping[str, Any]:
         pod: Mapping[str, Any] = self.get("pod", name)

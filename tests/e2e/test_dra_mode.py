@@ -18,8 +18,11 @@ from tests.e2e.simulated import cdi_spec, first_device, simulate
 from tests.e2e.workloads import (
     DRIVER,
     RESOURCE,
+    as_list,
     cel,
     claim_name,
+    claim_pod,
+    claim_template,
     claim_workload,
     dev_nodes,
     npu_request,
@@ -88,19 +91,24 @@ def test_match_attribute_on_the_topology_group_keeps_a_pair_in_one_ring(cluster:
         assert dev_nodes(cluster, "pair") == {4, 5}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="product bug found here: a claim's CDI spec has one device per request, each setting "
-    "ASCEND_VISIBLE_DEVICES to its own request's NPUs, so a container given the whole claim of two requests "
-    "sees one request's ids only (its /dev has both)",
-)
-def test_container_given_a_claim_of_two_requests_sees_both_in_its_environment(cluster: Cluster) -> None:
-    with cluster.applied(claim_workload("two-requests", [npu_request("a"), npu_request("b")])):
+def test_a_claim_of_two_requests_gives_each_container_what_it_names(cluster: Cluster) -> None:
+    """A container given the whole claim sees both requests' NPUs in its environment, a container given
+    one request only that one's (found here: each request's CDI device set the variable to its own NPUs,
+    and the last applied won)."""
+    pod = claim_pod("two-requests", "two-requests")
+    app = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] += [
+        {**app, "name": request, "resources": {"claims": [{"name": "npu", "request": request}]}} for request in "ab"
+    ]
+    template = claim_template("two-requests", [npu_request("a"), npu_request("b", count=2)])
+    with cluster.applied(as_list(template, pod)):
         cluster.wait_running("two-requests")
-        nodes = dev_nodes(cluster, "two-requests")
-        assert len(nodes) == 2
-        assert visible_ids(cluster, "two-requests") == nodes
+        seen = {c: (visible_ids(cluster, "two-requests", c), dev_nodes(cluster, "two-requests", c)) for c in "ab"}
+        whole = visible_ids(cluster, "two-requests"), dev_nodes(cluster, "two-requests")
+        assert whole[0] == whole[1], f"whole claim: ASCEND_VISIBLE_DEVICES {whole[0]}, /dev {whole[1]}"
+        assert all(visible == nodes for visible, nodes in seen.values()), seen
+        assert (len(seen["a"][0]), len(seen["b"][0])) == (1, 2), seen
+        assert whole[0] == seen["a"][0] | seen["b"][0], (whole, seen)
 
 
 def test_unsatisfiable_claim_stays_pending(cluster: Cluster) -> None:

@@ -95,15 +95,15 @@ def claim_name(cluster: Cluster, pod: str) -> str:
     return str(next(s["resourceClaimName"] for s in cluster.pod(pod)["status"]["resourceClaimStatuses"]))
 
 
-def visible_ids(cluster: Cluster, pod: str) -> set[int]:
+def visible_ids(cluster: Cluster, pod: str, container: str = "app") -> set[int]:
     """The NPU ids in the container's ASCEND_VISIBLE_DEVICES."""
-    text = cluster.exec(pod, "echo $ASCEND_VISIBLE_DEVICES").strip()
+    text = cluster.exec(pod, "echo $ASCEND_VISIBLE_DEVICES", container).strip()
     return {int(i) for i in text.split(",")} if text else set()
 
 
-def dev_nodes(cluster: Cluster, pod: str) -> set[int]:
+def dev_nodes(cluster: Cluster, pod: str, container: str = "app") -> set[int]:
     """N of every /dev/davinciN in the container."""
-    names = cluster.exec(pod, "ls /dev").split()
+    names = cluster.exec(pod, "ls /dev", container).split()
     return {int(n[7:]) for n in names if n.startswith("davinci") and n[7:].isdigit()}
 
 

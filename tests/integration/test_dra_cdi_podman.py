@@ -16,7 +16,7 @@ from npu_plugin.sim.dra_kubelet import DraKubeletSimulator
 from npu_plugin.sim.scheduler import DeviceRequest
 from tests.support.cdi_validation import assert_valid_cdi
 from tests.support.daemon import Launcher
-from tests.support.dra import DRIVER, Workspace, allocate, dra_args, run_with_kubelet
+from tests.support.dra import DRIVER, Workspace, allocate, container_cdi_ids, dra_args, run_with_kubelet
 from tests.support.fakeapi import FakeKubeAPI
 
 pytest_plugins = ["tests.support.dra_fixtures"]
@@ -97,3 +97,33 @@ def test_podman_injects_the_prepared_claim(
     listed = {line.split()[-1] for line in ran.stdout.splitlines() if line.startswith("c")}
     assert {"davinci0", "davinci1", "davinci_manager", "devmm_svm", "hisi_hdc"} <= listed
     assert "davinci2" not in listed
+
+
+def test_podman_gives_a_container_of_the_whole_claim_every_request_and_one_of_a_request_only_its_own(
+    podman_works: None, workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher, tmp_path: Path
+) -> None:
+    """A claim of two requests, injected as the kubelet hands its CDI ids over for each kind of container."""
+    launch_daemon(*dra_args(workspace))
+
+    async def scenario(kubelet: DraKubeletSimulator) -> dict[str, list[str]]:
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = await allocate(fake_api, "two", DeviceRequest("a"), DeviceRequest("b", count=2))
+        answer = (await kubelet.prepare([claim]))[claim.uid]
+        assert answer.error == ""
+        assert_valid_cdi(workspace.cdi_spec(claim.uid))
+        return {given: container_cdi_ids(answer.devices, given) for given in ("", "a", "b")}
+
+    given = run_with_kubelet(workspace, fake_api, scenario)
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    for name, cdi_ids in given.items():
+        options = [option for cdi_id in cdi_ids for option in ("--device", cdi_id)]
+        ran = podman(workspace.cdi, rootfs, *options, command="echo ids=$ASCEND_VISIBLE_DEVICES; ls /dev")
+        assert ran.returncode == 0, ran.stderr
+        [ids] = [line.removeprefix("ids=") for line in ran.stdout.splitlines() if line.startswith("ids=")]
+        nodes = {n.removeprefix("davinci") for n in ran.stdout.split() if n.removeprefix("davinci").isdigit()}
+        seen[name] = (set(ids.split(",")), nodes)
+    whole, a, b = seen[""], seen["a"], seen["b"]
+    assert all(visible == nodes for visible, nodes in seen.values()), seen
+    assert (len(a[0]), len(b[0])) == (1, 2), seen
+    assert whole[0] == a[0] | b[0], seen

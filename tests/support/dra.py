@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import pytest
@@ -32,6 +32,25 @@ from tests.support.fakeapi import FakeKubeAPI
 DRIVER = "npu.huawei.com"
 NODE = "node-a"
 T = TypeVar("T")
+
+
+class AnsweredDevice(Protocol):
+    @property
+    def request_names(self) -> tuple[str, ...]: ...
+    @property
+    def cdi_device_ids(self) -> tuple[str, ...]: ...
+
+
+def container_cdi_ids(devices: Sequence[AnsweredDevice], request: str = "") -> list[str]:
+    """The CDI ids the kubelet hands the runtime, in order, for a container given the claim whose Prepare
+    answered `devices`: all of them when the container names the whole claim (`request` ""), else those of
+    the entries naming `request` or no request (the kubelet's cdiDevicesAsList, pkg/kubelet/cm/dra)."""
+    return [
+        cdi_id
+        for device in devices
+        if not request or not device.request_names or request in device.request_names
+        for cdi_id in device.cdi_device_ids
+    ]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from npu_plugin.cdi.spec import (
     claim_cdi_id,
     claim_device_name,
     claim_spec,
+    claim_wide_ids,
     minimum_version,
     qualified_name,
     render_edits,
@@ -160,12 +161,32 @@ def test_a_claim_spec_has_a_device_per_request_with_that_requests_npus(layout: H
     uid = "0c5a-41"
     spec = claim_spec(DRIVER, uid, {"train": [3, 1], "infer": [5]}, layout)
     assert_valid_cdi(spec)
-    assert [d["name"] for d in spec["devices"]] == [f"{uid}-infer", f"{uid}-train"]
+    assert [d["name"] for d in spec["devices"]] == [f"{uid}-infer", f"{uid}-train", f"{uid}-_claim"]
     rendered = {d["name"]: d["containerEdits"] for d in spec["devices"]}
     assert rendered[f"{uid}-train"]["env"] == ["ASCEND_VISIBLE_DEVICES=1,3"]
+    # For a container given the whole claim: applied after the requests' devices, it names all their NPUs.
+    assert rendered[f"{uid}-_claim"] == {"env": ["ASCEND_VISIBLE_DEVICES=1,3,5"]}
     expected = render_spec(DRIVER, [CdiDevice("x", container_edits(layout, [1, 3]))])["devices"][0]
     assert rendered[f"{uid}-train"] == expected["containerEdits"]
     assert spec["cdiVersion"] == "0.5.0"  # the name starts with a digit
+
+
+@pytest.mark.parametrize(
+    ("requests", "virtual", "expected"),
+    [
+        ({"npu": [3, 1]}, {}, []),
+        ({"a": [3], "b": [1, 2]}, {}, [1, 2, 3]),
+        ({"npu-0-share-1": [0], "npu-0-share-2": [0], "b": [4]}, {}, [0, 4]),
+        ({"a": [3]}, {"v": [100]}, []),
+        ({}, {"v": [100], "w": [101]}, []),
+        ({}, {}, []),
+    ],
+    ids=["one-request", "two-requests", "shares-of-one-chip", "whole-and-vnpu", "two-vnpus", "empty"],
+)
+def test_claim_wide_ids_name_every_npu_only_for_several_requests_of_whole_npus(
+    requests: dict[str, list[int]], virtual: dict[str, list[int]], expected: list[int]
+) -> None:
+    assert claim_wide_ids(requests, virtual) == expected
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
