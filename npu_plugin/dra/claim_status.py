@@ -20,7 +20,7 @@ from typing import Any, Literal
 from npu_plugin.ascend.container_edits import visible_devices
 from npu_plugin.ascend.device import Device
 from npu_plugin.dra.checkpoint import PreparedDevice
-from npu_plugin.dra.prepare_results import ClaimRef, requests_of
+from npu_plugin.dra.prepare_results import ClaimRef, cdi_key, requests_of
 from npu_plugin.dra.slices import network_attributes
 from npu_plugin.errors import KubeApiError
 from npu_plugin.kubeapi.protocol import KubeApi
@@ -55,7 +55,7 @@ def device_statuses(
         request = device.request_names[0]
         data: dict[str, Any] = {"physicalId": device.physical_id, **network_data(device_of(device.physical_id))}
         if device.vnpu is None:
-            data["visibleDevices"] = visible_devices(whole[request])
+            data["visibleDevices"] = visible_devices(whole[cdi_key(request, device.device_name, device.share_id)])
         else:
             data |= {
                 "visibleDevices": visible_devices(virtual[request]),
@@ -69,15 +69,11 @@ def device_statuses(
             "message": "prepared by the npu-plugin on this node",
             "lastTransitionTime": now,
         }
-        entries.append(
-            {
-                "driver": driver,
-                "pool": device.pool_name,
-                "device": device.device_name,
-                "conditions": [condition],
-                "data": data,
-            }
-        )
+        entry = {"driver": driver, "pool": device.pool_name, "device": device.device_name}
+        # The API server accepts a share's entry only under its allocation's shareID.
+        if device.share_id is not None:
+            entry["shareID"] = device.share_id
+        entries.append({**entry, "conditions": [condition], "data": data})
     return entries
 
 

@@ -6,7 +6,8 @@ DRAConsumableCapacity on the API server and the scheduler, on by default in 1.37
 by scripts/cluster (its alpha gate). The shared chips are published with `allowMultipleAllocations` and
 `memory`/`aiCore` request policies; two claims of `memory: 16Gi` run on chip 0 at once, each with its own
 shareID; a third of 48Gi waits (32Gi left) until one goes; a whole-NPU claim never gets a shared chip,
-and a claim for all of a chip's memory waits while a share of it is held.
+and a claim for all of a chip's memory waits while a share of it is held. With `--claim-status`, each
+share's `status.devices` entry carries its shareID.
 
 Device plugin, every chip shared in 3 with `--share-allocation pack`: 24 `huawei.com/Ascend910`, and six
 pods of `limits: 1` land three to a chip, chips 0 and 1."""
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -56,6 +58,8 @@ def cluster() -> Iterator[Cluster]:
             f"NPU_PLUGIN_SHARE_DEVICES={DRA_SHARED[0]}-{DRA_SHARED[-1]}",
             "--env",
             f"NPU_PLUGIN_SHARE_COUNT={DRA_SHARES}",
+            "--env",
+            "NPU_PLUGIN_CLAIM_STATUS=true",
         ],
     )
 
@@ -101,6 +105,11 @@ def allocation(cluster: Cluster, pod: str) -> dict[str, Any]:
     return dict(result)
 
 
+def status_devices(cluster: Cluster, pod: str) -> list[dict[str, Any]]:
+    """status.devices of the pod's claim (what --claim-status writes)."""
+    return list(cluster.get("resourceclaim", claim_name(cluster, pod))["status"].get("devices") or [])
+
+
 def sees_only(cluster: Cluster, pod: str, chip: int) -> None:
     """The container's ASCEND_VISIBLE_DEVICES and /dev/davinciN are the chip's, and nothing else."""
     assert visible_ids(cluster, pod) == {chip}, pod
@@ -143,6 +152,12 @@ def test_two_claims_of_16gi_run_on_one_npu_and_a_third_beyond_what_is_left_waits
         assert a.get("shareID") and b.get("shareID") and a["shareID"] != b["shareID"], (a, b)
         for result in (a, b):
             assert result.get("consumedCapacity") == {"memory": "16Gi", "aiCore": "1"}, result
+        # --claim-status: the API server took each share's status entry, under its shareID.
+        for name, result in (("share-a", a), ("share-b", b)):
+            status = wait(partial(status_devices, cluster, name), 60, f"{name}'s claim status")
+            assert [(d["device"], d.get("shareID"), d["data"]["visibleDevices"]) for d in status] == [
+                ("npu-0", result["shareID"], "0")
+            ], status
         # 32Gi of chip 0 left: 48Gi does not fit until one share goes.
         with cluster.applied(claim_pods(("share-c", share(0, "48Gi")))):
             message = cluster.unschedulable("share-c").lower()

@@ -48,10 +48,11 @@ def refused(daemon: DaemonProcess) -> float:
     return float(found.group(1))
 
 
-def launch(launch_daemon: Launcher, workspace: Workspace, api: FakeKubeAPI) -> DaemonProcess:
+def launch(launch_daemon: Launcher, workspace: Workspace, api: FakeKubeAPI, *extra: str) -> DaemonProcess:
     """The daemon, with the token `caller` is known by."""
     api.write_kubeconfig(workspace.kubeconfig, token=caller().token)
-    daemon = launch_daemon(*dra_args(workspace, "--claim-status", "--metrics-port", "0", "--bind-address", "127.0.0.1"))
+    options = ("--claim-status", "--metrics-port", "0", "--bind-address", "127.0.0.1", *extra)
+    daemon = launch_daemon(*dra_args(workspace, *options))
     daemon.wait_for_log("metrics listening on")
     return daemon
 
@@ -87,6 +88,31 @@ def test_prepare_applies_the_device_status_and_unprepare_removes_it(
         assert calls == [("get", "pair"), ("patch", "status")]
         assert (await kubelet.unprepare([claim]))[claim.uid] == ""
         await async_wait_until(lambda: not statuses(fake_api, "pair"), timeout=10, what="the device status removed")
+
+    run_with_kubelet(workspace, fake_api, scenario)
+
+
+def test_the_status_of_a_share_names_its_share_id(
+    workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
+) -> None:
+    """A share of a shared NPU (consumable capacity, on by default from 1.36): the API server takes its
+    status entry only under the allocation's shareID."""
+    fake_api.set_kubernetes_version(36)
+    fake_api.authorize_as(caller())
+    launch(launch_daemon, workspace, fake_api, "--share-devices", "0", "--share-count", "4")
+    shared = DeviceRequest(
+        "npu", selectors=('has(device.attributes["npu.huawei.com"].shareCount)',), capacity={"memory": "16Gi"}
+    )
+
+    async def scenario(kubelet: DraKubeletSimulator) -> None:
+        await kubelet.wait_for_plugin(DRIVER)
+        claim = await allocate(fake_api, "share", shared)
+        answer = (await kubelet.prepare([claim]))[claim.uid]
+        assert answer.error == "", answer
+        await async_wait_until(lambda: statuses(fake_api, "share"), timeout=10, what="the share's status")
+        [entry] = statuses(fake_api, "share")
+        assert (entry["device"], entry["shareID"]) == ("npu-0", answer.devices[0].share_id)
+        assert entry["data"]["visibleDevices"] == "0"
 
     run_with_kubelet(workspace, fake_api, scenario)
 

@@ -151,6 +151,20 @@ def test_a_status_entry_must_name_an_allocated_device() -> None:
         assert apply(api, DRIVER, too_many)[1]["details"]["causes"][0]["reason"] == "FieldValueTooMany"
 
 
+def test_a_status_entry_names_a_share_by_its_share_id() -> None:
+    share = "5f0b6d5e-2c0a-4b7c-9a53-0d0e8f1f2a11"
+    with FakeKubeAPI(kubernetes_minor=34) as api:
+        result = {"request": "r", "driver": DRIVER, "pool": NODE, "device": "npu-0", "shareID": share}
+        status = {"allocation": {"devices": {"results": [result]}}}
+        api.put_object("ResourceClaim", {"metadata": {"name": "c1"}, "spec": {"devices": {}}, "status": status})
+        code, answer = apply(api, DRIVER, entry(DRIVER, "npu-0"))
+        assert code == 422, answer
+        assert answer["details"]["causes"][0]["message"].endswith("must be an allocated device in the claim")
+        code, answer = apply(api, DRIVER, {**entry(DRIVER, "npu-0"), "shareID": share})
+        assert code == 200, answer
+        assert answer["status"]["devices"][0]["shareID"] == share
+
+
 STATUS_ONLY = (Rule("resource.k8s.io", frozenset({"resourceclaims/status"}), frozenset({"patch"})),)
 DRIVER_RULE = Rule(
     "resource.k8s.io", frozenset({"resourceclaims/driver"}), frozenset({"associated-node:patch"}), frozenset({DRIVER})

@@ -74,20 +74,19 @@ def validate(kind: Kind, obj: JSON, old: JSON | None, minor: int = 34) -> list[F
 
 
 def _device_statuses(status: JSON) -> list[FieldError]:
-    """`validateDeviceStatus`: each entry names an allocated device, at most 8 valid conditions,
-    data of at most 10 KiB."""
+    """`validateDeviceStatus`: each entry names an allocated device (a share of one by its shareID), at
+    most 8 valid conditions, data of at most 10 KiB."""
     allocated = {
-        (r.get("driver"), r.get("pool"), r.get("device"))
+        (r.get("driver"), r.get("pool"), r.get("device"), r.get("shareID"))
         for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
     }
     errs: list[FieldError] = []
     for i, entry in enumerate(status.get("devices") or []):
         path = f"status.devices[{i}]"
-        device_id = (entry.get("driver"), entry.get("pool"), entry.get("device"))
+        device_id = (entry.get("driver"), entry.get("pool"), entry.get("device"), entry.get("shareID"))
         if device_id not in allocated:
-            errs.append(
-                invalid_value(path, "/".join(str(p) for p in device_id), "must be an allocated device in the claim")
-            )
+            shown = "/".join(str(p) for p in device_id if p is not None)
+            errs.append(invalid_value(path, shown, "must be an allocated device in the claim"))
         conditions = entry.get("conditions") or []
         if len(conditions) > ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS:
             errs.append(too_many(f"{path}.conditions", len(conditions), ALLOCATED_DEVICE_STATUS_MAX_CONDITIONS))

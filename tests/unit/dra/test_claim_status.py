@@ -83,3 +83,13 @@ def test_the_chips_network_identity_joins_the_data() -> None:
 )
 def test_a_refusal_names_the_missing_permission(status: int, message: str, missing: str | None) -> None:
     assert missing_permission(KubeApiError("apply", status, message)) == missing
+
+
+def test_a_share_is_named_by_its_share_id_and_sees_its_chip() -> None:
+    devices = (PreparedDevice(("npu",), "n1", "npu-3", 3, ("cdi-share",), share_id="5f0b6d5e"),)
+    [entry] = device_statuses(DRIVER, devices, NOW)
+    assert (entry["device"], entry["shareID"], entry["data"]) == (
+        "npu-3",
+        "5f0b6d5e",
+        {"physicalId": 3, "visibleDevices": "3"},
+    )
