@@ -40,7 +40,7 @@ def checkpoint(workspace: Workspace) -> dict[str, Any]:
     return document
 
 
-def test_prepare_writes_one_cdi_device_per_request(
+def test_prepare_writes_one_cdi_device_per_request_and_one_for_the_whole_claim(
     workspace: Workspace, fake_api: FakeKubeAPI, launch_daemon: Launcher
 ) -> None:
     launch_daemon(*dra_args(workspace))
@@ -55,11 +55,14 @@ def test_prepare_writes_one_cdi_device_per_request(
             PreparedDevice(("train",), NODE, "npu-0", (f"{cdi}-train",)),
             PreparedDevice(("train",), NODE, "npu-1", ()),
             PreparedDevice(("infer",), NODE, "npu-2", (f"{cdi}-infer",)),
+            PreparedDevice(("_claim",), NODE, "npu-2", (f"{cdi}-_claim",)),
         )
         spec = workspace.cdi_spec(claim.uid)
         assert_valid_cdi(spec)
         assert (spec["cdiVersion"], spec["kind"]) == ("0.5.0", f"{DRIVER}/npu")
-        assert [d["name"] for d in spec["devices"]] == [f"{claim.uid}-infer", f"{claim.uid}-train"]
+        names = [f"{claim.uid}-infer", f"{claim.uid}-train", f"{claim.uid}-_claim"]
+        assert [d["name"] for d in spec["devices"]] == names
+        assert spec["devices"][2]["containerEdits"] == {"env": ["ASCEND_VISIBLE_DEVICES=0,1,2"]}
         train = spec["devices"][1]["containerEdits"]
         assert train["env"] == ["ASCEND_VISIBLE_DEVICES=0,1"]
         nodes = ["davinci0", "davinci1", "davinci_manager", "devmm_svm", "hisi_hdc"]

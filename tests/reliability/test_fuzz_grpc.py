@@ -28,6 +28,7 @@ from npu_plugin._proto import dra_health_v1alpha1_pb2_grpc as health_grpc
 from npu_plugin._proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from npu_plugin._proto import pluginregistration_v1_pb2 as reg_pb
 from npu_plugin._proto import pluginregistration_v1_pb2_grpc as reg_grpc
+from npu_plugin.cdi.spec import CLAIM_WIDE
 from tests.support.dra import DRIVER, NODE, plant_claim, result
 from tests.support.serving import Served, serving
 
@@ -325,8 +326,15 @@ def test_claims_of_random_shapes(
     try:
         answer = dra(channels, version, "Prepare", [ref]).claims[ref[2]]
         if not answer.error:
-            names = [d.device_name for d in answer.devices]
+            # A claim of several requests is answered with one entry more, last: its last device again,
+            # carrying only the claim-wide CDI id.
+            devices = list(answer.devices)
+            if devices[-1].request_names == [CLAIM_WIDE]:
+                assert len(devices) > 2 and devices[-1].device_name == devices[-2].device_name, answer
+                devices.pop()
+            names = [d.device_name for d in devices]
             assert names and set(names) <= FREE_FOR_DRA and len(names) == len(set(names)), answer
+            assert CLAIM_WIDE not in {n for d in devices for n in d.request_names}, answer
         check(served, holder)
     finally:  # each example starts from the same state, even after a failure
         assert dra(channels, version, "Unprepare", [ref]).claims[ref[2]].error == ""
