@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
         (["built", "--kubernetes"], "--kubernetes needs a value: 1.37 or 1.34"),
         (["built", "--kubernetes", "1.33"], "--kubernetes 1.33: not a release this script knows (1.37 or 1.34)"),
         (["built", "--version"], "built: unknown argument '--version' (--kubernetes 1.37|1.34)"),
+        (["built", "--kubernetes", "1.34", "--mode", "dra"], "built: unknown argument '--mode'"),
+        (["build", "--kubernetes=1.37", "now"], "build: unknown argument 'now'"),
         (["check", "--kubernetes="], "--kubernetes : not a release this script knows (1.37 or 1.34)"),
         (["up", "--kubernetes"], "--kubernetes needs a value: 1.37 or 1.34"),
         (["up", "--feature-gates"], "--feature-gates needs a value: NAME=BOOL,..."),
